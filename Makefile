@@ -1,0 +1,42 @@
+# The verbs people type. Everything runs from the project's own virtual environment.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test engine image proto sandbox-up sandbox-down bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[all]'
+	touch $(STAMP)
+
+## test: the whole suite (Docker-backed tests need an engine; see scripts/engine-up.sh)
+test: install
+	$(BIN)/python -m pytest -q
+
+## engine: install (Debian, root) and start a Docker Engine when none answers
+engine:
+	bash scripts/engine-up.sh
+
+## image: the offline base image (debootstrap) and the sandbox image (wheelhouse)
+image: install engine
+	bash scripts/build-images.sh
+
+proto: install
+	$(BIN)/python -m protolink.sandbox.protogen
+
+sandbox-up: install engine
+	$(BIN)/protolink-sandbox up
+
+sandbox-down: install
+	$(BIN)/protolink-sandbox down
+
+bench: install
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,80 @@
+"""Process execution types shared by every backend: what to run, and what happened."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from protolink.core.tools import ToolContext
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """An exact process to run: argv (argv[0] resolved), cwd, the complete environment,
+    a timeout in seconds and a cap on combined stdout+stderr bytes kept and emitted."""
+
+    argv: tuple[str, ...]
+    cwd: str
+    env: Mapping[str, str]
+    timeout_seconds: float
+    max_output_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "cwd": self.cwd,
+            "env": dict(self.env),
+            "timeout_seconds": self.timeout_seconds,
+            "max_output_bytes": self.max_output_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What a process did. A nonzero exit or a timeout is data, not an exception."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool = False
+    timed_out: bool = False
+    canceled: bool = False
+    duration_seconds: float = 0.0
+    budget_exceeded: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "truncated": self.truncated,
+            "timed_out": self.timed_out,
+            "canceled": self.canceled,
+            "duration_seconds": self.duration_seconds,
+            "budget_exceeded": self.budget_exceeded,
+        }
+
+
+class ProcessCancelledError(asyncio.CancelledError):
+    """Cancellation of a running process; ``result`` holds the partial output."""
+
+    def __init__(self, result: ProcessResult) -> None:
+        super().__init__("process canceled")
+        self.result = result
+
+
+@runtime_checkable
+class ExecutionBackend(Protocol):
+    """Where processes run. ``boundary`` names it in previews (``"host"``, ``"sandbox:..."``).
+
+    ``execute`` honors the spec exactly, emits ``process.output`` events through
+    ``execution.emit`` as output arrives, and returns a :class:`ProcessResult`; on
+    cancellation it kills and reaps the process group, then raises ProcessCancelledError.
+    """
+
+    boundary: str
+
+    async def execute(self, spec: ProcessSpec, execution: ToolContext) -> ProcessResult: ...
