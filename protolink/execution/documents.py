@@ -1,0 +1,5 @@
+"""PLACEHOLDER: replaced by its owner this session."""
+
+
+class LocalDocuments:
+    pass
