@@ -32,6 +32,7 @@ apt_install() {
 
 # apt's own reading of sources.list and sources.list.d (both formats); empty until `apt-get update`.
 apt_mirror() {
+    # shellcheck disable=SC2016  # $(FIELD) is apt's format syntax, not the shell's
     apt-get indextargets --format '$(TARGET_OF) $(RELEASE) $(REPO_URI)' \
         | awk -v suite="$SUITE" '$1 == "deb" && $2 == suite { print $3; exit }'
 }

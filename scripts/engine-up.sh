@@ -31,8 +31,9 @@ esac
 [ "$(id -u)" = 0 ] || die "no engine answers and starting dockerd needs root; run: sudo $0"
 
 if ! command -v dockerd >/dev/null; then
-    [ -f /etc/debian_version ] && command -v apt-get >/dev/null \
-        || die "dockerd is missing and this is not Debian: install Docker Engine, then rerun"
+    if [ ! -f /etc/debian_version ] || ! command -v apt-get >/dev/null; then
+        die "dockerd is missing and this is not Debian: install Docker Engine, then rerun"
+    fi
     echo "engine-up: installing docker.io (apt)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
@@ -40,15 +41,19 @@ if ! command -v dockerd >/dev/null; then
 fi
 
 # A dockerd that is still starting (another caller, or a slow start) is waited for, not doubled.
+started=
 if ! { [ -s "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }; then
     mkdir -p "$(dirname "$LOG")"
-    # setsid: the engine outlives the shell or CI job that started it.
-    nohup setsid dockerd </dev/null >>"$LOG" 2>&1 &
+    # setsid: the engine outlives the shell or CI job that started it; --wait keeps $! alive
+    # exactly as long as dockerd, so an early exit is seen at once.
+    nohup setsid --wait dockerd </dev/null >>"$LOG" 2>&1 &
+    started=$!
 fi
 
 for _ in $(seq "$WAIT_SECONDS"); do
     answers && ready "started (log: $LOG)"
+    [ -z "$started" ] || kill -0 "$started" 2>/dev/null || break
     sleep 1
 done
 tail -n 30 "$LOG" >&2 || true
-die "dockerd did not answer within ${WAIT_SECONDS}s (log: $LOG)"
+die "dockerd did not come up (log: $LOG)"

@@ -1,0 +1,95 @@
+"""Root test configuration: the policy for tests that need a Docker Engine.
+
+A test marked ``@pytest.mark.docker``, or one that uses the ``docker_client`` fixture, runs only
+when an engine answers. When none does it is skipped, unless ``PROTOLINK_REQUIRE_DOCKER=1`` (CI),
+where it fails instead: a CI run without its engine must not pass by skipping.
+
+At the end of a session that reached an engine, containers labelled ``io.protolink.owner`` that
+were created during the session and are still there fail the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+
+OWNER_LABEL = "io.protolink.owner"
+PROBE_TIMEOUT_SECONDS = 5
+
+_leak_baseline: set[str] | None = None
+_leaked: list[str] = []
+
+
+def _labelled_containers(client) -> dict[str, str]:
+    containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
+    return {c.id: f"{c.short_id} {c.name} ({OWNER_LABEL}={c.labels[OWNER_LABEL]})" for c in containers}
+
+
+@functools.cache
+def _engine_problem() -> str | None:
+    """Why no Docker Engine can be used, or None when one answers. Probed once per session."""
+    global _leak_baseline
+    try:
+        import docker
+    except ImportError:
+        return "the docker SDK is not installed (pip install -e '.[sandbox]')"
+    try:
+        client = docker.from_env(timeout=PROBE_TIMEOUT_SECONDS)  # asks the engine its API version
+        try:
+            client.ping()
+            _leak_baseline = set(_labelled_containers(client))
+        finally:
+            client.close()
+    except Exception as exc:
+        host = os.environ.get("DOCKER_HOST", "the default socket")
+        return f"Docker Engine at {host} does not answer: {exc}"
+    return None
+
+
+def _require_engine() -> None:
+    problem = _engine_problem()
+    if problem is None:
+        return
+    if os.environ.get("PROTOLINK_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"PROTOLINK_REQUIRE_DOCKER=1 but {problem} (start one: scripts/engine-up.sh)", pytrace=False)
+    pytest.skip(f"{problem} (start one: scripts/engine-up.sh)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("docker"):
+        _require_engine()
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A docker SDK client for the session's engine, under the same skip-or-fail policy."""
+    _require_engine()
+    import docker
+
+    client = docker.from_env()
+    yield client
+    client.close()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _leak_baseline is None:
+        return
+    import docker
+
+    client = docker.from_env(timeout=PROBE_TIMEOUT_SECONDS)
+    try:
+        current = _labelled_containers(client)
+    finally:
+        client.close()
+    _leaked[:] = [desc for cid, desc in current.items() if cid not in _leak_baseline]
+    if _leaked:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _leaked:
+        terminalreporter.section("leaked containers", red=True)
+        for desc in _leaked:
+            terminalreporter.line(f"left behind: {desc}", red=True)
