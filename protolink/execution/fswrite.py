@@ -1,0 +1,154 @@
+"""File snapshots and conditional, atomic replacement beneath the roots.
+
+A replacement happens only while the target still matches the expected revision: bytes
+(SHA-256 and size), mode bits, ``(device, inode)`` identity and the parent directory's
+identity. New content goes to a temporary file in the same directory, is fsynced, and is
+renamed over the target (replace) or hard-linked to it (create, which fails if the target
+appeared meanwhile); the directory is fsynced afterwards. The final compare/rename is not a
+lock: it narrows, but cannot close, the window for hostile concurrent writers.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from protolink.core.errors import ResourceConflictError
+from protolink.core.resources import ResourceRevision, ResourceSnapshot, revision_of
+
+from .paths import WorkspacePath, open_directory, open_regular_at, read_bounded, resolve_under_roots
+
+CREATE_MODE = 0o600
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def snapshot_file(path: str, roots: Sequence[str], *, max_file_bytes: int) -> ResourceSnapshot:
+    """The regular file at ``path``: bytes, mode, identity and parent identity.
+
+    An absent file (in an existing parent) yields ``exists=False`` with the parent's identity.
+    FileNotFoundError when the parent is missing; ValueError for symlinks, special files,
+    paths outside the roots and files over ``max_file_bytes``.
+    """
+    target = _file_target(path, roots)
+    with open_directory(target.parent) as dir_fd:
+        return _snapshot_at(dir_fd, target, max_file_bytes)
+
+
+def replace_file(expected: ResourceRevision, data: bytes | None, mode: int | None,
+                 roots: Sequence[str]) -> ResourceRevision:
+    """Write ``data`` (or remove the file when None) if the target still matches ``expected``.
+
+    ``expected.exists`` False creates the file (mode 0600 unless ``mode`` says otherwise);
+    otherwise ``mode`` defaults to the expected mode. Raises ResourceConflictError, having
+    written nothing, when the target or its parent directory changed. Returns what was written.
+    """
+    _require_complete(expected)
+    target = _file_target(expected.resource_id, roots)
+    if data is None and not expected.exists:
+        raise ValueError(f"{target.path}: nothing to remove")
+    mode = _checked_mode(mode if mode is not None else expected.mode if expected.exists else CREATE_MODE)
+    with _conflict_on_path_change(target), open_directory(target.parent) as dir_fd:
+        _require_unchanged(dir_fd, target, expected)
+        if data is None:
+            os.unlink(target.name, dir_fd=dir_fd)
+            os.fsync(dir_fd)
+            return ResourceRevision(target.path, False, parent_identity=expected.parent_identity)
+        with _temporary_file(dir_fd) as (temp_name, temp_fd):
+            _write_all(temp_fd, data)
+            os.fchmod(temp_fd, mode)
+            os.fsync(temp_fd)
+            written = os.fstat(temp_fd)
+            if expected.exists:
+                _require_unchanged(dir_fd, target, expected)
+                os.rename(temp_name, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            else:
+                _link_new(dir_fd, temp_name, target)
+        os.fsync(dir_fd)
+    return revision_of(target.path, data, mode=stat.S_IMODE(written.st_mode),
+                       identity=(written.st_dev, written.st_ino), parent_identity=expected.parent_identity)
+
+
+def _snapshot_at(dir_fd: int, target: WorkspacePath, max_bytes: int) -> ResourceSnapshot:
+    parent = os.fstat(dir_fd)
+    parent_identity = (parent.st_dev, parent.st_ino)
+    try:
+        with open_regular_at(dir_fd, target.name, target.path) as opened:
+            data = read_bounded(opened, max_bytes)
+    except FileNotFoundError:
+        return ResourceSnapshot(ResourceRevision(target.path, False, parent_identity=parent_identity), None)
+    revision = revision_of(target.path, data, mode=stat.S_IMODE(opened.stat.st_mode),
+                           identity=(opened.stat.st_dev, opened.stat.st_ino), parent_identity=parent_identity)
+    return ResourceSnapshot(revision, data)
+
+
+def _require_unchanged(dir_fd: int, target: WorkspacePath, expected: ResourceRevision) -> None:
+    try:
+        current = _snapshot_at(dir_fd, target, expected.size or 0).revision
+    except ValueError as error:  # now a symlink, special file, or larger than expected
+        raise ResourceConflictError(f"{target.path} changed since it was approved: {error}") from None
+    if not expected.matches(current):
+        what = "parent directory" if current.parent_identity != expected.parent_identity else "file"
+        raise ResourceConflictError(f"{target.path}: the {what} changed since it was approved")
+
+
+def _link_new(dir_fd: int, temp_name: str, target: WorkspacePath) -> None:
+    # A hard link publishes the complete file at once and, unlike rename, refuses an existing name.
+    try:
+        os.link(temp_name, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except FileExistsError:
+        raise ResourceConflictError(f"{target.path} was created concurrently") from None
+
+
+@contextmanager
+def _temporary_file(dir_fd: int) -> Iterator[tuple[str, int]]:
+    """A new private file in ``dir_fd``; always unlinked by name afterwards (renamed or not)."""
+    name = f".protolink-{secrets.token_hex(8)}.tmp"
+    fd = os.open(name, _TEMP_FLAGS, CREATE_MODE, dir_fd=dir_fd)
+    try:
+        yield name, fd
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass  # renamed over the target
+
+
+@contextmanager
+def _conflict_on_path_change(target: WorkspacePath) -> Iterator[None]:
+    # The approved snapshot walked this path; failing to walk it now means a parent changed.
+    try:
+        yield
+    except (ValueError, FileNotFoundError, NotADirectoryError) as error:
+        raise ResourceConflictError(f"{target.path}: a parent directory changed since it was approved: {error}") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _file_target(path: str, roots: Sequence[str]) -> WorkspacePath:
+    target = resolve_under_roots(path, roots)
+    if not target.parts:
+        raise ValueError(f"{target.path} is a root directory, not a file")
+    return target
+
+
+def _checked_mode(mode: int) -> int:
+    if not 0 <= mode <= 0o7777:
+        raise ValueError(f"mode {mode:#o} is not a permission mode")
+    return mode
+
+
+def _require_complete(expected: ResourceRevision) -> None:
+    needed = ("size", "sha256", "mode", "identity", "parent_identity") if expected.exists else ("parent_identity",)
+    missing = [name for name in needed if getattr(expected, name) is None]
+    if missing:
+        raise ValueError(f"expected revision of {expected.resource_id} lacks {', '.join(missing)}")
+
