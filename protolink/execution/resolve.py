@@ -1,0 +1,103 @@
+"""Where a command runs and which file it executes, resolved before anyone approves it.
+
+The rules (the spec's "Command execution"):
+
+- the working directory is an absolute path to an existing directory; symbolic links are
+  resolved so the preview names the directory the process really starts in;
+- the executable is an absolute path, an explicit relative path (it contains ``/``) taken
+  relative to that directory, or a bare name looked up in the absolute entries of the
+  ``PATH`` of the *supplied* environment. The host's own ``PATH`` is never consulted.
+
+These functions block on the file system; async callers use
+:meth:`LocalProcesses.resolve_command <protolink.execution.processes.LocalProcesses.resolve_command>`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+
+def resolve_directory(path: str) -> str:
+    """The real path of an existing working directory given as an absolute path."""
+    _check_text("working directory", path)
+    if not os.path.isabs(path):
+        raise ValueError(f"working directory must be an absolute path, got {path!r}")
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):
+        raise ValueError(f"working directory {path!r} does not exist or is not a directory")
+    return real
+
+
+def resolve_executable(name: str, *, cwd: str, env: Mapping[str, str]) -> str:
+    """The absolute path of the executable ``name`` names (see the module rules)."""
+    _check_text("executable", name)
+    if not name:
+        raise ValueError("executable must not be empty")
+    if "/" in name:
+        # An absolute name stays as it is. A relative one is joined, not normalized: ".." after
+        # a symbolic link means what the kernel says, and the preview must name that file.
+        path = os.path.join(cwd, name)
+        if not _is_executable_file(path):
+            raise ValueError(f"executable {name!r} is not an executable file (looked at {path!r})")
+        return path
+    search_path = env.get("PATH")
+    if not search_path:
+        raise ValueError(
+            f"executable {name!r} is a bare name but the environment has no PATH; "
+            "supply an absolute path, an explicit relative path, or a PATH entry in env"
+        )
+    for entry in search_path.split(os.pathsep):
+        if os.path.isabs(entry):
+            candidate = os.path.join(entry, name)
+            if _is_executable_file(candidate):
+                return candidate
+    raise ValueError(f"executable {name!r} was not found on the supplied PATH {search_path!r}")
+
+
+def resolve_command(
+    argv: Sequence[str], cwd: str, env: Mapping[str, str]
+) -> tuple[tuple[str, ...], str]:
+    """``(argv with argv[0] resolved, resolved cwd)``; the environment is checked, not changed."""
+    if not argv:
+        raise ValueError("argv must contain at least the executable")
+    check_arguments(argv)
+    check_environment(env)
+    directory = resolve_directory(cwd)
+    return (resolve_executable(argv[0], cwd=directory, env=env), *argv[1:]), directory
+
+
+def check_arguments(arguments: Sequence[str]) -> None:
+    """Reject arguments that cannot be passed to a process."""
+    for argument in arguments:
+        _check_text("argument", argument)
+
+
+def check_environment(env: Mapping[str, str]) -> None:
+    """Reject names and values that cannot be passed to a process."""
+    for key, value in env.items():
+        _check_text("environment variable name", key)
+        _check_text(f"environment variable {key!r}", value)
+        if not key or "=" in key:
+            raise ValueError(f"invalid environment variable name {key!r}")
+
+
+def _check_text(what: str, value: str) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    if "\0" in value:
+        raise ValueError(f"{what} must not contain a NUL character")
+
+
+def _is_executable_file(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+@runtime_checkable
+class CommandResolver(Protocol):
+    """A backend that resolves commands where it runs them (the host, or inside a sandbox)."""
+
+    async def resolve_command(
+        self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
+    ) -> tuple[tuple[str, ...], str]: ...
