@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Build the project's images without any image registry.
 #   base: protolink/base:bookworm, a Debian minbase made by debootstrap and `docker import`.
+#   sandbox: protolink/sandbox:<inputs hash> (and :latest), FROM the base, with this project and
+#     its runtime dependencies installed from a wheelhouse that pip makes on the host; the image
+#     build itself runs with no network.
+# Both phases are incremental: an image whose inputs are unchanged is not rebuilt.
 # BASE_IMAGE=IMAGE skips the debootstrap and uses IMAGE as the base instead (pulled if missing).
 # DEBIAN_MIRROR=URL overrides the mirror taken from apt's configuration.
 set -euo pipefail
@@ -20,6 +24,15 @@ BASE_CHANGES=(
 # Bump when the recipe changes in a way the variables above do not show.
 BASE_RECIPE_VERSION=1
 INPUTS_LABEL=io.protolink.image.inputs
+
+ROOT=$(cd "$HERE/.." && pwd)
+SANDBOX_REPO=protolink/sandbox
+SANDBOX_RECIPE_VERSION=1
+# What goes into the project wheel (README.md is metadata only and does not trigger a rebuild).
+PROJECT_SOURCES=(protolink sandbox pyproject.toml)
+# The host's pip makes the wheelhouse; its Python must match the image's (3.11 on bookworm).
+PIP=${PIP:-$( [ -x "$ROOT/.venv/bin/pip" ] && echo "$ROOT/.venv/bin/pip" || echo "python3 -m pip")}
+WHEEL_CACHE=${PROTOLINK_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/protolink/wheelhouse}
 
 say() { echo "build-images: $*"; }
 die() { echo "build-images: $*" >&2; exit 1; }
@@ -99,7 +112,91 @@ build_base() {
     say "base: built $BASE_TAG ($INPUTS_LABEL=$inputs) in $((SECONDS - started))s"
 }
 
+# The requirements the server needs inside the image: the project's dependencies and its
+# `documents` and `sandbox` extras, less the docker SDK, which only the host uses.
+runtime_requirements() {
+    python3 - "$ROOT/pyproject.toml" <<'PY'
+import re, sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+extras = project["optional-dependencies"]
+for req in [*project["dependencies"], *extras["documents"], *extras["sandbox"]]:
+    if re.match(r"docker\b", req) is None:
+        print(req)
+PY
+}
+
+source_hash() {
+    (cd "$ROOT" && find "${PROJECT_SOURCES[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 \
+        | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16
+}
+
+# The dependency wheels, cached on the host by the hash of the requirement list.
+deps_wheelhouse() {
+    local requirements key dir
+    requirements=$(runtime_requirements)
+    key=$(printf '%s\n' "$requirements" | sha256sum | cut -c1-16)
+    dir=$WHEEL_CACHE/deps-$key
+    if [ ! -f "$dir/.complete" ]; then
+        say "sandbox: pip wheel of the runtime dependencies into $dir" >&2
+        rm -rf "$dir" && mkdir -p "$dir"
+        # shellcheck disable=SC2086  # $PIP may be "python3 -m pip"
+        printf '%s\n' "$requirements" | xargs $PIP wheel --quiet --wheel-dir "$dir" >&2
+        touch "$dir/.complete"
+    fi
+    echo "$dir"
+}
+
+# Old sandbox images go once a new one is tagged; one still used by a container stays.
+prune_sandbox_images() {
+    local keep=$1 ref
+    docker image ls --filter "label=io.protolink.image=sandbox" --format '{{.Repository}}:{{.Tag}}' \
+        | while read -r ref; do
+            case "$ref" in "$SANDBOX_REPO:$keep" | "$SANDBOX_REPO:latest" | *"<none>"*) continue ;; esac
+            docker image rm "$ref" >/dev/null 2>&1 && say "sandbox: removed old image $ref" || true
+        done
+}
+
+build_sandbox() {
+    local base_id inputs tag
+    base_id=$(docker image inspect --format '{{.Id}}' "$BASE_REF")
+    inputs=$(printf '%s\n' "$SANDBOX_RECIPE_VERSION" "$base_id" "$(source_hash)" "$(runtime_requirements)" \
+        | cat - "$ROOT/images/sandbox/Dockerfile" | sha256sum | cut -c1-16)
+    tag=$SANDBOX_REPO:$inputs
+    if docker image inspect "$tag" >/dev/null 2>&1; then
+        docker tag "$tag" "$SANDBOX_REPO:latest"
+        say "sandbox: $tag is up to date"
+        SANDBOX_REF=$tag
+        return
+    fi
+
+    local started=$SECONDS deps
+    deps=$(deps_wheelhouse)
+    CONTEXT=$(mktemp -d /var/tmp/protolink-sandbox.XXXXXX)
+    trap 'rm -rf "$CONTEXT"' EXIT
+    mkdir -p "$CONTEXT/wheels/deps" "$CONTEXT/wheels/project" "$CONTEXT/src"
+    cp "$ROOT/images/sandbox/Dockerfile" "$CONTEXT/"
+    cp -l "$deps"/*.whl "$CONTEXT/wheels/deps/" 2>/dev/null || cp "$deps"/*.whl "$CONTEXT/wheels/deps/"
+    # The wheel is built from a copy so the work tree gets no build/ or egg-info.
+    (cd "$ROOT" && cp -r "${PROJECT_SOURCES[@]}" README.md "$CONTEXT/src/")
+    find "$CONTEXT/src" -name __pycache__ -prune -exec rm -rf {} +
+    say "sandbox: pip wheel of this project"
+    # shellcheck disable=SC2086
+    $PIP wheel --quiet --no-deps --no-build-isolation --wheel-dir "$CONTEXT/wheels/project" "$CONTEXT/src"
+
+    say "sandbox: docker build $tag FROM $BASE_REF (no network)"
+    DOCKER_BUILDKIT=0 docker build --network none --force-rm \
+        --build-arg "BASE_IMAGE=$BASE_REF" \
+        --label "$INPUTS_LABEL=$inputs" --label io.protolink.image=sandbox \
+        --tag "$tag" --tag "$SANDBOX_REPO:latest" "$CONTEXT" | sed -u 's/^/build-images:   /'
+    rm -rf "$CONTEXT"
+    trap - EXIT
+    say "sandbox: built $tag in $((SECONDS - started))s"
+    SANDBOX_REF=$tag
+    prune_sandbox_images "$inputs"
+}
+
 bash "$HERE/engine-up.sh"
 build_base
-# Next phase: build_sandbox, the sandbox image FROM "$BASE_REF" with the wheelhouse made by pip.
 say "base image: $BASE_REF"
+build_sandbox
+say "sandbox image: $SANDBOX_REF"
