@@ -1,0 +1,406 @@
+"""DockerSandbox: one locked-down container per sandbox, started and removed through the docker SDK.
+
+::
+
+    async with DockerSandbox(["/srv/repo"], writable=["/srv/repo/out"]) as backend:
+        result = await backend.execute(spec, ctx)
+
+The container runs the sandbox server (``python -m sandbox``) of the image. Secure by default:
+no network, every capability dropped except SETUID, SETGID and KILL (the server needs them to run
+commands as an unprivileged uid and to kill them), ``no-new-privileges``, the seccomp profile in
+``seccomp.json``, a read-only root file system with a bounded ``noexec`` tmpfs at /tmp, pids,
+memory (swap included) and CPU limits, bounded logs, never privileged, never the Docker socket.
+Roots are mounted at their own absolute paths, read-only unless declared writable; writable
+roots share a disk budget (:mod:`protolink.sandbox.disk`). The host reaches the server through a
+Unix socket in a directory only the host user can open, or, for remote engines, over TCP with a
+token the server reads from a root-only file and deletes. The container is removed on every exit
+path, cancellation included; containers left by a dead process are reaped at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from . import reaper
+from .client import SandboxBackend, connect
+from .disk import DiskWatch
+from .errors import SandboxError, SandboxUnavailableError
+from .hostdirs import private_subdir
+from .provision import DEFAULT_IMAGE
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+GiB = 1 << 30
+MiB = 1 << 20
+NOBODY = 65534
+SOCKET_DIR = "/run/protolink"
+SOCKET_PATH = f"{SOCKET_DIR}/sandbox.sock"
+SECRET_DIR = "/run/protolink-secret"
+TCP_PORT = 7000
+#: Paths of the image a root may not hide: the server and the system it runs on.
+RESERVED_PATHS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt/protolink", "/proc", "/run",
+                  "/sbin", "/sys", "/usr", "/var/lib", "/var/run")
+DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+
+
+@dataclass(frozen=True)
+class Root:
+    """A host directory mounted at the same absolute path inside the sandbox."""
+
+    path: str
+    writable: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Root:
+        """``PATH``, ``PATH:ro`` or ``PATH:rw`` (the command line and ``PROTOLINK_SANDBOX_ROOTS``)."""
+        path, _, mode = text.rpartition(":") if text.endswith((":ro", ":rw")) else (text, "", "ro")
+        return cls(path, writable=mode == "rw")
+
+
+def _resolve_roots(roots: Iterable[str | os.PathLike[str] | Root], writable: Iterable[str | os.PathLike[str]]) -> tuple[Root, ...]:
+    """Absolute, resolved, existing directories; refuses the system's paths and the Docker socket."""
+    declared = [r if isinstance(r, Root) else Root(os.fspath(r)) for r in roots]
+    declared += [Root(os.fspath(path), writable=True) for path in writable]
+    resolved: dict[str, bool] = {}
+    for root in declared:
+        if not os.path.isabs(root.path):
+            raise ValueError(f"sandbox root must be an absolute path: {root.path!r}")
+        path = os.path.realpath(root.path)
+        if not os.path.isdir(path):
+            raise ValueError(f"sandbox root is not a directory: {root.path!r}")
+        if path in ("/", "/tmp"):
+            raise ValueError(f"sandbox root {path!r} is too broad: mount a directory beneath it")
+        for reserved in RESERVED_PATHS:
+            if path == reserved or path.startswith(reserved + "/") or reserved.startswith(path + "/"):
+                raise ValueError(f"sandbox root {path!r} would hide or expose the system's {reserved}")
+        for sock in (*DOCKER_SOCKETS, _docker_socket()):
+            if sock and os.path.realpath(sock).startswith(path + "/"):
+                raise ValueError(f"sandbox root {path!r} contains the Docker socket")
+        resolved[path] = resolved.get(path, False) or root.writable
+    return tuple(Root(path, writable) for path, writable in resolved.items())
+
+
+def _docker_socket() -> str | None:
+    host = os.environ.get("DOCKER_HOST", "")
+    return host.removeprefix("unix://") if host.startswith("unix://") else None
+
+
+def _command_identity(uid: int | None, gid: int | None) -> tuple[int, int]:
+    """Commands run as the host user when it is not root, else as nobody; never as uid 0."""
+    host_uid = os.getuid()
+    if uid is None:
+        uid = host_uid if host_uid != 0 else NOBODY
+        gid = gid if gid is not None else (os.getgid() if host_uid != 0 else NOBODY)
+    gid = uid if gid is None else gid
+    if uid == 0 or gid == 0:
+        raise ValueError("sandbox commands never run as uid or gid 0")
+    return uid, gid
+
+
+def seccomp_profile() -> str:
+    """The default seccomp profile (JSON), stricter than Docker's own."""
+    return resources.files(__package__).joinpath("seccomp.json").read_text()
+
+
+async def _uncancellable(awaitable: Awaitable[T]) -> T:
+    """Await to completion even when cancelled; the cancellation is re-raised afterwards.
+
+    Used for starting and removing containers: a container must never be created behind our
+    back, or left half-removed, because the caller was cancelled.
+    """
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
+def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Awaitable[T]:
+    return _uncancellable(asyncio.to_thread(fn, *args, **kwargs))
+
+
+class DockerSandbox:
+    """One sandbox container; ``async with`` it to get its :class:`SandboxBackend`.
+
+    ``memory`` (bytes, swap included), ``pids`` and ``cpus`` bound the whole container;
+    ``tmpfs_bytes`` bounds /tmp; ``disk_bytes`` bounds how much the writable roots may grow.
+    Commands run as ``command_uid``/``command_gid`` (default: the host user, or 65534 when the
+    host user is root; never 0). ``runtime="runsc"`` runs the container under gVisor.
+    ``tcp="HOST:PORT"`` publishes the server on the engine's host (port 0 picks one) instead of
+    a Unix socket, with a fresh token, for remote engines: the container then has a network.
+    ``expiry_seconds`` bounds how long the reaper lets the container live; ``owner`` defaults
+    to this process, so the container is reaped once the process is gone.
+    """
+
+    def __init__(
+        self,
+        roots: Iterable[str | os.PathLike[str] | Root] = (),
+        *,
+        writable: Iterable[str | os.PathLike[str]] = (),
+        image: str = DEFAULT_IMAGE,
+        memory: int = 1 * GiB,
+        pids: int = 512,
+        cpus: float = 1.0,
+        tmpfs_bytes: int = 256 * MiB,
+        disk_bytes: int = 1 * GiB,
+        runtime: str | None = None,
+        command_uid: int | None = None,
+        command_gid: int | None = None,
+        expiry_seconds: float | None = 24 * 3600,
+        owner: str | None = None,
+        name: str | None = None,
+        tcp: str | None = None,
+        start_timeout: float = 30.0,
+    ) -> None:
+        if memory < 64 * MiB or pids < 16 or cpus <= 0 or tmpfs_bytes <= 0 or disk_bytes < 0:
+            raise ValueError("sandbox limits: memory >= 64 MiB, pids >= 16, cpus > 0, tmpfs_bytes > 0, disk_bytes >= 0")
+        self.roots = _resolve_roots(roots, writable)
+        self.command_uid, self.command_gid = _command_identity(command_uid, command_gid)
+        self.image = image
+        self.memory, self.pids, self.cpus = memory, pids, cpus
+        self.tmpfs_bytes, self.disk_bytes = tmpfs_bytes, disk_bytes
+        self.runtime = runtime
+        self.expiry_seconds = expiry_seconds
+        self.owner = owner or reaper.process_owner()
+        self.session = secrets.token_hex(8)
+        self.name = name or f"protolink-sandbox-{self.session}"
+        self.tcp = tcp
+        self.start_timeout = start_timeout
+        self.address: str | None = None
+        self.reaped: list[reaper.Reaped] = []
+        self._token = secrets.token_urlsafe(32) if tcp else None
+        self._state = "new"
+        self._docker: Any = None
+        self._container: Any = None
+        self._host_dirs: list[Path] = []
+        self._backend: SandboxBackend | None = None
+        self._watch: DiskWatch | None = None
+
+    @property
+    def boundary(self) -> str:
+        return f"sandbox:{self.name}"
+
+    @property
+    def container_id(self) -> str | None:
+        return None if self._container is None else self._container.id
+
+    @property
+    def token(self) -> str | None:
+        """The TCP mode's token (None for a Unix socket)."""
+        return self._token
+
+    async def __aenter__(self) -> SandboxBackend:
+        return await self.start()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def start(self) -> SandboxBackend:
+        """Start the container, wait until its server answers, and return the backend."""
+        if self._state != "new":
+            raise RuntimeError("a DockerSandbox starts once; make a new one")
+        self._state = "starting"
+        try:
+            import docker
+
+            self._docker = await _in_thread(docker.from_env)
+            self.reaped = await _in_thread(reaper.reap, self._docker)
+            for gone in self.reaped:
+                log.warning("reaped sandbox container %s (%s): %s", gone.name, gone.container_id, gone.reason)
+            self._container = await _in_thread(self._run_container)
+            self._backend = await self._wait_ready()
+            writable = [root.path for root in self.roots if root.writable]
+            if writable:
+                self._watch = DiskWatch(writable, self.disk_bytes, self._stop_commands)
+                await self._watch.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        self._state = "running"
+        return self._backend
+
+    async def aclose(self) -> None:
+        """Close the backend and remove the container and its host directories. Idempotent."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        await _uncancellable(self._teardown())
+
+    async def _teardown(self) -> None:
+        if self._watch is not None:
+            await self._watch.aclose()
+        if self._backend is not None:
+            try:
+                await self._backend.aclose()
+            except Exception:
+                log.exception("closing the sandbox backend failed")
+        if self._container is not None:
+            await asyncio.to_thread(self._remove_container)
+        for path in self._host_dirs:
+            await asyncio.to_thread(shutil.rmtree, path, True)
+        if self._docker is not None:
+            await asyncio.to_thread(self._docker.close)
+
+    def _remove_container(self) -> None:
+        import docker.errors
+
+        try:
+            self._container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+
+    def _server_command(self) -> list[str]:
+        command = ["--boundary", self.name, "--command-uid", str(self.command_uid),
+                   "--command-gid", str(self.command_gid)]
+        for root in self.roots:
+            command += ["--root", f"{root.path}:{'rw' if root.writable else 'ro'}"]
+        if self.tcp:
+            command += ["--listen", f"tcp://0.0.0.0:{TCP_PORT}", "--token-file", f"{SECRET_DIR}/token"]
+        else:
+            command += ["--listen", f"unix://{SOCKET_PATH}"]
+        return command
+
+    def _mounts(self) -> list[Any]:
+        from docker.types import Mount
+
+        mounts = [Mount(root.path, root.path, type="bind", read_only=not root.writable) for root in self.roots]
+        if self.tcp:
+            secret = private_subdir("secret-")
+            self._host_dirs.append(secret)
+            token_file = secret / "token"
+            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(self._token or "")
+            mounts.append(Mount(SECRET_DIR, str(secret), type="bind"))
+        else:
+            sockets = private_subdir("sandbox-")
+            self._host_dirs.append(sockets)
+            mounts.append(Mount(SOCKET_DIR, str(sockets), type="bind"))
+        return mounts
+
+    def _run_container(self) -> Any:
+        """Create and start the container (blocking)."""
+        from docker.types import LogConfig, Ulimit
+
+        ulimits = [Ulimit(name="nofile", soft=8192, hard=8192), Ulimit(name="core", soft=0, hard=0)]
+        if any(root.writable for root in self.roots):
+            ulimits.append(Ulimit(name="fsize", soft=self.disk_bytes, hard=self.disk_bytes))
+        options: dict[str, Any] = {}
+        if self.tcp:
+            host, _, port = self.tcp.rpartition(":")
+            options["ports"] = {f"{TCP_PORT}/tcp": (host or "127.0.0.1", int(port or 0))}
+        else:
+            options["network_mode"] = "none"
+        container = self._docker.containers.create(
+            self.image,
+            self._server_command(),
+            name=self.name,
+            hostname="sandbox",
+            labels=reaper.labels(self.owner, self.session, self.expiry_seconds),
+            user="0:0",
+            mounts=self._mounts(),
+            read_only=True,
+            tmpfs={"/tmp": f"size={self.tmpfs_bytes},mode=1777,noexec,nosuid,nodev"},
+            cap_drop=["ALL"],
+            cap_add=["SETUID", "SETGID", "KILL"],
+            security_opt=["no-new-privileges", f"seccomp={seccomp_profile()}"],
+            privileged=False,
+            pids_limit=self.pids,
+            mem_limit=self.memory,
+            memswap_limit=self.memory,
+            nano_cpus=int(self.cpus * 1e9),
+            ulimits=ulimits,
+            ipc_mode="private",
+            log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
+            runtime=self.runtime,
+            environment={},
+            **options,
+        )
+        try:
+            container.start()
+            if self.tcp:
+                container.reload()
+                binding = container.attrs["NetworkSettings"]["Ports"][f"{TCP_PORT}/tcp"][0]
+                host = binding["HostIp"] if binding["HostIp"] not in ("", "0.0.0.0", "::") else "127.0.0.1"
+                self.address = f"{host}:{binding['HostPort']}"
+            else:
+                self.address = f"unix://{self._host_dirs[-1] / 'sandbox.sock'}"
+        except BaseException:
+            container.remove(force=True)
+            raise
+        return container
+
+    async def _wait_ready(self) -> SandboxBackend:
+        """Connect once the server answers its health check; fail fast if the container dies."""
+        assert self.address is not None
+        deadline = time.monotonic() + self.start_timeout
+        next_check = time.monotonic() + 0.25
+        socket_path = self.address.removeprefix("unix://") if not self.tcp else None
+        last_error: BaseException | None = None
+        while time.monotonic() < deadline:
+            if socket_path is None or os.path.exists(socket_path):
+                backend = None
+                try:
+                    backend = await connect(self.address, token=self._token, timeout=2.0)
+                    await backend.health()
+                    return backend
+                except (SandboxError, OSError) as error:
+                    last_error = error
+                    if backend is not None:
+                        await backend.aclose()
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + 0.25
+                await self._raise_if_exited()
+            await asyncio.sleep(0.005)
+        await self._raise_if_exited()
+        raise SandboxUnavailableError(
+            f"sandbox {self.name} did not answer within {self.start_timeout:g} s" + (f": {last_error}" if last_error else "")
+        )
+
+    async def _raise_if_exited(self) -> None:
+        await asyncio.to_thread(self._container.reload)
+        if self._container.status in ("exited", "dead"):
+            logs = await asyncio.to_thread(self._container.logs, tail=20)
+            code = self._container.attrs["State"].get("ExitCode")
+            raise SandboxUnavailableError(
+                f"sandbox container {self.name} exited (code {code}) while starting:\n"
+                + logs.decode("utf-8", "replace").strip()
+            )
+
+    def _stop_commands(self) -> None:
+        """Kill every process of the command uid in the container (the disk budget is spent)."""
+        self._container.exec_run(["/bin/sh", "-c", "kill -KILL -1"],
+                                 user=f"{self.command_uid}:{self.command_gid}")
+
+    async def disk_growth(self) -> int:
+        """How many bytes the writable roots have grown since the sandbox started."""
+        return 0 if self._watch is None else await self._watch.growth_bytes()
+
+
+def roots_from_env(value: str | None = None) -> list[Root]:
+    """Roots from ``PROTOLINK_SANDBOX_ROOTS`` (``PATH[:rw|:ro]`` separated by ``,``)."""
+    value = os.environ.get("PROTOLINK_SANDBOX_ROOTS", "") if value is None else value
+    return [Root.parse(item) for item in value.split(",") if item.strip()]
+

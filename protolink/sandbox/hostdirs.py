@@ -1,0 +1,38 @@
+"""Host directories that only their owner can open: where sandbox sockets and secrets live."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from .errors import SandboxError
+
+
+def runtime_dir() -> Path:
+    """This user's private directory for sandbox sockets, created 0700 when missing.
+
+    ``PROTOLINK_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/protolink``, else
+    ``/tmp/protolink-<uid>``. An existing directory that another user owns, or that others can
+    open, is refused rather than used.
+    """
+    explicit = os.environ.get("PROTOLINK_RUNTIME_DIR")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    path = Path(explicit) if explicit else Path(xdg) / "protolink" if xdg else Path(f"/tmp/protolink-{os.getuid()}")
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.lstat()
+    except OSError as error:
+        raise SandboxError(f"cannot create the sandbox runtime directory {path}: {error}") from error
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise SandboxError(
+            f"{path} must be a directory owned by uid {os.getuid()} that only its owner can open "
+            f"(found uid {info.st_uid}, mode {stat.filemode(info.st_mode)}); remove it or set PROTOLINK_RUNTIME_DIR"
+        )
+    return path
+
+
+def private_subdir(prefix: str) -> Path:
+    """A new 0700 directory inside :func:`runtime_dir`."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=runtime_dir()))

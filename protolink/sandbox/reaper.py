@@ -1,0 +1,106 @@
+"""Labels on every sandbox container, and the reaper that removes the ones left behind.
+
+Each container carries ``io.protolink.owner`` (who started it), ``io.protolink.session``,
+``io.protolink.created`` and ``io.protolink.expiry`` (Unix seconds; ``0`` for none). An owner
+of the form ``process:<host>:<pid>:<start ticks>`` is a host process: once it is gone (on this
+host) its containers are orphans. Any other owner (a long-running appliance) is reaped only by
+its expiry.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+OWNER_LABEL = "io.protolink.owner"
+SESSION_LABEL = "io.protolink.session"
+CREATED_LABEL = "io.protolink.created"
+EXPIRY_LABEL = "io.protolink.expiry"
+
+_PROCESS_OWNER = "process"
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """A container the reaper removed, and why (``"owner gone"`` or ``"expired"``)."""
+
+    container_id: str
+    name: str
+    owner: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"container_id": self.container_id, "name": self.name, "owner": self.owner,
+                "reason": self.reason}
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (tells a reused pid apart)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # The command name (field 2) may hold spaces; the fields after it do not.
+            return stat.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def process_owner(pid: int | None = None) -> str:
+    """The owner label naming a host process (this one by default)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{_PROCESS_OWNER}:{socket.gethostname()}:{pid}:{_start_ticks(pid)}"
+
+
+def owner_gone(owner: str) -> bool:
+    """True when ``owner`` names a process of this host that no longer runs."""
+    parts = owner.split(":")
+    if len(parts) != 4 or parts[0] != _PROCESS_OWNER or parts[1] != socket.gethostname():
+        return False
+    try:
+        pid = int(parts[2])
+    except ValueError:
+        return False
+    return _start_ticks(pid) != parts[3]
+
+
+def labels(owner: str, session: str, expiry_seconds: float | None, *, now: float | None = None) -> dict[str, str]:
+    """The labels of a new container."""
+    created = int(time.time() if now is None else now)
+    expiry = 0 if expiry_seconds is None else created + max(1, int(expiry_seconds))
+    return {OWNER_LABEL: owner, SESSION_LABEL: session, CREATED_LABEL: str(created), EXPIRY_LABEL: str(expiry)}
+
+
+def _reason(container_labels: dict[str, str], now: float) -> str | None:
+    try:
+        expiry = int(container_labels.get(EXPIRY_LABEL, "0"))
+    except ValueError:
+        expiry = 0
+    if expiry and expiry <= now:
+        return "expired"
+    if owner_gone(container_labels.get(OWNER_LABEL, "")):
+        return "owner gone"
+    return None
+
+
+def reap(client: Any, *, now: float | None = None) -> list[Reaped]:
+    """Remove (force) every labelled container whose owner is gone or whose expiry passed.
+
+    ``client`` is a docker SDK client. Blocking: call it through ``asyncio.to_thread`` from
+    async code. A container that disappears meanwhile is skipped.
+    """
+    import docker.errors
+
+    now = time.time() if now is None else now
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        reason = _reason(container.labels, now)
+        if reason is None:
+            continue
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            continue
+        removed.append(Reaped(container.short_id, container.name, container.labels.get(OWNER_LABEL, ""), reason))
+    return removed
