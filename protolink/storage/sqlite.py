@@ -39,10 +39,14 @@ class SQLiteStorage:
             self._connection = sqlite3.connect(
                 self.path, timeout=timeout_seconds, isolation_level=None, check_same_thread=False
             )
+        except sqlite3.DatabaseError as error:
+            raise StorageError(f"{self.path} is not a usable SQLite database: {error}") from None
+        try:
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=FULL")
             self._connection.execute(_SCHEMA)
         except sqlite3.DatabaseError as error:
+            self._connection.close()
             raise StorageError(f"{self.path} is not a usable SQLite database: {error}") from None
 
     def close(self) -> None:
