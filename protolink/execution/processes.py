@@ -24,6 +24,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from protolink.core.errors import ToolExecutionError
@@ -48,6 +49,10 @@ class Emitter(Protocol):
 class LocalProcesses:
     """Host process execution: the ExecutionBackend half of LocalExecutionBackend."""
 
+    #: Extra keyword arguments for the subprocess: the sandbox server sets the command's
+    #: ``user``, ``group``, ``extra_groups`` and ``umask`` here. Empty on the host.
+    popen_options: Mapping[str, Any] = MappingProxyType({})
+
     async def resolve_command(
         self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
     ) -> tuple[tuple[str, ...], str]:
@@ -59,7 +64,7 @@ class LocalProcesses:
         started = time.monotonic()
         collector = OutputCollector(spec.max_output_bytes)
         try:
-            run = await _Supervised.start(spec, collector, execution, started)
+            run = await _Supervised.start(spec, collector, execution, started, self.popen_options)
         except asyncio.CancelledError:
             result = ProcessResult(None, "", "", canceled=True,
                                    duration_seconds=time.monotonic() - started)
@@ -117,7 +122,7 @@ class _Supervised:
 
     @classmethod
     async def start(cls, spec: ProcessSpec, collector: OutputCollector, execution: Emitter,
-                    started: float) -> _Supervised:
+                    started: float, options: Mapping[str, Any]) -> _Supervised:
         loop = asyncio.get_running_loop()
         outbox: _Outbox = asyncio.Queue()
         try:
@@ -130,6 +135,7 @@ class _Supervised:
                 cwd=spec.cwd,
                 env=dict(spec.env),
                 start_new_session=True,
+                **options,
             )
         except OSError as error:
             reason = error.strerror or str(error)
