@@ -1,0 +1,92 @@
+"""What the calendar and email tool bundles share: previews, timestamps and bounded awaits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Mapping
+from datetime import datetime
+from typing import Any
+
+from protolink.core.errors import BudgetExceededError, ToolExecutionError
+from protolink.core.tools import Artifact, ToolContext, jsonable
+
+BUILTIN_TAGS = ("builtin", "service")
+
+
+def target_of(backend: object) -> dict[str, Any]:
+    """The configured target a backend names for previews (never its credentials)."""
+    describe = getattr(backend, "describe_target", None)
+    if callable(describe):
+        return dict(describe())
+    return {"backend": type(backend).__name__}
+
+
+def request_preview(backend: object, operation: str, arguments: Mapping[str, Any]) -> Artifact:
+    """The approval preview of one service call: its configured target and exact arguments."""
+    return Artifact(
+        kind="service_request",
+        title=f"{operation} on {target_of(backend).get('service', type(backend).__name__)}",
+        content={"target": target_of(backend), "operation": operation, "arguments": jsonable(arguments)},
+    )
+
+
+def parse_instant(value: str, field: str) -> datetime:
+    """An ISO 8601 timestamp with an explicit UTC offset, or ValueError naming ``field``."""
+    text = value.strip()
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{field} must be an ISO 8601 timestamp such as 2025-03-01T09:00:00+01:00, "
+                         f"not {value!r}") from None
+    if "T" not in text.upper() or instant.tzinfo is None or instant.utcoffset() is None:
+        raise ValueError(f"{field} must be an ISO 8601 timestamp with an explicit offset "
+                         f"(e.g. +02:00 or Z), not {value!r}")
+    return instant
+
+
+def check_interval(start: str, end: str) -> tuple[datetime, datetime]:
+    """Both timestamps parsed; ValueError unless end follows start."""
+    begin, finish = parse_instant(start, "start"), parse_instant(end, "end")
+    if finish <= begin:
+        raise ValueError(f"end ({end}) must follow start ({start})")
+    return begin, finish
+
+
+def describe_tool(base: str, backend: object) -> str:
+    """A tool description extended by the backend's optional ``query_help``."""
+    help_text = getattr(backend, "query_help", None)
+    if isinstance(help_text, str) and help_text.strip():
+        return f"{base} Query syntax: {help_text.strip()}"
+    return base
+
+
+async def call_bounded(ctx: ToolContext, timeout_seconds: float, operation: str,
+                       call: Awaitable[Any]) -> dict[str, Any]:
+    """Await one backend call within ``timeout_seconds`` and the run's remaining budget.
+
+    A timed-out or canceled write may already have happened remotely.
+    """
+    effective, limited_by_budget = ctx.bound_timeout(timeout_seconds)
+    deadline = asyncio.timeout(effective)
+    try:
+        async with deadline:
+            result = await call
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        if limited_by_budget:
+            raise BudgetExceededError(
+                f"run {ctx.run_id} exhausted its time budget during {operation}; "
+                "a write may already have happened remotely") from None
+        raise TimeoutError(f"{operation} did not finish within {timeout_seconds:g} seconds; "
+                           "a write may already have happened remotely") from None
+    if not isinstance(result, Mapping):
+        raise ToolExecutionError(f"{operation}: the backend returned {type(result).__name__}, "
+                                 "expected a JSON-compatible dictionary")
+    return jsonable(result)
+
+
+def require_method(backend: object, method: str) -> None:
+    """TypeError unless ``backend`` implements ``method`` (checked when a bundle is built)."""
+    if not callable(getattr(backend, method, None)):
+        raise TypeError(f"{type(backend).__name__} has no {method}() method")
