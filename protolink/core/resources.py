@@ -334,14 +334,7 @@ async def apply_change(resource: Resource, checkpoints: CheckpointStore, before:
         after=planned, action_id=action_id, run_id=run_id, task_id=task_id, created_at=now, updated_at=now,
     )
     await _save(checkpoints, change, previous=None)
-    try:
-        after = await resource.replace(before, data, mode)
-    except ResourceConflictError as error:
-        await _record_outcome(checkpoints, change.evolve("failed", error=str(error)), "prepared", error)
-        raise
-    except Exception as error:
-        await _record_outcome(checkpoints, change.evolve("uncertain", error=_describe(error)), "prepared", error)
-        raise
+    after = await _replace_recorded(resource, checkpoints, change, before, data, mode, conflict_state="failed")
     applied = change.evolve("applied", after=after)
     await _save(checkpoints, applied, previous="prepared")
     return applied
@@ -372,14 +365,8 @@ async def restore_change(resource: Resource, checkpoints: CheckpointStore, chang
     change = inspection.change
     restoring = change.evolve("restoring")
     await _save(checkpoints, restoring, previous="applied")
-    try:
-        restored = await resource.replace(current, change.before.data, change.before.revision.mode)
-    except ResourceConflictError as error:
-        await _record_outcome(checkpoints, change.evolve("applied"), "restoring", error)
-        raise
-    except Exception as error:
-        await _record_outcome(checkpoints, restoring.evolve("uncertain", error=_describe(error)), "restoring", error)
-        raise
+    restored = await _replace_recorded(resource, checkpoints, restoring, current, change.before.data,
+                                       change.before.revision.mode, conflict_state="applied")
     done = restoring.evolve("restored", restored=restored)
     await _save(checkpoints, done, previous="restoring")
     return done
@@ -395,6 +382,22 @@ async def load_change(checkpoints: CheckpointStore, change_id: str) -> ResourceC
 
 async def _save(checkpoints: CheckpointStore, change: ResourceChange, *, previous: ChangeState | None) -> None:
     await asyncio.to_thread(checkpoints.save, change, previous=previous)
+
+
+async def _replace_recorded(resource: Resource, checkpoints: CheckpointStore, record: ResourceChange,
+                            expected: ResourceSnapshot, data: bytes | None, mode: int | None, *,
+                            conflict_state: ChangeState) -> ResourceRevision:
+    """``resource.replace`` while ``record`` is saved: a conflict (nothing written) moves the
+    record to ``conflict_state``; any other error, after which a write may have happened, to
+    ``uncertain``."""
+    try:
+        return await resource.replace(expected, data, mode)
+    except ResourceConflictError as error:
+        await _record_outcome(checkpoints, record.evolve(conflict_state, error=str(error)), record.state, error)
+        raise
+    except Exception as error:
+        await _record_outcome(checkpoints, record.evolve("uncertain", error=_describe(error)), record.state, error)
+        raise
 
 
 async def _record_outcome(checkpoints: CheckpointStore, change: ResourceChange, previous: ChangeState,

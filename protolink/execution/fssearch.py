@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from .paths import entry_type, open_child_directory, open_directory, open_regular_at, read_descriptor, resolve_under_roots
 
@@ -26,6 +26,7 @@ MAX_SEARCH_BYTES = 32 * 1024 * 1024
 MAX_LINE_CHARS = 500
 
 EntryType = Literal["file", "directory", "other"]
+Item = TypeVar("Item", "FileEntry", "SearchMatch")
 
 
 @dataclass(frozen=True)
@@ -62,41 +63,36 @@ class SearchMatch:
 
 
 @dataclass(frozen=True)
-class Listing:
-    """Entries matching a filename glob, in traversal order, with the traversal counters."""
-
-    items: tuple[FileEntry, ...]
+class _Traversal(Generic[Item]):
+    items: tuple[Item, ...]
     scanned: int
     skipped: int
     truncated: bool
+
+    item_type: ClassVar[type[Any]]
 
     def to_dict(self) -> dict[str, Any]:
         return {"items": [item.to_dict() for item in self.items], "scanned": self.scanned,
                 "skipped": self.skipped, "truncated": self.truncated}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Listing:
-        return cls(items=tuple(FileEntry.from_dict(item) for item in data["items"]), scanned=data["scanned"],
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        return cls(items=tuple(cls.item_type.from_dict(item) for item in data["items"]), scanned=data["scanned"],
                    skipped=data["skipped"], truncated=data["truncated"])
 
 
 @dataclass(frozen=True)
-class SearchResult:
+class Listing(_Traversal[FileEntry]):
+    """Entries matching a filename glob, in traversal order, with the traversal counters."""
+
+    item_type = FileEntry
+
+
+@dataclass(frozen=True)
+class SearchResult(_Traversal[SearchMatch]):
     """Matching lines in traversal order, with the traversal counters."""
 
-    items: tuple[SearchMatch, ...]
-    scanned: int
-    skipped: int
-    truncated: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"items": [item.to_dict() for item in self.items], "scanned": self.scanned,
-                "skipped": self.skipped, "truncated": self.truncated}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SearchResult:
-        return cls(items=tuple(SearchMatch.from_dict(item) for item in data["items"]), scanned=data["scanned"],
-                   skipped=data["skipped"], truncated=data["truncated"])
+    item_type = SearchMatch
 
 
 def list_files(path: str, roots: Sequence[str], *, pattern: str = "*", recursive: bool = False,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -163,34 +163,25 @@ class _Reads:
         ]
 
     async def prepare_read(self, args: ReadFileArguments, ctx: ToolContext) -> Preparation:
-        path = resolve_under_roots(args.path, self.roots).path
-
-        async def execute(ctx: ToolContext) -> dict[str, Any]:
-            chunk = await self.backend.read_text(path, roots=self.roots, offset=args.offset,
-                                                 max_chars=args.max_chars, max_file_bytes=self.max_file_bytes)
-            return chunk.to_dict()
-
-        return Preparation(execute=execute, capabilities=(READ,))
+        return self._prepared(args.path, lambda path: self.backend.read_text(
+            path, roots=self.roots, offset=args.offset, max_chars=args.max_chars,
+            max_file_bytes=self.max_file_bytes))
 
     async def prepare_list(self, args: ListFilesArguments, ctx: ToolContext) -> Preparation:
-        path = resolve_under_roots(args.path, self.roots).path
-
-        async def execute(ctx: ToolContext) -> dict[str, Any]:
-            listing = await self.backend.list_files(path, roots=self.roots, pattern=args.pattern,
-                                                    recursive=args.recursive, max_results=args.max_results)
-            return listing.to_dict()
-
-        return Preparation(execute=execute, capabilities=(READ,))
+        return self._prepared(args.path, lambda path: self.backend.list_files(
+            path, roots=self.roots, pattern=args.pattern, recursive=args.recursive, max_results=args.max_results))
 
     async def prepare_search(self, args: SearchFilesArguments, ctx: ToolContext) -> Preparation:
-        path = resolve_under_roots(args.path, self.roots).path
+        return self._prepared(args.path, lambda path: self.backend.search_files(
+            path, roots=self.roots, query=args.query, pattern=args.pattern, case_sensitive=args.case_sensitive,
+            max_results=args.max_results, max_file_bytes=self.max_file_bytes))
+
+    def _prepared(self, path: str, call: Callable[[str], Awaitable[Any]]) -> Preparation:
+        """A read of the canonical ``path``; a path outside the roots fails here, before authorization."""
+        canonical = resolve_under_roots(path, self.roots).path
 
         async def execute(ctx: ToolContext) -> dict[str, Any]:
-            result = await self.backend.search_files(
-                path, roots=self.roots, query=args.query, pattern=args.pattern,
-                case_sensitive=args.case_sensitive, max_results=args.max_results,
-                max_file_bytes=self.max_file_bytes)
-            return result.to_dict()
+            return (await call(canonical)).to_dict()
 
         return Preparation(execute=execute, capabilities=(READ,))
 
