@@ -30,14 +30,16 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import reaper
-from .client import SandboxBackend, connect
 from .disk import DiskWatch
 from .errors import SandboxError, SandboxUnavailableError
 from .hostdirs import private_subdir
 from .provision import DEFAULT_IMAGE
+
+if TYPE_CHECKING:
+    from .client import SandboxBackend
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +208,13 @@ class DockerSandbox:
         return None if self._container is None else self._container.id
 
     @property
+    def backend(self) -> SandboxBackend:
+        """The running sandbox's backend (what ``async with`` yields)."""
+        if self._backend is None or self._state != "running":
+            raise RuntimeError("the sandbox is not running")
+        return self._backend
+
+    @property
     def token(self) -> str | None:
         """The TCP mode's token (None for a Unix socket)."""
         return self._token
@@ -224,12 +233,16 @@ class DockerSandbox:
         self._state = "starting"
         try:
             import docker
+            import docker.errors
 
-            self._docker = await _in_thread(docker.from_env)
-            self.reaped = await _in_thread(reaper.reap, self._docker)
-            for gone in self.reaped:
-                log.warning("reaped sandbox container %s (%s): %s", gone.name, gone.container_id, gone.reason)
-            self._container = await _in_thread(self._run_container)
+            try:
+                self._docker = await _in_thread(docker.from_env)
+                self.reaped = await _in_thread(reaper.reap, self._docker)
+                for gone in self.reaped:
+                    log.warning("reaped sandbox container %s (%s): %s", gone.name, gone.container_id, gone.reason)
+                self._container = await _in_thread(self._run_container)
+            except docker.errors.DockerException as error:
+                raise SandboxUnavailableError(f"could not start sandbox container {self.name}: {error}") from error
             self._backend = await self._wait_ready()
             writable = [root.path for root in self.roots if root.writable]
             if writable:
@@ -243,12 +256,24 @@ class DockerSandbox:
 
     async def aclose(self) -> None:
         """Close the backend and remove the container and its host directories. Idempotent."""
-        if self._state == "closed":
+        if self._state in ("closed", "detached"):
             return
         self._state = "closed"
-        await _uncancellable(self._teardown())
+        await _uncancellable(self._teardown(remove=True))
 
-    async def _teardown(self) -> None:
+    async def detach(self) -> str:
+        """Leave the running container to outlive this object (an appliance); returns its address.
+
+        The host-side disk watch stops with this object: a detached sandbox's writable roots
+        keep only the per-file limit. ``protolink-sandbox down`` (or :func:`remove`) removes it.
+        """
+        if self._state != "running" or self.address is None:
+            raise RuntimeError("only a running DockerSandbox can be detached")
+        self._state = "detached"
+        await _uncancellable(self._teardown(remove=False))
+        return self.address
+
+    async def _teardown(self, *, remove: bool) -> None:
         if self._watch is not None:
             await self._watch.aclose()
         if self._backend is not None:
@@ -256,10 +281,11 @@ class DockerSandbox:
                 await self._backend.aclose()
             except Exception:
                 log.exception("closing the sandbox backend failed")
-        if self._container is not None:
+        if remove and self._container is not None:
             await asyncio.to_thread(self._remove_container)
-        for path in self._host_dirs:
-            await asyncio.to_thread(shutil.rmtree, path, True)
+        if remove:
+            for path in self._host_dirs:
+                await asyncio.to_thread(shutil.rmtree, path, True)
         if self._docker is not None:
             await asyncio.to_thread(self._docker.close)
 
@@ -286,19 +312,20 @@ class DockerSandbox:
         from docker.types import Mount
 
         mounts = [Mount(root.path, root.path, type="bind", read_only=not root.writable) for root in self.roots]
+        host_dir = private_subdir(f"{self.name}-")
+        self._host_dirs.append(host_dir)
         if self.tcp:
-            secret = private_subdir("secret-")
-            self._host_dirs.append(secret)
-            token_file = secret / "token"
-            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            # Read once by the server (uid 0 in the container) and deleted; commands cannot open it.
+            fd = os.open(host_dir / "token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as out:
                 out.write(self._token or "")
-            mounts.append(Mount(SECRET_DIR, str(secret), type="bind"))
+            mounts.append(Mount(SECRET_DIR, str(host_dir), type="bind"))
         else:
-            sockets = private_subdir("sandbox-")
-            self._host_dirs.append(sockets)
-            mounts.append(Mount(SOCKET_DIR, str(sockets), type="bind"))
+            mounts.append(Mount(SOCKET_DIR, str(host_dir), type="bind"))
         return mounts
+
+    def _labels(self) -> dict[str, str]:
+        return reaper.labels(self.owner, self.session, self.expiry_seconds, self._host_dirs)
 
     def _run_container(self) -> Any:
         """Create and start the container (blocking)."""
@@ -313,14 +340,15 @@ class DockerSandbox:
             options["ports"] = {f"{TCP_PORT}/tcp": (host or "127.0.0.1", int(port or 0))}
         else:
             options["network_mode"] = "none"
+        mounts = self._mounts()
         container = self._docker.containers.create(
             self.image,
             self._server_command(),
             name=self.name,
             hostname="sandbox",
-            labels=reaper.labels(self.owner, self.session, self.expiry_seconds),
+            labels=self._labels(),
             user="0:0",
-            mounts=self._mounts(),
+            mounts=mounts,
             read_only=True,
             tmpfs={"/tmp": f"size={self.tmpfs_bytes},mode=1777,noexec,nosuid,nodev"},
             cap_drop=["ALL"],
@@ -346,7 +374,7 @@ class DockerSandbox:
                 host = binding["HostIp"] if binding["HostIp"] not in ("", "0.0.0.0", "::") else "127.0.0.1"
                 self.address = f"{host}:{binding['HostPort']}"
             else:
-                self.address = f"unix://{self._host_dirs[-1] / 'sandbox.sock'}"
+                self.address = f"unix://{self._host_dirs[0] / 'sandbox.sock'}"
         except BaseException:
             container.remove(force=True)
             raise
@@ -354,6 +382,8 @@ class DockerSandbox:
 
     async def _wait_ready(self) -> SandboxBackend:
         """Connect once the server answers its health check; fail fast if the container dies."""
+        from .client import connect
+
         assert self.address is not None
         deadline = time.monotonic() + self.start_timeout
         next_check = time.monotonic() + 0.25
@@ -402,5 +432,5 @@ class DockerSandbox:
 def roots_from_env(value: str | None = None) -> list[Root]:
     """Roots from ``PROTOLINK_SANDBOX_ROOTS`` (``PATH[:rw|:ro]`` separated by ``,``)."""
     value = os.environ.get("PROTOLINK_SANDBOX_ROOTS", "") if value is None else value
-    return [Root.parse(item) for item in value.split(",") if item.strip()]
+    return [Root.parse(item.strip()) for item in value.split(",") if item.strip()]
 

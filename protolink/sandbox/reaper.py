@@ -1,7 +1,8 @@
 """Labels on every sandbox container, and the reaper that removes the ones left behind.
 
 Each container carries ``io.protolink.owner`` (who started it), ``io.protolink.session``,
-``io.protolink.created`` and ``io.protolink.expiry`` (Unix seconds; ``0`` for none). An owner
+``io.protolink.created`` and ``io.protolink.expiry`` (Unix seconds; ``0`` for none), and
+``io.protolink.hostdirs``, the owner-only host directories made for it (its socket). An owner
 of the form ``process:<host>:<pid>:<start ticks>`` is a host process: once it is gone (on this
 host) its containers are orphans. Any other owner (a long-running appliance) is reaped only by
 its expiry.
@@ -10,15 +11,20 @@ its expiry.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from .hostdirs import runtime_dir
 
 OWNER_LABEL = "io.protolink.owner"
 SESSION_LABEL = "io.protolink.session"
 CREATED_LABEL = "io.protolink.created"
 EXPIRY_LABEL = "io.protolink.expiry"
+HOSTDIRS_LABEL = "io.protolink.hostdirs"
 
 _PROCESS_OWNER = "process"
 
@@ -65,11 +71,22 @@ def owner_gone(owner: str) -> bool:
     return _start_ticks(pid) != parts[3]
 
 
-def labels(owner: str, session: str, expiry_seconds: float | None, *, now: float | None = None) -> dict[str, str]:
+def labels(owner: str, session: str, expiry_seconds: float | None, host_dirs: list[Path], *,
+           now: float | None = None) -> dict[str, str]:
     """The labels of a new container."""
     created = int(time.time() if now is None else now)
     expiry = 0 if expiry_seconds is None else created + max(1, int(expiry_seconds))
-    return {OWNER_LABEL: owner, SESSION_LABEL: session, CREATED_LABEL: str(created), EXPIRY_LABEL: str(expiry)}
+    return {OWNER_LABEL: owner, SESSION_LABEL: session, CREATED_LABEL: str(created), EXPIRY_LABEL: str(expiry),
+            HOSTDIRS_LABEL: ",".join(map(str, host_dirs))}
+
+
+def remove_host_dirs(container_labels: dict[str, str]) -> None:
+    """Remove the container's host directories; only ever ones inside this user's runtime dir."""
+    base = runtime_dir()
+    for item in container_labels.get(HOSTDIRS_LABEL, "").split(","):
+        path = Path(item)
+        if item and path.parent == base and path.name and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _reason(container_labels: dict[str, str], now: float) -> str | None:
@@ -102,5 +119,6 @@ def reap(client: Any, *, now: float | None = None) -> list[Reaped]:
             container.remove(force=True)
         except docker.errors.NotFound:
             continue
+        remove_host_dirs(container.labels)
         removed.append(Reaped(container.short_id, container.name, container.labels.get(OWNER_LABEL, ""), reason))
     return removed

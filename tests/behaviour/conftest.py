@@ -4,28 +4,48 @@
 DocumentBackend. ``workspace`` is a fresh directory that the backend can see at the same
 absolute path (for a sandbox: beneath a root mounted writable). ``backend_python`` is a Python
 interpreter path valid where the backend runs commands.
+
+The ``sandbox`` backend is one DockerSandbox for the whole session (its image is built first when
+needed), with its workspace root mounted writable; its tests carry the ``docker`` marker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import os
 import shutil
+import struct
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from protolink.execution.local import LocalExecutionBackend
 
-BACKENDS = ["local"]
+BACKENDS = ["local", pytest.param("sandbox", marks=pytest.mark.docker)]
+SANDBOX_PYTHON = "/opt/protolink/bin/python"
 _counter = itertools.count()
 
 
+def _grant(path: Path, uid: int) -> None:
+    """Give ``uid`` rwx on ``path`` and, through a default ACL, on all created beneath it."""
+    undefined = 0xFFFFFFFF
+    entries = ((0x01, 7, undefined), (0x02, 7, uid), (0x04, 5, undefined), (0x10, 7, undefined), (0x20, 5, undefined))
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
+    os.setxattr(path, "system.posix_acl_access", acl)
+    os.setxattr(path, "system.posix_acl_default", acl)
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.__stderr__, flush=True)  # a first image build takes minutes: show it
+
+
 @pytest.fixture(scope="session")
-def workspace_root() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="protolink-tests-")).resolve()
+def workspace_root(backend_kind: str) -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix=f"protolink-tests-{backend_kind}-")).resolve()
     root.chmod(0o755)
     yield root
     shutil.rmtree(root, ignore_errors=True)
@@ -44,10 +64,22 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def backend(backend_kind: str) -> LocalExecutionBackend:
-    return LocalExecutionBackend()
+async def backend(backend_kind: str, workspace_root: Path) -> AsyncIterator[object]:
+    if backend_kind == "local":
+        yield LocalExecutionBackend()
+        return
+    from protolink.sandbox.docker import DockerSandbox
+    from protolink.sandbox.provision import ensure_image
+
+    image = await asyncio.to_thread(ensure_image, progress=_progress)
+    sandbox = DockerSandbox(writable=[workspace_root], image=image)
+    # The test process (root) makes the files; the sandbox's commands (another uid) must be
+    # able to change them, as a user's own files would be.
+    _grant(workspace_root, sandbox.command_uid)
+    async with sandbox as sandbox_backend:
+        yield sandbox_backend
 
 
 @pytest.fixture(scope="session")
 def backend_python(backend_kind: str) -> str:
-    return sys.executable
+    return sys.executable if backend_kind == "local" else SANDBOX_PYTHON

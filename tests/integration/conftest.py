@@ -1,0 +1,40 @@
+"""Fixtures for tests against real sandbox containers: the image, and running one command."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import pytest
+
+from protolink.execution.process import ProcessResult, ProcessSpec
+
+COMMAND_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+
+Run = Callable[..., Awaitable[ProcessResult]]
+
+
+class _Silent:
+    async def emit(self, type: str, **data: Any) -> None:
+        return None
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client) -> str:
+    """The sandbox image of this checkout, built (incrementally) first."""
+    from protolink.sandbox.provision import ensure_image
+
+    return ensure_image(progress=lambda line: print(line, file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def run() -> Run:
+    """``await run(backend, argv, cwd=..., timeout=...)``: one command through ``backend.execute``."""
+
+    async def run(backend: Any, argv: list[str], *, cwd: str = "/tmp", timeout: float = 30,
+                  max_output_bytes: int = 1 << 20, env: Mapping[str, str] = COMMAND_ENV) -> ProcessResult:
+        spec = ProcessSpec(tuple(argv), cwd, dict(env), timeout, max_output_bytes)
+        return await backend.execute(spec, _Silent())
+
+    return run

@@ -1,0 +1,167 @@
+"""A sandbox's container exists exactly as long as its ``async with``, whatever ends it; a dead
+container is a typed error at once; the reaper removes what dead owners and expiry leave behind.
+
+(That no container outlives the whole suite is checked at the end of every session that reached
+an engine, by tests/conftest.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+
+import docker.errors
+import pytest
+
+from protolink.sandbox import reaper
+from protolink.sandbox.docker import DockerSandbox
+from protolink.sandbox.errors import SandboxError, SandboxUnavailableError
+from protolink.sandbox.hostdirs import private_subdir
+
+pytestmark = pytest.mark.docker
+
+HANG_GUARD = 20  # seconds: only keeps a broken build from hanging; never a timing assertion
+BASE_IMAGE = "protolink/base:bookworm"
+
+
+def _containers(client, session: str) -> list:
+    return client.containers.list(all=True, filters={"label": f"{reaper.SESSION_LABEL}={session}"})
+
+
+def _dead_process_owner() -> str:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = reaper.process_owner(child.pid)
+    child.wait()
+    return owner
+
+
+@pytest.fixture
+def broken_image(docker_client, sandbox_image):
+    """An image whose 'server' writes a line to stderr and exits at once."""
+    dockerfile = f'FROM {BASE_IMAGE}\nENTRYPOINT ["/bin/sh", "-c", "echo server refuses to start >&2; exit 3"]\n'
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile.encode()))
+    context.seek(0)
+    tag = f"protolink-test/broken:{uuid.uuid4().hex[:12]}"
+    image, _ = docker_client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
+                                          network_mode="none")
+    yield tag
+    docker_client.images.remove(image.id, force=True)
+
+
+async def test_container_lives_exactly_as_long_as_the_context(docker_client, sandbox_image, run, tmp_path):
+    sandbox = DockerSandbox([tmp_path], image=sandbox_image)
+    async with sandbox as backend:
+        container = docker_client.containers.get(sandbox.container_id)
+        assert container.status == "running"
+        result = await run(backend, ["/bin/echo", "alive"])
+        assert result.stdout == "alive\n"
+    assert _containers(docker_client, sandbox.session) == []
+    with pytest.raises(RuntimeError):
+        await sandbox.start()  # a sandbox is not restarted
+
+
+async def test_an_error_in_the_body_still_removes_the_container(docker_client, sandbox_image, tmp_path):
+    sandbox = DockerSandbox([tmp_path], image=sandbox_image)
+    with pytest.raises(ZeroDivisionError):
+        async with sandbox:
+            1 / 0
+    assert _containers(docker_client, sandbox.session) == []
+
+
+@pytest.mark.parametrize("after", [0.0, 0.05, 0.3, 1.0])
+async def test_cancellation_at_any_point_of_start_leaves_nothing(docker_client, sandbox_image, tmp_path, after):
+    sandbox = DockerSandbox([tmp_path], image=sandbox_image)
+
+    async def use() -> None:
+        async with sandbox:
+            await asyncio.sleep(60)
+
+    task = asyncio.create_task(use())
+    await asyncio.sleep(after)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, HANG_GUARD)
+    assert _containers(docker_client, sandbox.session) == []
+    assert all(not path.exists() for path in sandbox._host_dirs)
+
+
+async def test_a_server_that_dies_while_starting_is_reported_with_its_output(docker_client, broken_image, tmp_path):
+    sandbox = DockerSandbox([tmp_path], image=broken_image, start_timeout=HANG_GUARD)
+    with pytest.raises(SandboxUnavailableError, match="server refuses to start"):
+        await asyncio.wait_for(sandbox.start(), HANG_GUARD)
+    assert _containers(docker_client, sandbox.session) == []
+
+
+async def test_a_missing_image_is_a_typed_error(docker_client, tmp_path):
+    sandbox = DockerSandbox([tmp_path], image=f"protolink-test/missing:{uuid.uuid4().hex[:8]}")
+    with pytest.raises(SandboxError, match="could not start"):
+        await sandbox.start()
+    assert _containers(docker_client, sandbox.session) == []
+
+
+async def test_a_container_killed_mid_call_gives_a_typed_error_promptly(docker_client, sandbox_image, run, tmp_path):
+    sandbox = DockerSandbox([tmp_path], image=sandbox_image)
+    async with sandbox as backend:
+        call = asyncio.create_task(run(backend, ["/bin/sleep", "60"], timeout=120))
+        await asyncio.sleep(0.5)  # the command is running
+        killed_at = time.monotonic()
+        await asyncio.to_thread(docker_client.containers.get(sandbox.container_id).kill)
+        with pytest.raises(SandboxUnavailableError):
+            await asyncio.wait_for(call, HANG_GUARD)
+        seconds = time.monotonic() - killed_at
+        with pytest.raises(SandboxUnavailableError):
+            await asyncio.wait_for(run(backend, ["/bin/true"]), HANG_GUARD)
+    print(f"typed error {seconds:.3f} s after the kill")
+    assert _containers(docker_client, sandbox.session) == []
+
+
+def test_reaper_removes_orphaned_and_expired_containers_and_reports_them(docker_client, sandbox_image):
+    now = time.time()
+    host_dir = private_subdir("reaper-test-")
+    cases = {
+        "orphan": reaper.labels(_dead_process_owner(), uuid.uuid4().hex, 3600, [host_dir]),
+        "expired": reaper.labels(reaper.process_owner(), uuid.uuid4().hex, 60, [], now=now - 120),
+        "live": reaper.labels(reaper.process_owner(), uuid.uuid4().hex, 3600, []),
+        "appliance": reaper.labels("appliance:elsewhere", uuid.uuid4().hex, None, []),
+    }
+    made = {}
+    try:
+        for case, labels in cases.items():
+            made[case] = docker_client.containers.create(BASE_IMAGE, ["/bin/true"], labels=labels,
+                                                        network_mode="none", name=f"protolink-reaper-{case}-{uuid.uuid4().hex[:6]}")
+        reaped = {gone.name: gone for gone in reaper.reap(docker_client)}
+
+        assert reaped[made["orphan"].name].reason == "owner gone"
+        assert reaped[made["expired"].name].reason == "expired"
+        assert made["live"].name not in reaped and made["appliance"].name not in reaped
+        for case in ("orphan", "expired"):
+            with pytest.raises(docker.errors.NotFound):
+                docker_client.containers.get(made[case].id)
+        docker_client.containers.get(made["live"].id)
+        assert not host_dir.exists()
+    finally:
+        for container in made.values():
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+
+
+async def test_starting_a_sandbox_reaps_and_reports_orphans(docker_client, sandbox_image, tmp_path):
+    orphan = docker_client.containers.create(
+        BASE_IMAGE, ["/bin/true"], network_mode="none",
+        labels=reaper.labels(_dead_process_owner(), uuid.uuid4().hex, 3600, []))
+    sandbox = DockerSandbox([tmp_path], image=sandbox_image)
+    async with sandbox:
+        assert orphan.short_id in [gone.container_id for gone in sandbox.reaped]
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(orphan.id)

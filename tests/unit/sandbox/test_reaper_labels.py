@@ -1,0 +1,39 @@
+"""Owner labels tell a live process from a dead one, and expiry is an absolute time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from protolink.sandbox import reaper
+
+
+def test_this_process_is_a_live_owner():
+    assert not reaper.owner_gone(reaper.process_owner())
+
+
+def test_a_finished_process_is_a_gone_owner():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = reaper.process_owner(child.pid)
+    child.wait()
+    assert reaper.owner_gone(owner)
+
+
+def test_owners_that_are_not_processes_of_this_host_are_never_gone():
+    assert not reaper.owner_gone("appliance:somewhere")
+    assert not reaper.owner_gone("process:another-host:1:1")
+    assert not reaper.owner_gone("process:garbage")
+
+
+def test_labels_carry_expiry_as_an_absolute_time(tmp_path):
+    labels = reaper.labels("appliance:x", "s1", 60, [tmp_path], now=1000)
+    assert labels[reaper.CREATED_LABEL] == "1000" and labels[reaper.EXPIRY_LABEL] == "1060"
+    assert reaper.labels("appliance:x", "s1", None, [], now=1000)[reaper.EXPIRY_LABEL] == "0"
+    assert labels[reaper.HOSTDIRS_LABEL] == str(tmp_path)
+
+
+def test_host_dirs_outside_the_runtime_dir_are_never_removed(tmp_path):
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    reaper.remove_host_dirs({reaper.HOSTDIRS_LABEL: str(keep)})
+    assert keep.exists()
