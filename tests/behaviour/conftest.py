@@ -25,7 +25,7 @@ import pytest
 
 from protolink.execution.local import LocalExecutionBackend
 
-BACKENDS = ["local", pytest.param("sandbox", marks=pytest.mark.docker)]
+BACKENDS = ["local"]  # "sandbox" joins once the sandbox server and client land
 SANDBOX_PYTHON = "/opt/protolink/bin/python"
 _counter = itertools.count()
 
