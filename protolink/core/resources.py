@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
-from .errors import ResourceConflictError, StorageError
+from .errors import ProtoLinkError, ResourceConflictError, StorageError
 from .ids import new_id
 
 if TYPE_CHECKING:
@@ -42,6 +42,11 @@ UNCERTAIN_STATES: frozenset[str] = frozenset({"prepared", "restoring", "uncertai
 DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
 
 Identity = tuple[int, int]
+
+
+class ResourceUnchangedError(ProtoLinkError, OSError):
+    """A replacement failed before its commit point (a read-only or full file system, say):
+    the resource is unchanged, so the change is recorded as failed rather than uncertain."""
 
 
 @dataclass(frozen=True)
@@ -387,12 +392,12 @@ async def _save(checkpoints: CheckpointStore, change: ResourceChange, *, previou
 async def _replace_recorded(resource: Resource, checkpoints: CheckpointStore, record: ResourceChange,
                             expected: ResourceSnapshot, data: bytes | None, mode: int | None, *,
                             conflict_state: ChangeState) -> ResourceRevision:
-    """``resource.replace`` while ``record`` is saved: a conflict (nothing written) moves the
-    record to ``conflict_state``; any other error, after which a write may have happened, to
-    ``uncertain``."""
+    """``resource.replace`` while ``record`` is saved: a conflict or a refused write (nothing
+    written) moves the record to ``conflict_state``; any other error, after which a write may
+    have happened, to ``uncertain``."""
     try:
         return await resource.replace(expected, data, mode)
-    except ResourceConflictError as error:
+    except (ResourceConflictError, ResourceUnchangedError) as error:
         await _record_outcome(checkpoints, record.evolve(conflict_state, error=str(error)), record.state, error)
         raise
     except Exception as error:

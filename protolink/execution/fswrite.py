@@ -14,10 +14,10 @@ import os
 import secrets
 import stat
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 
 from protolink.core.errors import ResourceConflictError
-from protolink.core.resources import ResourceRevision, ResourceSnapshot, revision_of
+from protolink.core.resources import ResourceRevision, ResourceSnapshot, ResourceUnchangedError, revision_of
 
 from .paths import WorkspacePath, open_directory, open_regular_at, read_bounded, resolve_under_roots
 
@@ -42,33 +42,46 @@ def replace_file(expected: ResourceRevision, data: bytes | None, mode: int | Non
     """Write ``data`` (or remove the file when None) if the target still matches ``expected``.
 
     ``expected.exists`` False creates the file (mode 0600 unless ``mode`` says otherwise);
-    otherwise ``mode`` defaults to the expected mode. Raises ResourceConflictError, having
-    written nothing, when the target or its parent directory changed. Returns what was written.
+    otherwise ``mode`` defaults to the expected mode. Raises ResourceConflictError when the
+    target or its parent directory changed, and ResourceUnchangedError when the file system
+    refused the write (read-only, full, ...): in both cases nothing was written. Any other error
+    comes after the commit point. Returns what was written.
     """
     _require_complete(expected)
     target = _file_target(expected.resource_id, roots)
     if data is None and not expected.exists:
         raise ValueError(f"{target.path}: nothing to remove")
     mode = _checked_mode(mode if mode is not None else expected.mode if expected.exists else CREATE_MODE)
-    with _conflict_on_path_change(target), open_directory(target.parent) as dir_fd:
-        _require_unchanged(dir_fd, target, expected)
-        if data is None:
-            os.unlink(target.name, dir_fd=dir_fd)
-            os.fsync(dir_fd)
-            return ResourceRevision(target.path, False, parent_identity=expected.parent_identity)
-        with _temporary_file(dir_fd) as (temp_name, temp_fd):
-            _write_all(temp_fd, data)
-            os.fchmod(temp_fd, mode)
-            os.fsync(temp_fd)
-            written = os.fstat(temp_fd)
-            if expected.exists:
-                _require_unchanged(dir_fd, target, expected)
-                os.rename(temp_name, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            else:
-                _link_new(dir_fd, temp_name, target)
+    with _approved_parent(target) as dir_fd:
+        with _unchanged_on_failure(target):
+            _require_unchanged(dir_fd, target, expected)
+            written = _commit(dir_fd, target, expected, data, mode)
+        # Past the commit point: an error here leaves the outcome uncertain for the caller.
         os.fsync(dir_fd)
+    if data is None or written is None:
+        return ResourceRevision(target.path, False, parent_identity=expected.parent_identity)
     return revision_of(target.path, data, mode=stat.S_IMODE(written.st_mode),
                        identity=(written.st_dev, written.st_ino), parent_identity=expected.parent_identity)
+
+
+def _commit(dir_fd: int, target: WorkspacePath, expected: ResourceRevision, data: bytes | None,
+            mode: int) -> os.stat_result | None:
+    """Unlink, or write a temporary file and rename/link it into place; the commit is one system
+    call that happens entirely or not at all. Returns the written file's status."""
+    if data is None:
+        os.unlink(target.name, dir_fd=dir_fd)
+        return None
+    with _temporary_file(dir_fd) as (temp_name, temp_fd):
+        _write_all(temp_fd, data)
+        os.fchmod(temp_fd, mode)
+        os.fsync(temp_fd)
+        written = os.fstat(temp_fd)
+        if expected.exists:
+            _require_unchanged(dir_fd, target, expected)
+            os.rename(temp_name, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        else:
+            _link_new(dir_fd, temp_name, target)
+    return written
 
 
 def _snapshot_at(dir_fd: int, target: WorkspacePath, max_bytes: int) -> ResourceSnapshot:
@@ -104,26 +117,38 @@ def _link_new(dir_fd: int, temp_name: str, target: WorkspacePath) -> None:
 
 @contextmanager
 def _temporary_file(dir_fd: int) -> Iterator[tuple[str, int]]:
-    """A new private file in ``dir_fd``; always unlinked by name afterwards (renamed or not)."""
+    """A new private file in ``dir_fd``, unlinked by name afterwards if it is still there."""
     name = f".protolink-{secrets.token_hex(8)}.tmp"
     fd = os.open(name, _TEMP_FLAGS, CREATE_MODE, dir_fd=dir_fd)
     try:
         yield name, fd
     finally:
         os.close(fd)
-        try:
+        # Renamed over the target, or a stray name left by a failing disk: neither is an error here.
+        with suppress(OSError):
             os.unlink(name, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass  # renamed over the target
 
 
 @contextmanager
-def _conflict_on_path_change(target: WorkspacePath) -> Iterator[None]:
-    # The approved snapshot walked this path; failing to walk it now means a parent changed.
+def _approved_parent(target: WorkspacePath) -> Iterator[int]:
+    """The target's directory; the approved snapshot walked it, so failing to walk it now is a conflict."""
+    with ExitStack() as stack:
+        try:
+            dir_fd = stack.enter_context(open_directory(target.parent))
+        except (ValueError, FileNotFoundError, NotADirectoryError) as error:
+            raise ResourceConflictError(
+                f"{target.path}: a parent directory changed since it was approved: {error}") from None
+        yield dir_fd
+
+
+@contextmanager
+def _unchanged_on_failure(target: WorkspacePath) -> Iterator[None]:
     try:
         yield
-    except (ValueError, FileNotFoundError, NotADirectoryError) as error:
-        raise ResourceConflictError(f"{target.path}: a parent directory changed since it was approved: {error}") from None
+    except OSError as error:
+        if isinstance(error, ResourceUnchangedError):
+            raise
+        raise ResourceUnchangedError(error.errno, f"{target.path} was not changed: {error.strerror or error}") from error
 
 
 def _write_all(fd: int, data: bytes) -> None:

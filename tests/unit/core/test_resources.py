@@ -19,6 +19,7 @@ from protolink.core.resources import (
     ResourceChange,
     ResourceRevision,
     ResourceSnapshot,
+    ResourceUnchangedError,
     apply_change,
     inspect_change,
     restore_change,
@@ -185,6 +186,17 @@ async def test_a_conflict_is_recorded_as_failed(resource, checkpoints) -> None:
     [change_id] = checkpoints.change_ids()
     assert checkpoints.load(change_id).state == "failed"
     assert not checkpoints.load(change_id).uncertain
+
+
+async def test_a_refused_write_is_recorded_as_failed(resource, checkpoints) -> None:
+    async def read_only(*args: Any) -> ResourceRevision:
+        raise ResourceUnchangedError(30, "read-only file system")
+
+    resource.replace = read_only
+    with pytest.raises(ResourceUnchangedError):
+        await change_doc(resource, checkpoints)
+    [change_id] = checkpoints.change_ids()
+    assert checkpoints.load(change_id).state == "failed"
 
 
 async def test_an_error_after_a_possible_write_is_uncertain(resource, checkpoints) -> None:
