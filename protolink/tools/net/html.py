@@ -29,6 +29,7 @@ class _TextParser(HTMLParser):
         self.title_pieces: list[str] = []
         self.title_done = False
         self._hidden = 0
+        self._preformatted = 0
         self._in_title = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -38,6 +39,7 @@ class _TextParser(HTMLParser):
             self._in_title = True
         elif tag in _BLOCKS:
             self.pieces.append("\n")
+            self._preformatted += tag == "pre"
         elif tag in _CELLS:
             self.pieces.append(" ")
 
@@ -49,12 +51,14 @@ class _TextParser(HTMLParser):
             self.title_done = True
         elif tag in _BLOCKS:
             self.pieces.append("\n")
+            self._preformatted -= tag == "pre" and self._preformatted > 0
 
     def handle_data(self, data: str) -> None:
         if self._in_title:
             self.title_pieces.append(data)
         elif not self._hidden:
-            self.pieces.append(data)
+            # Source line breaks are plain whitespace, except inside <pre>.
+            self.pieces.append(data if self._preformatted else " ".join(data.splitlines()))
 
 
 def _parse(markup: str) -> _TextParser:
