@@ -29,8 +29,9 @@ image: install engine
 proto: install
 	$(BIN)/python -m protolink.sandbox.protogen
 
+## sandbox-up: build when needed and start the appliance; ROOTS="/abs/dir:rw /abs/other" (or PROTOLINK_SANDBOX_ROOTS)
 sandbox-up: install engine
-	$(BIN)/protolink-sandbox up
+	$(BIN)/protolink-sandbox up $(foreach root,$(ROOTS),--root $(root))
 
 sandbox-down: install
 	$(BIN)/protolink-sandbox down
