@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from protolink.core.errors import BudgetExceededError
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
 from protolink.execution.documents import (
     MAX_QUERY_CHARS,
@@ -28,10 +27,10 @@ from protolink.execution.documents import (
 from protolink.execution.extract import EXTENSIONS, detect_format
 from protolink.execution.paths import MAX_PATH_CHARS, canonical_roots, resolve_under_roots
 
+from ._budget import within_budget
+
 CAPABILITY = "filesystem.read"
 TAGS = ("builtin", "documents", "read-only")
-
-T = TypeVar("T")
 
 _FORMATS = ", ".join(sorted(EXTENSIONS))
 _PATH = Field(min_length=1, max_length=MAX_PATH_CHARS,
@@ -88,8 +87,8 @@ def document_tools(
         path, preview = _target(args.path, resolved)
 
         async def execute(ctx: ToolContext) -> dict[str, Any]:
-            extraction = await _within_budget(
-                ctx, limits, lambda bounded: documents.read_document(path, roots=resolved, limits=bounded))
+            extraction = await within_budget(ctx, limits.timeout_seconds, "read_document", lambda timeout: (
+                documents.read_document(path, roots=resolved, limits=_with_timeout(limits, timeout))))
             return extraction.to_dict()
 
         return Preparation(execute=execute, capabilities=(CAPABILITY,), artifacts=(preview,))
@@ -99,8 +98,9 @@ def document_tools(
         path, preview = _target(args.path, resolved)
 
         async def execute(ctx: ToolContext) -> dict[str, Any]:
-            result = await _within_budget(ctx, limits, lambda bounded: documents.search_document(
-                path, args.query, roots=resolved, limits=bounded, max_results=args.max_results))
+            result = await within_budget(ctx, limits.timeout_seconds, "search_document", lambda timeout: (
+                documents.search_document(path, args.query, roots=resolved, limits=_with_timeout(limits, timeout),
+                                          max_results=args.max_results)))
             return result.to_dict()
 
         return Preparation(execute=execute, capabilities=(CAPABILITY,), artifacts=(preview,))
@@ -141,18 +141,5 @@ def _target(path: str, roots: Sequence[str]) -> tuple[str, Artifact]:
     return canonical, Artifact(kind="document", title=canonical, content={"path": canonical, "format": format_name})
 
 
-async def _within_budget(
-    ctx: ToolContext, limits: DocumentLimits, call: Callable[[DocumentLimits], Awaitable[T]]
-) -> T:
-    """Run ``call`` with the worker timeout cut to the run's remaining time; when the run's
-    budget was the tighter bound, expiry raises BudgetExceededError."""
-    timeout, limited_by_budget = ctx.bound_timeout(limits.timeout_seconds)
-    if timeout <= 0:
-        raise BudgetExceededError(f"run {ctx.run_id} exhausted its time budget")
-    try:
-        return await call(dataclasses.replace(limits, timeout_seconds=timeout))
-    except TimeoutError:
-        if limited_by_budget:
-            raise BudgetExceededError(
-                f"run {ctx.run_id} exhausted its time budget while a document was being read") from None
-        raise
+def _with_timeout(limits: DocumentLimits, timeout: float) -> DocumentLimits:
+    return dataclasses.replace(limits, timeout_seconds=timeout)
