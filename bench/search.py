@@ -72,22 +72,27 @@ def main() -> None:
               f"{total / 2**20:.1f} MiB, needle in {NEEDLE_FILES} files; median of {RUNS} runs")
 
         for case_sensitive, grep_flags in ((True, "-rFn"), (False, "-rFni")):
-            def search() -> object:
-                result = asyncio.run(backend.search_files(
-                    str(root), roots=roots, query=NEEDLE, pattern="*", case_sensitive=case_sensitive,
-                    max_results=1000, max_file_bytes=8 * 2**20))
-                assert len(result.items) == NEEDLE_FILES and not result.truncated and not result.skipped
-                return result
+            compare(backend, root, roots, case_sensitive, grep_flags)
 
-            def grep() -> object:
-                done = subprocess.run(["grep", grep_flags, NEEDLE, str(root)], capture_output=True, check=True)
-                assert done.stdout.count(b"\n") == NEEDLE_FILES
-                return done
 
-            ours, theirs = median_seconds(search), median_seconds(grep)
-            label = "case-sensitive  " if case_sensitive else "case-insensitive"
-            print(f"{label}  search_files {ours * 1000:7.1f} ms   grep {grep_flags:6} {theirs * 1000:7.1f} ms"
-                  f"   ratio {ours / theirs:4.2f} (target <= 3)")
+def compare(backend: LocalExecutionBackend, root: Path, roots: tuple[str, ...], case_sensitive: bool,
+            grep_flags: str) -> None:
+    def search() -> object:
+        result = asyncio.run(backend.search_files(
+            str(root), roots=roots, query=NEEDLE, pattern="*", case_sensitive=case_sensitive,
+            max_results=1000, max_file_bytes=8 * 2**20))
+        assert len(result.items) == NEEDLE_FILES and not result.truncated and not result.skipped
+        return result
+
+    def grep() -> object:
+        done = subprocess.run(["grep", grep_flags, NEEDLE, str(root)], capture_output=True, check=True)
+        assert done.stdout.count(b"\n") == NEEDLE_FILES
+        return done
+
+    ours, theirs = median_seconds(search), median_seconds(grep)
+    label = "case-sensitive  " if case_sensitive else "case-insensitive"
+    print(f"{label}  search_files {ours * 1000:7.1f} ms   grep {grep_flags:6} {theirs * 1000:7.1f} ms"
+          f"   ratio {ours / theirs:4.2f} (target <= 3)")
 
 
 if __name__ == "__main__":

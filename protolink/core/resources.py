@@ -317,9 +317,11 @@ class ChangeInspection:
         change = self.change
         if change.state != "applied":
             hint = " and needs application-led inspection" if change.uncertain else ""
-            raise ResourceConflictError(f"change {change.change_id} is {change.state}{hint}; only an applied change can be restored")
+            raise ResourceConflictError(
+                f"change {change.change_id} is {change.state}{hint}; only an applied change can be restored")
         if self.conflict or self.current is None:
-            raise ResourceConflictError(f"{change.resource_id} no longer holds the postimage of change {change.change_id}")
+            raise ResourceConflictError(
+                f"{change.resource_id} no longer holds the postimage of change {change.change_id}")
         return self.current
 
 

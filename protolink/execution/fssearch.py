@@ -12,12 +12,20 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
-from .paths import entry_type, open_child_directory, open_directory, open_regular_at, read_descriptor, resolve_under_roots
+from .paths import (
+    EntryType,
+    entry_type,
+    open_child_directory,
+    open_directory,
+    open_regular_at,
+    read_descriptor,
+    resolve_under_roots,
+)
 
 MAX_RESULTS = 1_000
 MAX_ENTRIES = 10_000
@@ -25,8 +33,8 @@ MAX_LEVELS = 20
 MAX_SEARCH_BYTES = 32 * 1024 * 1024
 MAX_LINE_CHARS = 500
 
-EntryType = Literal["file", "directory", "other"]
 Item = TypeVar("Item", "FileEntry", "SearchMatch")
+_Entries = Generator[tuple[int, os.DirEntry[str], str], None, None]
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,7 @@ class _Walk:
         self.skipped = 0
         self.truncated = False
 
-    def entries(self, dir_fd: int, path: str, level: int = 1) -> Iterator[tuple[int, os.DirEntry[str], str]]:
+    def entries(self, dir_fd: int, path: str, level: int = 1) -> _Entries:
         """``(directory fd, entry, entry path)`` for each entry, a directory before its contents."""
         with os.scandir(dir_fd) as scan:
             for entry in scan:
@@ -196,7 +204,7 @@ class _Walk:
                     if self.truncated:
                         return
 
-    def _descend(self, dir_fd: int, name: str, path: str, level: int) -> Iterator[tuple[int, os.DirEntry[str], str]]:
+    def _descend(self, dir_fd: int, name: str, path: str, level: int) -> _Entries:
         if level > MAX_LEVELS:
             self.skipped += 1
             return
@@ -235,7 +243,8 @@ def _name_matcher(pattern: str) -> Callable[[str], bool]:
         raise ValueError("pattern must be a non-empty filename glob without '/'")
     if pattern == "*":
         return _always
-    return re.compile(fnmatch.translate(pattern)).match
+    compiled = re.compile(fnmatch.translate(pattern))
+    return lambda name: compiled.match(name) is not None
 
 
 def _check_max_results(max_results: int) -> None:

@@ -51,7 +51,9 @@ def replace_file(expected: ResourceRevision, data: bytes | None, mode: int | Non
     target = _file_target(expected.resource_id, roots)
     if data is None and not expected.exists:
         raise ValueError(f"{target.path}: nothing to remove")
-    mode = _checked_mode(mode if mode is not None else expected.mode if expected.exists else CREATE_MODE)
+    if mode is None:
+        mode = CREATE_MODE if not expected.exists or expected.mode is None else expected.mode
+    _checked_mode(mode)
     with _approved_parent(target) as dir_fd:
         with _unchanged_on_failure(target):
             _require_unchanged(dir_fd, target, expected)
@@ -148,7 +150,8 @@ def _unchanged_on_failure(target: WorkspacePath) -> Iterator[None]:
     except OSError as error:
         if isinstance(error, ResourceUnchangedError):
             raise
-        raise ResourceUnchangedError(error.errno, f"{target.path} was not changed: {error.strerror or error}") from error
+        reason = error.strerror or str(error)
+        raise ResourceUnchangedError(error.errno, f"{target.path} was not changed: {reason}") from error
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -165,10 +168,9 @@ def _file_target(path: str, roots: Sequence[str]) -> WorkspacePath:
     return target
 
 
-def _checked_mode(mode: int) -> int:
+def _checked_mode(mode: int) -> None:
     if not 0 <= mode <= 0o7777:
         raise ValueError(f"mode {mode:#o} is not a permission mode")
-    return mode
 
 
 def _require_complete(expected: ResourceRevision) -> None:

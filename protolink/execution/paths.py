@@ -20,8 +20,11 @@ import stat
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 MAX_PATH_CHARS = 4096
+
+EntryType = Literal["file", "directory", "other"]
 
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO swapped in after the type check must not wait for a writer.
@@ -205,7 +208,7 @@ def lstat_at(dir_fd: int, name: str, path: str) -> os.stat_result:
         raise FileNotFoundError(errno.ENOENT, f"{path} does not exist") from None
 
 
-def entry_type(mode: int) -> str:
+def entry_type(mode: int) -> EntryType:
     """``"file"``, ``"directory"`` or ``"other"`` (symlinks, FIFOs, sockets, devices)."""
     if stat.S_ISREG(mode):
         return "file"

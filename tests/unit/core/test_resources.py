@@ -97,7 +97,8 @@ def checkpoints(storage: FlakyStorage) -> StorageCheckpointStore:
     return StorageCheckpointStore(storage)
 
 
-async def change_doc(resource: MemoryResource, checkpoints: CheckpointStore, data: bytes = b"changed\n") -> ResourceChange:
+async def change_doc(resource: MemoryResource, checkpoints: CheckpointStore,
+                     data: bytes = b"changed\n") -> ResourceChange:
     before = await resource.read("doc")
     return await apply_change(resource, checkpoints, before, data, 0o640, action_id="act_1", run_id="run_1",
                               task_id="task_1")
