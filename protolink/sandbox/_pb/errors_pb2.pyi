@@ -1,0 +1,43 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_KIND_UNSPECIFIED: _ClassVar[ErrorKind]
+    ERROR_KIND_INVALID_ARGUMENT: _ClassVar[ErrorKind]
+    ERROR_KIND_NOT_FOUND: _ClassVar[ErrorKind]
+    ERROR_KIND_ALREADY_EXISTS: _ClassVar[ErrorKind]
+    ERROR_KIND_PERMISSION_DENIED: _ClassVar[ErrorKind]
+    ERROR_KIND_CONFLICT: _ClassVar[ErrorKind]
+    ERROR_KIND_TIMEOUT: _ClassVar[ErrorKind]
+    ERROR_KIND_FAILED: _ClassVar[ErrorKind]
+    ERROR_KIND_LIMIT_EXCEEDED: _ClassVar[ErrorKind]
+    ERROR_KIND_INTERNAL: _ClassVar[ErrorKind]
+    ERROR_KIND_OS_ERROR: _ClassVar[ErrorKind]
+    ERROR_KIND_TOOL_EXECUTION: _ClassVar[ErrorKind]
+    ERROR_KIND_DOCUMENT: _ClassVar[ErrorKind]
+ERROR_KIND_UNSPECIFIED: ErrorKind
+ERROR_KIND_INVALID_ARGUMENT: ErrorKind
+ERROR_KIND_NOT_FOUND: ErrorKind
+ERROR_KIND_ALREADY_EXISTS: ErrorKind
+ERROR_KIND_PERMISSION_DENIED: ErrorKind
+ERROR_KIND_CONFLICT: ErrorKind
+ERROR_KIND_TIMEOUT: ErrorKind
+ERROR_KIND_FAILED: ErrorKind
+ERROR_KIND_LIMIT_EXCEEDED: ErrorKind
+ERROR_KIND_INTERNAL: ErrorKind
+ERROR_KIND_OS_ERROR: ErrorKind
+ERROR_KIND_TOOL_EXECUTION: ErrorKind
+ERROR_KIND_DOCUMENT: ErrorKind
+
+class Error(_message.Message):
+    __slots__ = ("kind", "message")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    kind: ErrorKind
+    message: str
+    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ...) -> None: ...

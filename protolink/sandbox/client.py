@@ -1,0 +1,384 @@
+"""SandboxBackend: the execution, workspace and document backend that runs inside a sandbox.
+
+It implements :class:`~protolink.execution.ExecutionBackend`,
+:class:`~protolink.execution.workspace.WorkspaceBackend` and
+:class:`~protolink.execution.documents.DocumentBackend` by calling the sandbox server over
+gRPC, so every tool that accepts ``backend=`` runs there unchanged. Everything the server
+sends is untrusted: message sizes are bounded, output is capped at the spec's
+``max_output_bytes`` whatever the server claims, and answers are checked before results are
+built. A dead, unreachable or silent sandbox raises :class:`SandboxUnavailableError` instead
+of hanging: unary calls have deadlines, process streams carry keepalives and deadlines too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protolink.core.resources import ResourceRevision, ResourceSnapshot
+from protolink.execution.documents import DocumentExtraction, DocumentLimits, DocumentSearchResult, check_search
+from protolink.execution.fsread import TextChunk
+from protolink.execution.fssearch import Listing, SearchResult
+from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
+from protolink.execution.processes import Emitter
+
+from . import messages
+from ._pb import documents_pb2, process_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
+from .errors import SandboxError, SandboxProtocolError, SandboxUnavailableError, from_rpc_error
+
+__all__ = ["SandboxBackend", "SandboxInfo", "SandboxRoot", "connect"]
+
+MiB = 1024 * 1024
+DEFAULT_MAX_MESSAGE_BYTES = 32 * MiB
+#: Extra time a process call may take beyond its timeout: group kill, reap and drain.
+EXECUTE_GRACE_SECONDS = 30.0
+#: A process stream that sends nothing (not even a keepalive) for this long is dead.
+IDLE_SECONDS = 20.0
+#: Extra time a workspace or document call may take beyond the server's own limit.
+CALL_GRACE_SECONDS = 10.0
+HEALTH_SECONDS = 2.0
+MAX_BOUNDARY_CHARS = 256
+
+R = TypeVar("R", bound=Message)
+
+
+@dataclass(frozen=True)
+class SandboxRoot:
+    """A directory mounted in the sandbox at the same absolute path as on the host."""
+
+    path: str
+    writable: bool
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """What the server reports about itself: its boundary, version, limits and roots."""
+
+    boundary: str
+    server_version: str
+    limits: Mapping[str, int | float]
+    roots: tuple[SandboxRoot, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "boundary": self.boundary,
+            "server_version": self.server_version,
+            "limits": dict(self.limits),
+            "roots": [{"path": root.path, "writable": root.writable} for root in self.roots],
+        }
+
+
+async def connect(
+    address: str,
+    token: str | None = None,
+    *,
+    timeout: float = 5.0,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> SandboxBackend:
+    """Connect to a sandbox server at ``unix:///path`` or ``host:port``.
+
+    Waits up to ``timeout`` seconds for the server to answer (it may still be starting), then
+    returns a backend named after the server's boundary. ``token`` is sent with every call
+    (required for TCP). Raises SandboxUnavailableError when no server answers in time.
+    """
+    channel = grpc.aio.insecure_channel(address.removeprefix("tcp://"), options=_channel_options(max_message_bytes))
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    try:
+        response = await _call(
+            sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
+            metadata=metadata, timeout=timeout, wait_for_ready=True,
+        )
+        info = _info(response)
+    except BaseException:
+        await channel.close()
+        raise
+    return SandboxBackend(channel, info, metadata=metadata, max_message_bytes=max_message_bytes)
+
+
+class SandboxBackend:
+    """ExecutionBackend, WorkspaceBackend and DocumentBackend inside a sandbox; see the module.
+
+    Create it with :func:`connect` (or ``DockerSandbox``); close it with :meth:`aclose` or
+    ``async with``. A closed backend refuses further calls.
+    """
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        info: SandboxInfo,
+        *,
+        metadata: Sequence[tuple[str, str]] = (),
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        self._channel = channel
+        self._stub = sandbox_pb2_grpc.SandboxStub(channel)
+        self._health = health_pb2_grpc.HealthStub(channel)
+        self._metadata = tuple(metadata)
+        self._max_request_bytes = min(max_message_bytes, int(info.limits.get("max_message_bytes", max_message_bytes)))
+        self._closed = False
+        self.info_at_connect = info
+        self.boundary = info.boundary
+
+    async def __aenter__(self) -> SandboxBackend:
+        self._check_open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection; calls in flight fail, later calls are refused."""
+        if not self._closed:
+            self._closed = True
+            await self._channel.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def info(self) -> SandboxInfo:
+        """The server's boundary, version, limits and roots, asked now."""
+        return _info(await self._unary(self._stub.Info, sandbox_pb2.InfoRequest(), HEALTH_SECONDS))
+
+    async def health(self) -> bool:
+        """True when the server reports SERVING (grpc.health.v1); SandboxUnavailableError if it does not answer."""
+        response = await self._unary(self._health.Check, health_pb2.HealthCheckRequest(service=""), HEALTH_SECONDS)
+        return response.status == health_pb2.HealthCheckResponse.SERVING
+
+    # ExecutionBackend --------------------------------------------------------------------
+
+    async def resolve_command(
+        self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
+    ) -> tuple[tuple[str, ...], str]:
+        """Resolve argv[0] and the working directory inside the sandbox, as its commands see them."""
+        if not argv:
+            raise ValueError("argv must contain at least the executable")
+        response = await self._unary(self._stub.ResolveCommand, messages.resolve_request(argv, cwd, env),
+                                     self._operation_seconds)
+        return self._checked(messages.resolved_command, response, argv)
+
+    async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
+        """Run ``spec`` in the sandbox, emitting ``process.output`` events as output arrives.
+
+        Canceling kills and reaps the process group in the sandbox, then raises
+        ProcessCancelledError with the output received so far.
+        """
+        request = self._request(messages.execute_request, spec)
+        started = time.monotonic()
+        output = _Output(spec.max_output_bytes)
+        call = self._stub.Execute(request, timeout=spec.timeout_seconds + EXECUTE_GRACE_SECONDS,
+                                  metadata=self._metadata, wait_for_ready=False)
+        try:
+            facts = await _follow(call, output, execution)
+        except asyncio.CancelledError:
+            call.cancel()
+            partial = ProcessResult(None, output.stdout, output.stderr, truncated=output.truncated, canceled=True,
+                                    duration_seconds=time.monotonic() - started)
+            raise ProcessCancelledError(partial) from None
+        except BaseException:
+            call.cancel()
+            raise
+        return ProcessResult(stdout=output.stdout, stderr=output.stderr,
+                             **{**facts, "truncated": facts["truncated"] or output.truncated})
+
+    # WorkspaceBackend --------------------------------------------------------------------
+
+    async def read_text(self, path: str, *, roots: Sequence[str], offset: int, max_chars: int,
+                        max_file_bytes: int) -> TextChunk:
+        roots = _roots(roots)
+        request = self._request(workspace_pb2.ReadTextRequest, path=path, roots=roots, offset=offset,
+                                max_chars=max_chars, max_file_bytes=max_file_bytes)
+        response = await self._unary(self._stub.ReadText, request, self._operation_seconds)
+        return self._checked(messages.text_chunk, response, roots=roots, max_chars=max_chars)
+
+    async def list_files(self, path: str, *, roots: Sequence[str], pattern: str, recursive: bool,
+                         max_results: int) -> Listing:
+        roots = _roots(roots)
+        request = self._request(workspace_pb2.ListFilesRequest, path=path, roots=roots, pattern=pattern,
+                                recursive=recursive, max_results=max_results)
+        response = await self._unary(self._stub.ListFiles, request, self._operation_seconds)
+        return self._checked(messages.listing, response, roots=roots, max_results=max_results)
+
+    async def search_files(self, path: str, *, roots: Sequence[str], query: str, pattern: str,
+                           case_sensitive: bool, max_results: int, max_file_bytes: int) -> SearchResult:
+        roots = _roots(roots)
+        request = self._request(workspace_pb2.SearchFilesRequest, path=path, roots=roots, query=query,
+                                pattern=pattern, case_sensitive=case_sensitive, max_results=max_results,
+                                max_file_bytes=max_file_bytes)
+        response = await self._unary(self._stub.SearchFiles, request, self._operation_seconds)
+        return self._checked(messages.search_result, response, roots=roots, max_results=max_results)
+
+    async def snapshot_file(self, path: str, *, roots: Sequence[str], max_file_bytes: int) -> ResourceSnapshot:
+        roots = _roots(roots)
+        request = self._request(workspace_pb2.SnapshotFileRequest, path=path, roots=roots,
+                                max_file_bytes=max_file_bytes)
+        response = await self._unary(self._stub.SnapshotFile, request, self._operation_seconds)
+        return self._checked(messages.snapshot, response, roots=roots, max_file_bytes=max_file_bytes)
+
+    async def replace_file(self, expected: ResourceRevision, data: bytes | None, mode: int | None, *,
+                           roots: Sequence[str]) -> ResourceRevision:
+        roots = _roots(roots)
+        request = self._request(messages.replace_request, expected, data, mode, roots)
+        response = await self._unary(self._stub.ReplaceFile, request, self._operation_seconds)
+        written = self._checked(messages.revision, response.revision)
+        if written.resource_id != expected.resource_id:
+            raise SandboxProtocolError("the sandbox reported a write to another file")
+        return written
+
+    # DocumentBackend ---------------------------------------------------------------------
+
+    async def read_document(self, path: str, *, roots: Sequence[str], limits: DocumentLimits) -> DocumentExtraction:
+        roots = _roots(roots)
+        request = self._request(documents_pb2.ReadDocumentRequest, path=path, roots=roots,
+                                limits=messages.limits_message(limits))
+        response = await self._unary(self._stub.ReadDocument, request, limits.timeout_seconds + CALL_GRACE_SECONDS)
+        return self._checked(messages.extraction, response, roots=roots, limits=limits)
+
+    async def search_document(self, path: str, query: str, *, roots: Sequence[str], limits: DocumentLimits,
+                              max_results: int) -> DocumentSearchResult:
+        check_search(query, max_results)
+        roots = _roots(roots)
+        request = self._request(documents_pb2.SearchDocumentRequest, path=path, query=query, roots=roots,
+                                limits=messages.limits_message(limits), max_results=max_results)
+        response = await self._unary(self._stub.SearchDocument, request, limits.timeout_seconds + CALL_GRACE_SECONDS)
+        return self._checked(messages.document_search, response, roots=roots, query=query, limits=limits,
+                             max_results=max_results)
+
+    # Plumbing ----------------------------------------------------------------------------
+
+    @property
+    def _operation_seconds(self) -> float:
+        return float(self.info_at_connect.limits.get("max_operation_seconds", 300.0)) + CALL_GRACE_SECONDS
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(f"the backend for {self.boundary} is closed")
+
+    def _request(self, build: Any, *args: Any, **fields: Any) -> Message:
+        """Build a request; ValueError when an argument cannot be sent (range, encoding, size)."""
+        try:
+            request = build(*args, **fields)
+        except (TypeError, ValueError, OverflowError) as error:
+            raise ValueError(f"cannot send this request to the sandbox: {error}") from None
+        if request.ByteSize() > self._max_request_bytes:
+            raise ValueError(
+                f"the request is {request.ByteSize()} bytes; the sandbox accepts at most {self._max_request_bytes}"
+            )
+        return request
+
+    async def _unary(self, method: Any, request: Message, timeout: float) -> Any:
+        self._check_open()
+        return await _call(method, request, metadata=self._metadata, timeout=timeout, wait_for_ready=False)
+
+    @staticmethod
+    def _checked(decode: Any, *args: Any, **kwargs: Any) -> Any:
+        """Decode an answer; whatever does not fit its shape is the server's fault."""
+        try:
+            return decode(*args, **kwargs)
+        except (TypeError, ValueError, KeyError) as error:
+            raise SandboxProtocolError(f"the sandbox sent an invalid answer: {error}") from None
+
+
+class _Output:
+    """Output received from the server, capped at ``max_chars`` characters in total.
+
+    The server decodes at most ``max_output_bytes`` bytes, and decoding never yields more
+    characters than bytes, so an honest server never reaches this cap.
+    """
+
+    def __init__(self, max_chars: int) -> None:
+        self._room = max_chars
+        self._parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self.truncated = False
+
+    def keep(self, channel: str, text: str) -> str:
+        if len(text) > self._room:
+            text, self.truncated = text[: self._room], True
+        self._room -= len(text)
+        if text:
+            self._parts[channel].append(text)
+        return text
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self._parts["stdout"])
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._parts["stderr"])
+
+
+async def _follow(call: Any, output: _Output, execution: Emitter) -> dict[str, Any]:
+    """Read one Execute stream to its end; the Finished facts. Order: started, output*, finished."""
+    started = False
+    facts: dict[str, Any] | None = None
+    while True:
+        try:
+            event = await asyncio.wait_for(call.read(), IDLE_SECONDS)
+        except TimeoutError:
+            raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+        if event is grpc.aio.EOF:
+            break
+        kind = event.WhichOneof("event")
+        if kind == "keepalive":
+            continue
+        if facts is not None or (kind == "started") == started or kind is None:
+            raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
+        if kind == "started":
+            started = True
+        elif kind == "output":
+            channel = messages.CHANNELS.get(event.output.channel)
+            if channel is None:
+                raise SandboxProtocolError(f"the sandbox sent output on unknown channel {event.output.channel}")
+            if text := output.keep(channel, event.output.text):
+                await execution.emit("process.output", channel=channel, text=text)
+        else:
+            facts = SandboxBackend._checked(messages.finished_facts, event.finished)
+    if facts is None:
+        raise SandboxProtocolError("the process stream ended without a result")
+    return facts
+
+
+async def _call(method: Any, request: Message, **options: Any) -> Any:
+    try:
+        return await method(request, **options)
+    except grpc.aio.AioRpcError as error:
+        raise from_rpc_error(error) from None
+
+
+def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:
+    boundary = response.boundary
+    if not boundary.startswith("sandbox:") or len(boundary) > MAX_BOUNDARY_CHARS or not boundary.isprintable():
+        raise SandboxProtocolError("the sandbox reported an invalid boundary name")
+    limits = {field.name: value for field, value in response.limits.ListFields()}
+    roots = tuple(SandboxRoot(root.path, root.writable) for root in response.roots)
+    return SandboxInfo(boundary, response.server_version[:MAX_BOUNDARY_CHARS], limits, roots)
+
+
+def _roots(roots: Sequence[str]) -> list[str]:
+    if isinstance(roots, (str, bytes)):
+        raise TypeError("roots must be a list of absolute paths, not a single path")
+    return list(roots)
+
+
+def _channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.enable_retries", 0),
+        # A sandbox that is starting is found within tens of milliseconds, not seconds.
+        ("grpc.initial_reconnect_backoff_ms", 20),
+        ("grpc.min_reconnect_backoff_ms", 20),
+        ("grpc.max_reconnect_backoff_ms", 500),
+    ]

@@ -1,0 +1,32 @@
+"""``python3 -m sandbox``: parse the command line, then serve under the orphan reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+from .config import parse_args
+from .init import run_under_reaper
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="sandbox: %(levelname)s %(message)s")
+
+    def serve() -> int:
+        # gRPC's fork handlers crash children that fail to exec after a setuid (SIGSEGV instead
+        # of an error); commands and workers never use gRPC, so they are not needed.
+        os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+        from .server import serve  # grpc is imported after the fork, in the serving process
+
+        asyncio.run(serve(config))
+        return 0
+
+    code = run_under_reaper(serve)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The server's first process: it reaps every orphan and forwards stop signals to the server.
+
+Commands may leave orphans behind (double forks, daemons). They are reparented to PID 1, or
+to this process when it is not PID 1 (it becomes a child subreaper), and reaped here. The
+server itself, a child of this process, therefore never waits for processes it did not start,
+so asyncio's child watchers never lose an exit status to a foreign ``wait``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+
+from .privileges import become_subreaper, die_with_parent, make_non_dumpable
+
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def run_under_reaper(serve: Callable[[], int]) -> int:
+    """Run ``serve`` in a child process; reap orphans here until it exits; return its code."""
+    make_non_dumpable()
+    if os.getpid() != 1:
+        become_subreaper()
+    parent = os.getpid()
+    child = os.fork()
+    if child == 0:
+        for signum in _FORWARDED:
+            signal.signal(signum, signal.SIG_DFL)
+        die_with_parent(parent)
+        code = 1
+        try:
+            code = serve()
+        finally:
+            os._exit(code)
+    for signum in _FORWARDED:
+        signal.signal(signum, lambda received, frame: _forward(child, received))
+    while True:
+        pid, status = os.wait()
+        if pid == child:
+            return os.waitstatus_to_exitcode(status)
+
+
+def _forward(child: int, signum: int) -> None:
+    try:
+        os.kill(child, signum)
+    except ProcessLookupError:
+        pass

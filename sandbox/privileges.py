@@ -1,0 +1,55 @@
+"""Process attributes the server and its workers set on themselves (Linux prctl, credentials)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, value: int) -> None:
+    if _libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl({option}): {os.strerror(errno)}")
+
+
+def make_non_dumpable() -> None:
+    """No core dumps, and processes of other users cannot ptrace us or read our memory."""
+    _prctl(_PR_SET_DUMPABLE, 0)
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are reparented to us instead of to init."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL when ``parent`` exits; exits at once if it is already gone."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def drop_to(uid: int, gid: int) -> None:
+    """Become ``uid``/``gid`` for good, with no supplementary groups.
+
+    The kernel also marks the process non-dumpable on this credential change; it stays so
+    because nothing is executed afterwards.
+    """
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+        raise PermissionError(f"could not drop to uid {uid} gid {gid}")
+
+
+def limit(kind: int, value: int) -> None:
+    """Set both the soft and the hard limit of ``kind`` (one of resource.RLIMIT_*)."""
+    resource.setrlimit(kind, (value, value))

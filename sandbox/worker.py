@@ -1,0 +1,120 @@
+"""A worker process: performs workspace and document operations as the command user.
+
+Started by the server as root (``python -I -m sandbox.worker``), it loads every module it
+needs, sets its address-space limit, becomes non-dumpable, drops to the command uid/gid for
+good and then serves one request at a time over stdin/stdout (:mod:`sandbox.frames`). Before
+each request its CPU-time limit is set just above the time the request may take: a parser
+that spins past it gets SIGXCPU. The server enforces wall time and replaces a worker it kills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import resource
+import sys
+
+from google.protobuf.message import DecodeError
+
+from protolink.sandbox import errors
+
+from . import frames
+from .operations import OPERATIONS
+from .privileges import die_with_parent, drop_to, limit, make_non_dumpable
+
+IN, OUT = 0, 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.worker")
+    parser.add_argument("--uid", type=int, required=True)
+    parser.add_argument("--gid", type=int, required=True)
+    parser.add_argument("--memory-bytes", type=int, required=True)
+    parser.add_argument("--max-request-bytes", type=int, required=True)
+    args = parser.parse_args(argv)
+    if args.uid == 0 or args.gid == 0:
+        parser.error("workers never run as uid or gid 0")
+    _preload_parsers()
+    make_non_dumpable()
+    die_with_parent(os.getppid())
+    limit(resource.RLIMIT_AS, args.memory_bytes)
+    limit(resource.RLIMIT_CORE, 0)
+    os.umask(0o022)
+    os.chdir("/")
+    drop_to(args.uid, args.gid)
+    sys.stdout = sys.stderr  # stdout carries frames only
+    while (request := _read_request(args.max_request_bytes)) is not None:
+        status, payload, healthy = _perform(*request)
+        _write_all(frames.reply_frame(status, payload))
+        if not healthy:
+            return 1
+    return 0
+
+
+def _perform(method: str, payload: bytes, cpu_seconds: float) -> tuple[int, bytes, bool]:
+    """(status, payload, whether this worker may serve again)."""
+    operation = OPERATIONS.get(method)
+    if operation is None:
+        return frames.ERROR, _error(ValueError(f"unknown operation {method!r}")), True
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = used.ru_utime + used.ru_stime
+    resource.setrlimit(resource.RLIMIT_CPU, (math.ceil(spent + cpu_seconds) + 1, resource.RLIM_INFINITY))
+    try:
+        response = operation.run(operation.request.FromString(payload))
+        return frames.OK, response.SerializeToString(), True
+    except DecodeError:
+        return frames.ERROR, _error(ValueError(f"malformed {method} request")), True
+    except MemoryError:
+        limit_error = errors.SandboxLimitError(f"{method} exceeded the worker's memory limit and was stopped")
+        return frames.ERROR, _error(limit_error), False
+    except Exception as error:  # every failure becomes a typed wire error; the worker lives on
+        return frames.ERROR, _error(error), True
+
+
+def _error(error: BaseException) -> bytes:
+    return errors.to_status(error)[1].SerializeToString()
+
+
+def _read_request(max_bytes: int) -> tuple[str, bytes, float] | None:
+    header = _read_exactly(frames.REQUEST.size)
+    if header is None:
+        return None
+    name_length, payload_length, cpu_seconds = frames.REQUEST.unpack(header)
+    if payload_length > max_bytes:
+        raise SystemExit(f"worker: request of {payload_length} bytes exceeds {max_bytes}")
+    name = _read_exactly(name_length)
+    payload = _read_exactly(payload_length)
+    if name is None or payload is None:
+        return None
+    return name.decode("ascii", "replace"), payload, cpu_seconds
+
+
+def _write_all(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(OUT, view):]
+
+
+def _preload_parsers() -> None:
+    """Import the optional document parsers once, so each extraction does not pay for it."""
+    for module in ("pypdf", "docx", "openpyxl"):
+        try:
+            __import__(module)
+        except ImportError:
+            pass
+
+
+def _read_exactly(size: int) -> bytes | None:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = os.read(IN, min(remaining, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
