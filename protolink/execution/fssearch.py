@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Self, TypeVar
@@ -161,16 +161,11 @@ def search_files(path: str, roots: Sequence[str], *, query: str, pattern: str = 
             if text is None:
                 walk.skipped += 1
                 continue
-            if needle not in fold(text):
-                continue
-            for number, line in enumerate(text.split("\n"), start=1):
-                if needle not in fold(line):
-                    continue
+            for match in _matching_lines(entry_path, text, needle, fold):
                 if len(items) == max_results:
                     walk.truncated = True
                     break
-                line = line.removesuffix("\r")
-                items.append(SearchMatch(entry_path, number, line[:MAX_LINE_CHARS], len(line) > MAX_LINE_CHARS))
+                items.append(match)
             if walk.truncated:
                 break
     return SearchResult(tuple(items), walk.scanned, walk.skipped, walk.truncated)
@@ -217,6 +212,15 @@ class _Walk:
             yield from self.entries(child, path, level)
         finally:
             os.close(child)
+
+
+def _matching_lines(path: str, text: str, needle: str, fold: Callable[[str], str]) -> Iterator[SearchMatch]:
+    if needle not in fold(text):  # one pass over the whole file rules out most files
+        return
+    for number, line in enumerate(text.split("\n"), start=1):
+        if needle in fold(line):
+            line = line.removesuffix("\r")
+            yield SearchMatch(path, number, line[:MAX_LINE_CHARS], len(line) > MAX_LINE_CHARS)
 
 
 def _file_entry(entry: os.DirEntry[str], path: str) -> FileEntry:

@@ -19,10 +19,10 @@ from contextlib import ExitStack, contextmanager, suppress
 from protolink.core.errors import ResourceConflictError
 from protolink.core.resources import ResourceRevision, ResourceSnapshot, ResourceUnchangedError, revision_of
 
-from .paths import WorkspacePath, open_directory, open_regular_at, read_bounded, resolve_under_roots
+from .paths import WorkspacePath, open_directory, open_flags, open_regular_at, read_bounded, resolve_under_roots
 
 CREATE_MODE = 0o600
-_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_TEMP_FLAGS = open_flags("O_WRONLY", "O_CREAT", "O_EXCL", "O_NOFOLLOW", "O_CLOEXEC")
 
 
 def snapshot_file(path: str, roots: Sequence[str], *, max_file_bytes: int) -> ResourceSnapshot:

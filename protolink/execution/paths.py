@@ -26,9 +26,19 @@ MAX_PATH_CHARS = 4096
 
 EntryType = Literal["file", "directory", "other"]
 
-_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+def open_flags(*names: str) -> int:
+    """``os.O_*`` flags by name; those Windows lacks count as 0 there, where
+    :func:`require_posix` refuses every root before any flag is used."""
+    flags = 0
+    for name in names:
+        flags |= getattr(os, name, 0)
+    return flags
+
+
+_DIRECTORY_FLAGS = open_flags("O_RDONLY", "O_DIRECTORY", "O_NOFOLLOW", "O_CLOEXEC")
 # O_NONBLOCK: opening a FIFO swapped in after the type check must not wait for a writer.
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_FILE_FLAGS = open_flags("O_RDONLY", "O_NOFOLLOW", "O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC")
 
 
 @dataclass(frozen=True)
@@ -124,17 +134,12 @@ def open_directory(target: WorkspacePath) -> Iterator[int]:
     fd = os.open(target.root, _DIRECTORY_FLAGS)
     try:
         for index, name in enumerate(target.parts):
-            child = _open_child_directory(fd, name, _join(target.root, target.parts[: index + 1]))
+            child = open_child_directory(fd, name, _join(target.root, target.parts[: index + 1]))
             os.close(fd)
             fd = child
         yield fd
     finally:
         os.close(fd)
-
-
-def open_child_directory(dir_fd: int, name: str, path: str) -> int:
-    """Open the subdirectory ``name`` of ``dir_fd``; symlinks and non-directories are rejected."""
-    return _open_child_directory(dir_fd, name, path)
 
 
 @contextmanager
@@ -217,7 +222,8 @@ def entry_type(mode: int) -> EntryType:
     return "other"
 
 
-def _open_child_directory(dir_fd: int, name: str, path: str) -> int:
+def open_child_directory(dir_fd: int, name: str, path: str) -> int:
+    """Open the subdirectory ``name`` of ``dir_fd``; symlinks and non-directories are rejected."""
     try:
         fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=dir_fd)
     except OSError as error:
