@@ -129,37 +129,25 @@ class _Reads:
 
     def tools(self) -> list[PreparedTool]:
         return [
-            PreparedTool(
-                name="read_file",
-                description=(
-                    "Read a UTF-8 text file beneath the configured roots. Returns path, content and "
-                    "next_offset (character offset to continue from, or null at the end). Symlinks, "
-                    "special files, binary and invalid UTF-8 files are rejected."
-                ),
-                arguments=ReadFileArguments, prepare=self.prepare_read, capabilities=(READ,), tags=READ_TAGS,
-                output_schema=_READ_SCHEMA,
-            ),
-            PreparedTool(
-                name="list_files",
-                description=(
-                    "List entries of a directory whose names match a glob, optionally recursively. Items "
-                    "have path, type (file, directory, or other for symlinks and special files) and size. "
-                    "Check truncated and skipped before treating the listing as complete."
-                ),
-                arguments=ListFilesArguments, prepare=self.prepare_list, capabilities=(READ,), tags=READ_TAGS,
-                output_schema=_listing_schema(_ENTRY_SCHEMA),
-            ),
-            PreparedTool(
-                name="search_files",
-                description=(
-                    "Recursively find lines containing literal text in UTF-8 files whose names match a "
-                    "glob. Items have path, one-based line, text (at most 500 characters) and "
-                    "text_truncated. Binary, unreadable and oversized files are skipped; check truncated "
-                    "and skipped before treating an empty result as exhaustive."
-                ),
-                arguments=SearchFilesArguments, prepare=self.prepare_search, capabilities=(READ,),
-                tags=READ_TAGS, output_schema=_listing_schema(_MATCH_SCHEMA),
-            ),
+            _read_tool(
+                "read_file",
+                "Read a UTF-8 text file beneath the configured roots. Returns path, content and next_offset "
+                "(character offset to continue from, or null at the end). Symlinks, special files, binary "
+                "and invalid UTF-8 files are rejected.",
+                ReadFileArguments, self.prepare_read, _READ_SCHEMA),
+            _read_tool(
+                "list_files",
+                "List entries of a directory whose names match a glob, optionally recursively. Items have "
+                "path, type (file, directory, or other for symlinks and special files) and size. Check "
+                "truncated and skipped before treating the listing as complete.",
+                ListFilesArguments, self.prepare_list, _listing_schema(_ENTRY_SCHEMA)),
+            _read_tool(
+                "search_files",
+                "Recursively find lines containing literal text in UTF-8 files whose names match a glob. "
+                "Items have path, one-based line, text (at most 500 characters) and text_truncated. Binary, "
+                "unreadable and oversized files are skipped; check truncated and skipped before treating an "
+                "empty result as exhaustive.",
+                SearchFilesArguments, self.prepare_search, _listing_schema(_MATCH_SCHEMA)),
         ]
 
     async def prepare_read(self, args: ReadFileArguments, ctx: ToolContext) -> Preparation:
@@ -205,14 +193,11 @@ class _Writes:
             write_tool("edit_file", "Replace exact, case-sensitive text in an existing UTF-8 file; several "
                        "matches need replace_all=true. Returns the recovery change_id.",
                        EditFileArguments, self.prepare_edit),
-            PreparedTool(
-                name="preview_change",
-                description=("Show a recorded file change: the diff that restoring it would apply, its "
-                             "saved state, whether the file has changed since (conflict) and whether "
-                             "the change's outcome is uncertain."),
-                arguments=ChangeArguments, prepare=self.prepare_preview, capabilities=(READ,),
-                tags=READ_TAGS, output_schema=_PREVIEW_SCHEMA,
-            ),
+            _read_tool(
+                "preview_change",
+                "Show a recorded file change: the diff that restoring it would apply, its saved state, "
+                "whether the file has changed since (conflict) and whether the change's outcome is uncertain.",
+                ChangeArguments, self.prepare_preview, _PREVIEW_SCHEMA),
             PreparedTool(
                 name="restore_change",
                 description=("Restore the file a recorded change modified: its previous bytes and mode, "
@@ -296,6 +281,12 @@ class _Writes:
             return _change_ids(change)
 
         return Preparation(execute=execute, capabilities=(WRITE,), artifacts=artifacts)
+
+
+def _read_tool(name: str, description: str, arguments: type[BaseModel], prepare: Any,
+               output_schema: dict[str, Any]) -> PreparedTool:
+    return PreparedTool(name=name, description=description, arguments=arguments, prepare=prepare,
+                        capabilities=(READ,), tags=READ_TAGS, output_schema=output_schema)
 
 
 def _encode(text: str, path: str) -> bytes:
