@@ -328,6 +328,20 @@ async def test_xlsx_formulas_are_not_evaluated_and_missing_caches_read_empty(wor
     assert "A1+1" not in json.dumps(result)
 
 
+async def test_xlsx_row_numbers_beyond_excels_limit_are_refused_not_scanned_forever(workspace, backend):
+    workbook = openpyxl.Workbook()
+    workbook.active["A1"] = "top"
+    workbook.active["A5"] = "far"
+    buffer = io.BytesIO()
+    workbook.save(buffer)
+    hostile = rewrite_entry(buffer.getvalue(), "xl/worksheets/sheet1.xml",
+                            lambda xml: xml.replace(b'r="5"', b'r="2000000000"').replace(b'r="A5"', b'r="A2000000000"'))
+    path = workspace / "far.xlsx"
+    path.write_bytes(hostile)
+    with pytest.raises(ValueError, match="more than 1048576 rows"):
+        await read(make_agent(workspace, backend), path)
+
+
 @pytest.mark.parametrize("name, data", [
     ("secret.docx", lambda: encrypted_office(docx_bytes())),
     ("secret.xlsx", lambda: encrypted_office(xlsx_bytes(cached_formula_value="1"))),

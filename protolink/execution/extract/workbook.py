@@ -32,8 +32,9 @@ def workbook_sections(data: bytes, format_name: str) -> Iterator[DocumentSection
                 scanned += 1
                 if scanned > MAX_SCANNED_ROWS:
                     raise DocumentError(f"XLSX document has more than {MAX_SCANNED_ROWS} rows to scan")
-                yield DocumentSection({"sheet": sheet.title, "row": number},
-                                      cells=tuple(cell_text(value) for value in values))
+                if any(value is not None for value in values):
+                    yield DocumentSection({"sheet": sheet.title, "row": number},
+                                          cells=tuple(cell_text(value) for value in values))
     finally:
         workbook.close()
 

@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -151,22 +151,11 @@ class SQLiteDatabase:
 
     def _rows(self, connection: sqlite3.Connection, sql: str, parameters: Any, max_rows: int) -> dict[str, Any]:
         cursor = connection.execute(sql, parameters)
-        columns = [description[0] for description in cursor.description or ()]
-        rows: list[list[Any]] = []
-        size = _json_size({"columns": columns, "rows": [], "truncated": False})
-        truncated = False
         try:
-            for row in cursor:
-                if len(rows) == max_rows:
-                    truncated = True
-                    break
-                values = [_value(item) for item in row]
-                row_size = _json_size(values) + 1
-                if size + row_size > self.max_result_bytes:
-                    truncated = True
-                    break
-                rows.append(values)
-                size += row_size
+            columns = [description[0] for description in cursor.description or ()]
+            empty = _json_size({"columns": columns, "rows": [], "truncated": False})
+            rows, truncated = _within(([_value(item) for item in row] for row in cursor),
+                                      max_items=max_rows, max_bytes=self.max_result_bytes - empty)
         finally:
             cursor.close()
         return {"columns": columns, "rows": rows, "truncated": truncated}
@@ -177,17 +166,9 @@ class SQLiteDatabase:
             "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name LIMIT ?",
             (self.max_tables + 1,),
         ).fetchall()
-        truncated = len(listed) > self.max_tables
-        tables: list[dict[str, Any]] = []
-        size = _json_size({"tables": [], "truncated": True})
-        for name, kind in listed[: self.max_tables]:
-            entry = {"name": name, "type": kind, **_columns(connection, name)}
-            entry_size = _json_size(entry) + 1
-            if size + entry_size > self.max_result_bytes:
-                truncated = True
-                break
-            tables.append(entry)
-            size += entry_size
+        entries = ({"name": name, "type": kind, **_columns(connection, name)} for name, kind in listed)
+        tables, truncated = _within(entries, max_items=self.max_tables,
+                                    max_bytes=self.max_result_bytes - _json_size({"tables": [], "truncated": True}))
         return {"tables": tables, "truncated": truncated}
 
 
@@ -271,6 +252,19 @@ def _columns(connection: sqlite3.Connection, table: str) -> dict[str, Any]:
         for _, name, declared, not_null, default, primary_key, hidden in rows
         if hidden != 1  # hidden virtual-table columns; generated columns stay
     ]}
+
+
+def _within(items: Iterator[Any], *, max_items: int, max_bytes: int) -> tuple[list[Any], bool]:
+    """Items in order while at most ``max_items`` fit in ``max_bytes`` of JSON; whether more remained."""
+    kept: list[Any] = []
+    size = 0
+    for item in items:
+        item_size = _json_size(item) + 1  # and its separator
+        if len(kept) == max_items or size + item_size > max_bytes:
+            return kept, True
+        kept.append(item)
+        size += item_size
+    return kept, False
 
 
 def _value(item: Any) -> Any:
