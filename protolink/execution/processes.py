@@ -15,27 +15,33 @@ killed and the leader reaped before ``execute`` returns or raises:
 After the leader is gone, output already written is read for at most
 :data:`DRAIN_GRACE_SECONDS`; descendants that escaped into their own session may hold the
 pipes open longer, and their later output is discarded.
+
+The pipes and the leader's exit are watched by the event loop itself (a pidfd on Linux), so
+a running process costs no thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from protolink.core.errors import ToolExecutionError
 
 from .groups import completed_within, signal_group, terminate_group
-from .output import CHANNELS, Channel, OutputCollector
+from .output import Channel, OutputCollector
 from .process import ProcessCancelledError, ProcessResult, ProcessSpec
 from .resolve import resolve_command
 
 #: How long pipes are still read after the process group is gone.
 DRAIN_GRACE_SECONDS = 1.0
+#: Bytes read from a pipe per wakeup (a Linux pipe holds 64 KiB by default).
+READ_CHUNK_BYTES = 64 * 1024
 
 _Outbox = asyncio.Queue["tuple[Channel, str] | None"]
 
@@ -49,10 +55,6 @@ class Emitter(Protocol):
 class LocalProcesses:
     """Host process execution: the ExecutionBackend half of LocalExecutionBackend."""
 
-    #: Extra keyword arguments for the subprocess: the sandbox server sets the command's
-    #: ``user``, ``group``, ``extra_groups`` and ``umask`` here. Empty on the host.
-    popen_options: Mapping[str, Any] = MappingProxyType({})
-
     async def resolve_command(
         self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
     ) -> tuple[tuple[str, ...], str]:
@@ -61,95 +63,37 @@ class LocalProcesses:
 
     async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
         """Run ``spec`` to completion, timeout or cancellation; see the module docstring."""
-        started = time.monotonic()
-        collector = OutputCollector(spec.max_output_bytes)
+        child = _Child(spec, OutputCollector(spec.max_output_bytes))
+        pump = asyncio.create_task(_emit_output(child.outbox, execution))
         try:
-            run = await _Supervised.start(spec, collector, execution, started, self.popen_options)
+            child.timed_out = not await completed_within(child.exited, spec.timeout_seconds)
+            await asyncio.shield(child.stop(terminate=child.timed_out))
+            child.finish_output()
+            await pump
+            return child.result()
         except asyncio.CancelledError:
-            result = ProcessResult(None, "", "", canceled=True,
-                                   duration_seconds=time.monotonic() - started)
-            raise ProcessCancelledError(result) from None
-        try:
-            return await run.supervise(spec.timeout_seconds)
-        except asyncio.CancelledError:
-            await _uninterrupted(run.stop(terminate=True))
-            await run.abandon_events()
-            raise ProcessCancelledError(run.result(canceled=True)) from None
+            await _uninterrupted(child.stop(terminate=True))
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
+            raise ProcessCancelledError(child.result(canceled=True)) from None
 
 
-class _Pipes(asyncio.SubprocessProtocol):
-    """Feeds pipe chunks into the collector and queues the kept text for emission."""
+class _Child:
+    """One started process: its pipes, exit watch, collected output and cleanup."""
 
-    def __init__(self, collector: OutputCollector, outbox: _Outbox) -> None:
-        loop = asyncio.get_running_loop()
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.closed: asyncio.Future[None] = loop.create_future()
-        self._collector = collector
-        self._outbox = outbox
-        self._open = {1, 2}
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        channel = CHANNELS[fd - 1]
-        text = self._collector.feed(channel, data)
-        if text:
-            self._outbox.put_nowait((channel, text))
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self._open.discard(fd)
-        if not self._open and not self.closed.done():
-            self.closed.set_result(None)
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
-class _Supervised:
-    """One running process: its transport, output, event pump and cleanup."""
-
-    def __init__(self, transport: asyncio.SubprocessTransport, pipes: _Pipes,
-                 collector: OutputCollector, outbox: _Outbox, execution: Emitter,
-                 started: float) -> None:
-        self.transport = transport
-        self.pipes = pipes
+    def __init__(self, spec: ProcessSpec, collector: OutputCollector) -> None:
         self.collector = collector
-        self.outbox = outbox
-        self.started = started
+        self.outbox: _Outbox = asyncio.Queue()
         self.timed_out = False
-        self._pump = asyncio.create_task(_emit_output(outbox, execution))
+        self._loop = asyncio.get_running_loop()
+        self._started = time.monotonic()
+        self._popen, self._pipes = _spawn(spec)
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        for fd in self._pipes:
+            self._loop.add_reader(fd, self._read, fd)
+        self.exited, self._unwatch = _watch_exit(self._popen, self._loop)
         self._stopping: asyncio.Future[None] | None = None
-        self._tails: list[tuple[Channel, str]] | None = None
-
-    @classmethod
-    async def start(cls, spec: ProcessSpec, collector: OutputCollector, execution: Emitter,
-                    started: float, options: Mapping[str, Any]) -> _Supervised:
-        loop = asyncio.get_running_loop()
-        outbox: _Outbox = asyncio.Queue()
-        try:
-            transport, pipes = await loop.subprocess_exec(
-                lambda: _Pipes(collector, outbox),
-                *spec.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=spec.cwd,
-                env=dict(spec.env),
-                start_new_session=True,
-                **options,
-            )
-        except OSError as error:
-            reason = error.strerror or str(error)
-            raise ToolExecutionError(f"could not start {spec.argv[0]!r}: {reason}") from None
-        return cls(transport, pipes, collector, outbox, execution, started)
-
-    async def supervise(self, timeout: float) -> ProcessResult:
-        self.timed_out = not await completed_within(self.pipes.exited, timeout)
-        await asyncio.shield(self.stop(terminate=self.timed_out))
-        for item in self._close_output():
-            self.outbox.put_nowait(item)
-        self.outbox.put_nowait(None)
-        await self._pump
-        return self.result()
+        self._finished_output = False
 
     def stop(self, *, terminate: bool) -> asyncio.Future[None]:
         """Kill and reap the group, drain, close the pipes. Started once; later calls join it."""
@@ -158,36 +102,118 @@ class _Supervised:
         return self._stopping
 
     async def _stop(self, terminate: bool) -> None:
-        pgid = self.transport.get_pid()
         if terminate:
-            await terminate_group(pgid, self.pipes.exited)
+            await terminate_group(self._popen.pid, self.exited)
         else:
-            signal_group(pgid, signal.SIGKILL)
-        await completed_within(self.pipes.closed, DRAIN_GRACE_SECONDS)
-        self.transport.close()
-        await self.pipes.closed  # closing the pipes reports them lost on the next loop turns
+            signal_group(self._popen.pid, signal.SIGKILL)
+        await completed_within(self.closed, DRAIN_GRACE_SECONDS)
+        for fd in list(self._pipes):
+            self._close_pipe(fd)
+        self._unwatch()
 
-    async def abandon_events(self) -> None:
-        """Stop emitting: on cancellation the partial output travels in the result instead."""
-        self._pump.cancel()
-        await asyncio.gather(self._pump, return_exceptions=True)
+    def finish_output(self) -> None:
+        """Flush the decoders into the event queue and end it."""
+        for item in self._flush():
+            self.outbox.put_nowait(item)
+        self.outbox.put_nowait(None)
 
     def result(self, *, canceled: bool = False) -> ProcessResult:
-        self._close_output()
+        self._flush()
         return ProcessResult(
-            exit_code=self.transport.get_returncode(),
+            exit_code=self._popen.returncode,
             stdout=self.collector.stdout,
             stderr=self.collector.stderr,
             truncated=self.collector.truncated,
             timed_out=self.timed_out,
             canceled=canceled,
-            duration_seconds=time.monotonic() - self.started,
+            duration_seconds=time.monotonic() - self._started,
         )
 
-    def _close_output(self) -> list[tuple[Channel, str]]:
-        if self._tails is None:
-            self._tails = self.collector.close()
-        return self._tails
+    def _flush(self) -> list[tuple[Channel, str]]:
+        if self._finished_output:
+            return []
+        self._finished_output = True
+        return self.collector.close()
+
+    def _read(self, fd: int) -> None:
+        try:
+            data = os.read(fd, READ_CHUNK_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close_pipe(fd)
+            return
+        channel = self._pipes[fd]
+        text = self.collector.feed(channel, data)
+        if text:
+            self.outbox.put_nowait((channel, text))
+
+    def _close_pipe(self, fd: int) -> None:
+        self._loop.remove_reader(fd)
+        os.close(fd)
+        del self._pipes[fd]
+        if not self._pipes and not self.closed.done():
+            self.closed.set_result(None)
+
+
+def _spawn(spec: ProcessSpec) -> tuple[subprocess.Popen[bytes], dict[int, Channel]]:
+    """Start the leader of a new session with both output pipes; return it and the read ends."""
+    stdout_read, stdout_write = os.pipe()
+    stderr_read, stderr_write = os.pipe()
+    try:
+        popen = subprocess.Popen(
+            spec.argv, stdin=subprocess.DEVNULL, stdout=stdout_write, stderr=stderr_write,
+            cwd=spec.cwd, env=dict(spec.env), start_new_session=True,
+        )
+    except OSError as error:
+        os.close(stdout_read)
+        os.close(stderr_read)
+        reason = error.strerror or str(error)
+        raise ToolExecutionError(f"could not start {spec.argv[0]!r}: {reason}") from None
+    finally:
+        os.close(stdout_write)
+        os.close(stderr_write)
+    for fd in (stdout_read, stderr_read):
+        os.set_blocking(fd, False)
+    return popen, {stdout_read: "stdout", stderr_read: "stderr"}
+
+
+def _watch_exit(popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop
+                ) -> tuple[asyncio.Future[None], Callable[[], None]]:
+    """A future completed once the leader is reaped, and a function to stop watching early."""
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def reaped() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except (AttributeError, OSError):
+        # No pidfd (not Linux, or an old kernel): a daemon thread waits for this one child.
+        def wait() -> None:
+            popen.wait()
+            loop.call_soon_threadsafe(reaped)
+
+        threading.Thread(target=wait, name=f"protolink-wait-{popen.pid}", daemon=True).start()
+        return exited, lambda: None
+
+    def unwatch() -> None:
+        if pidfd in watching:
+            watching.clear()
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+
+    def ready() -> None:
+        unwatch()
+        popen.poll()
+        reaped()
+
+    watching = {pidfd}
+    loop.add_reader(pidfd, ready)
+    return exited, unwatch
 
 
 async def _emit_output(outbox: _Outbox, execution: Emitter) -> None:

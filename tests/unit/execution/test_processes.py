@@ -1,0 +1,44 @@
+"""LocalProcesses where the kernel offers no pidfd: a waiter thread reaps the leader instead."""
+
+import os
+
+import pytest
+
+from protolink.execution.process import ProcessSpec
+from protolink.execution.processes import LocalProcesses
+
+
+class Events:
+    def __init__(self):
+        self.seen = []
+
+    async def emit(self, type, **data):
+        self.seen.append((type, data))
+
+
+@pytest.fixture
+def without_pidfd(monkeypatch):
+    monkeypatch.delattr(os, "pidfd_open")
+
+
+async def test_exit_code_and_output_without_pidfd(without_pidfd, tmp_path):
+    events = Events()
+    spec = ProcessSpec(("/bin/sh", "-c", "echo hi; exit 3"), str(tmp_path), {}, 30, 100)
+    result = await LocalProcesses().execute(spec, events)
+    assert (result.exit_code, result.stdout, result.timed_out) == (3, "hi\n", False)
+    assert events.seen == [("process.output", {"channel": "stdout", "text": "hi\n"})]
+
+
+async def test_timeout_without_pidfd(without_pidfd, tmp_path):
+    spec = ProcessSpec(("/bin/sh", "-c", "exec sleep 30"), str(tmp_path), {"PATH": "/usr/bin:/bin"},
+                       0.3, 100)
+    result = await LocalProcesses().execute(spec, Events())
+    assert result.timed_out and result.exit_code == -15
+
+
+async def test_a_command_that_cannot_start_is_a_clear_error(tmp_path):
+    spec = ProcessSpec((str(tmp_path / "missing"),), str(tmp_path), {}, 5, 100)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(RuntimeError, match="could not start"):
+        await LocalProcesses().execute(spec, Events())
+    assert len(os.listdir("/proc/self/fd")) == before
