@@ -8,7 +8,9 @@ observable.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -385,3 +387,40 @@ async def test_registration_serializes_by_identity_and_policy_applies(site, netw
     with pytest.raises(PolicyDeniedError):
         await restored.call_tool("web_search", query="Athens", engine="wikipedia")
     assert network.lookups == []
+
+
+# -- examples/builtin_web_search.py --------------------------------------------------------------
+
+
+def load_example():
+    path = Path(__file__).resolve().parents[3] / "examples" / "builtin_web_search.py"
+    spec = importlib.util.spec_from_file_location("builtin_web_search_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_example_prints_help_without_a_query_and_sends_nothing(network, capsys):
+    assert load_example().main([]) == 0
+
+    assert "usage:" in capsys.readouterr().out
+    assert network.lookups == []
+
+
+async def test_the_example_prints_the_normalized_json_through_an_explicit_policy(site, network, capsys):
+    site.route(*WIKIPEDIA, Reply(200, JSON, fixture("wikipedia_search_page.json")))
+    example = load_example()
+
+    code = await asyncio.to_thread(example.main, ["What is the capital of Greece?", "--max-results", "2"])
+
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert printed["provider"] == "wikipedia" and [r["title"] for r in printed["results"]] == ["Athens",
+                                                                                                "List of capitals of Greece"]
+
+
+async def test_the_example_reports_configuration_errors(network, monkeypatch, capsys):
+    monkeypatch.delenv("BRAVE_SEARCH_API_KEY", raising=False)
+
+    assert await asyncio.to_thread(load_example().main, ["python", "--engine", "brave"]) == 1
+    assert "BRAVE_SEARCH_API_KEY" in capsys.readouterr().err
