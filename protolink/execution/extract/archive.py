@@ -8,10 +8,15 @@ declared total also bounds what the parsers can inflate.
 
 from __future__ import annotations
 
+import codecs
 import io
 import zipfile
 
 from .sections import DocumentError
+
+# zipfile decodes legacy entry names as cp437; load the codec now, while imports still work
+# (a sandbox worker drops its privileges after importing and may not read the library again).
+codecs.lookup("cp437")
 
 MAX_ARCHIVE_ENTRIES = 10_000
 
