@@ -25,6 +25,7 @@ __all__ = [
     "DocumentError",
     "DocumentLimits",
     "DocumentSection",
+    "bounded_sections",
     "detect_format",
     "extract",
 ]
