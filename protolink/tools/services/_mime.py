@@ -92,10 +92,11 @@ def body_fields(root: Part) -> dict[str, Any]:
         if part.is_attachment:
             has_attachments = True
         elif part.content_type == "text/plain" and part.data is not None:
-            texts.append(decode_text(part.data, part.charset))
+            # MIME text travels with CRLF line ends; the body uses Python's newlines.
+            texts.append(decode_text(part.data, part.charset).replace("\r\n", "\n"))
         elif part.content_type == "text/html":
             has_html = True
-    body = "\n\n".join(text.strip("\r\n") for text in texts if text.strip())
+    body = "\n\n".join(text.strip("\n") for text in texts if text.strip())
     return {
         **capped_body(body),
         "has_attachments": has_attachments,

@@ -488,7 +488,7 @@ def _guarded(op: _Operation, work: Callable[[_Operation], T]) -> tuple[bool, Any
     """Run ``work``; foreign errors become MailBackendError without server text or context."""
     try:
         return True, work(op)
-    except (MailBackendError, ValueError, _Canceled) as error:
+    except (MailBackendError, _Canceled) as error:
         return False, error
     except Exception as error:  # translated once, here
         kind = _failure_kind(error)

@@ -227,7 +227,7 @@ async def test_gmail_decodes_nested_mime_and_declared_charsets_without_attachmen
     replay = Replay(ok("gmail_message_nested.json"))
     message = await gmail_agent(replay).call_tool("read_email", message_id="18f3c2a9d4e5b601")
     assert len(replay.requests) == 1 and replay.requests[0].url.params["format"] == "full"
-    assert message["body"] == "Grüße aus Zürich!\r\nDie Präsentation ist im Anhang."
+    assert message["body"] == "Grüße aus Zürich!\nDie Präsentation ist im Anhang."
     assert message["has_attachments"] is True and message["html_body_omitted"] is False
     assert message["body_truncated"] is False
     assert message["headers"]["subject"] == "Präsentation Q1"
