@@ -58,8 +58,8 @@ def docx_bytes() -> bytes:
     document.add_paragraph("Revenue grew in every region.")
     document.add_paragraph("")
     table = document.add_table(rows=2, cols=3)
-    for row, values in zip(table.rows, [("Region", "Q1", "Q2"), ("North", "10", "12")]):
-        for cell, value in zip(row.cells, values):
+    for row, values in zip(table.rows, [("Region", "Q1", "Q2"), ("North", "10", "12")], strict=True):
+        for cell, value in zip(row.cells, values, strict=True):
             cell.text = value
     nested = table.rows[1].cells[2].add_table(rows=1, cols=1)
     nested.rows[0].cells[0].text = "nested, not top-level"

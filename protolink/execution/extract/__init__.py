@@ -8,7 +8,7 @@ as the section or character budget is spent.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import closing
 
 from .archive import check_office_archive
@@ -47,7 +47,7 @@ EXTENSIONS: dict[str, str] = {
     ".xlsx": "xlsx",
 }
 
-Reader = Callable[[bytes, str], Iterator[DocumentSection]]
+Reader = Callable[[bytes, str], Generator[DocumentSection, None, None]]
 
 _READERS: dict[str, Reader] = {
     **dict.fromkeys(("txt", "md", "rst", "log", "json", "yaml", "xml"), text_sections),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from .sections import DocumentError, DocumentSection
 from .text import decode_utf8
@@ -12,7 +12,7 @@ from .text import decode_utf8
 DELIMITERS = {"csv": ",", "tsv": "\t"}
 
 
-def delimited_sections(data: bytes, format_name: str) -> Iterator[DocumentSection]:
+def delimited_sections(data: bytes, format_name: str) -> Generator[DocumentSection, None, None]:
     """Records in file order; ``row`` counts records (a quoted field may span lines)."""
     text = decode_utf8(data, format_name)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=DELIMITERS[format_name])

@@ -6,12 +6,12 @@ No OCR and no reconstruction of table geometry. Encrypted PDFs are refused.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from .sections import DocumentError, DocumentSection
 
 
-def pdf_sections(data: bytes, format_name: str) -> Iterator[DocumentSection]:
+def pdf_sections(data: bytes, format_name: str) -> Generator[DocumentSection, None, None]:
     """Page text in page order; pages are parsed only as far as the consumer reads."""
     from pypdf import PdfReader
 

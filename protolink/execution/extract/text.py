@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from .sections import DocumentError, DocumentSection
 
@@ -18,6 +18,6 @@ def decode_utf8(data: bytes, format_name: str) -> str:
     return text.removeprefix("\ufeff")
 
 
-def text_sections(data: bytes, format_name: str) -> Iterator[DocumentSection]:
+def text_sections(data: bytes, format_name: str) -> Generator[DocumentSection, None, None]:
     """The whole file as one text section starting at line 1."""
     yield DocumentSection({"line": 1}, text=decode_utf8(data, format_name))

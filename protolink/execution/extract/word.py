@@ -8,12 +8,12 @@ merge is empty (its text belongs to the first row of the merge). Nested tables a
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from .sections import MAX_COLUMNS, DocumentSection
 
 
-def word_sections(data: bytes, format_name: str) -> Iterator[DocumentSection]:
+def word_sections(data: bytes, format_name: str) -> Generator[DocumentSection, None, None]:
     import docx
     from docx.table import Table
 

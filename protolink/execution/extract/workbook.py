@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import io
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from .sections import DocumentError, DocumentSection
@@ -19,7 +19,7 @@ from .sections import DocumentError, DocumentSection
 MAX_SCANNED_ROWS = 1_048_576
 
 
-def workbook_sections(data: bytes, format_name: str) -> Iterator[DocumentSection]:
+def workbook_sections(data: bytes, format_name: str) -> Generator[DocumentSection, None, None]:
     from openpyxl import load_workbook
 
     workbook = load_workbook(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -57,10 +58,8 @@ def descriptors_on(path: Path) -> int:
     fds = Path("/proc/self/fd")
     count = 0
     for name in os.listdir(fds):
-        try:
+        with contextlib.suppress(OSError):  # a descriptor closed while listing
             count += os.readlink(fds / name).startswith(str(path))
-        except OSError:
-            pass
     return count
 
 
@@ -79,7 +78,8 @@ async def test_positional_and_named_parameters(db_path):
                                        sql="SELECT id, name FROM items WHERE category = ? ORDER BY id",
                                        parameters=["example"], max_rows=100)
     assert positional == {"columns": ["id", "name"], "rows": [[1, "anvil"], [2, "bolt"]], "truncated": False}
-    named = await agent.call_tool("query_database", sql="SELECT :flag, :nothing, :ratio, name FROM items WHERE id = :id",
+    named = await agent.call_tool("query_database",
+                                  sql="SELECT :flag, :nothing, :ratio, name FROM items WHERE id = :id",
                                   parameters={"id": 3, "flag": True, "nothing": None, "ratio": 0.5})
     assert named["rows"] == [[1, None, 0.5, "cog"]]
 
@@ -248,7 +248,8 @@ async def test_invalid_utf8_text_is_replaced_not_fatal(db_path):
     with sqlite3.connect(db_path) as writer:
         writer.execute("INSERT INTO owners VALUES (3, CAST(x'66ff6f' AS TEXT))")
     writer.close()
-    result = await make_agent(SQLiteDatabase(db_path)).call_tool("query_database", sql="SELECT name FROM owners WHERE id = 3")
+    result = await make_agent(SQLiteDatabase(db_path)).call_tool("query_database",
+                                                                 sql="SELECT name FROM owners WHERE id = 3")
     assert result["rows"] == [["f\ufffdo"]]
 
 

@@ -230,7 +230,8 @@ async def test_sqlite_values_persist_across_instances(tmp_path):
     first.close()
     second = SQLiteStorage(tmp_path / "app.db", namespace="tool-values")
     try:
-        assert await agent_with(second).call_tool("get_value", key="k") == {"key": "k", "found": True, "value": {"n": 1}}
+        result = await agent_with(second).call_tool("get_value", key="k")
+        assert result == {"key": "k", "found": True, "value": {"n": 1}}
     finally:
         second.close()
 
