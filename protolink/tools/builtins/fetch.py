@@ -12,6 +12,7 @@ from protolink.core.tools import Tool, ToolContext
 from protolink.tools.net.addresses import MAX_URL_CHARS, Destination, parse_url
 from protolink.tools.net.html import document_text, meta_charset
 from protolink.tools.net.http1 import Response, open_response, transport_deadline
+from protolink.tools.net.media import is_text
 from protolink.tools.net.transport import resolve_public
 
 MAX_RESPONSE_BYTES = 1_000_000
@@ -125,13 +126,7 @@ def _kind(media_type: str | None) -> str | None:
     """``"html"``, ``"text"``, or None for content this tool does not return."""
     if media_type in ("text/html", "application/xhtml+xml"):
         return "html"
-    if media_type and (
-        media_type.startswith("text/")
-        or media_type in ("application/json", "application/xml")
-        or media_type.endswith(("+json", "+xml"))
-    ):
-        return "text"
-    return None
+    return "text" if is_text(media_type) else None
 
 
 def _decode(body: bytes, declared: str | None, *, html: bool) -> str:

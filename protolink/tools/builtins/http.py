@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field, JsonValue, create_model
 
 from protolink.core.errors import BudgetExceededError
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
+from protolink.tools.net.media import check_header, is_json, is_text, media_type
 
 try:
     import httpx
@@ -36,12 +37,10 @@ HeaderValues = Mapping[str, str]
 Headers = HeaderValues | Callable[[], HeaderValues | Awaitable[HeaderValues]]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}\Z")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 _SEGMENT = re.compile(r"(?:[^%]|%[0-9A-Fa-f]{2})*\Z")
 _FORBIDDEN_DECODED = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _SEGMENT_SAFE = "!$&'()*+,;=:@-._~"
-_TEXT_TYPES = ("application/xml", "application/javascript", "application/x-www-form-urlencoded")
 
 OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -133,7 +132,7 @@ def http_tool(
 def _base_url(base_url: str, *, allow_http: bool) -> str:
     try:
         parts = urlsplit(base_url)
-        parts.port  # noqa: B018 - validates the port
+        _ = parts.port  # raises ValueError for a malformed or out-of-range port
     except ValueError as error:
         raise ValueError(f"invalid base_url: {error}") from None
     schemes = ("https", "http") if allow_http else ("https",)
@@ -185,13 +184,9 @@ def _path(path: str) -> str:
 def _checked_headers(headers: Mapping[str, str]) -> dict[str, str]:
     if not isinstance(headers, Mapping):
         raise TypeError("headers must be a mapping or a callable returning one")
-    checked = {}
     for name, value in headers.items():
-        if not isinstance(name, str) or not isinstance(value, str) or not _HEADER_NAME.match(name) \
-                or re.search(r"[\x00-\x08\x0a-\x1f\x7f]", value):
-            raise ValueError(f"invalid header {name!r}")
-        checked[name] = value
-    return checked
+        check_header(name, value)
+    return dict(headers)
 
 
 async def _resolve(headers: Callable[[], HeaderValues | Awaitable[HeaderValues]]) -> dict[str, str]:
@@ -235,16 +230,14 @@ async def _send(method: str, url: str, headers: Mapping[str, str], content: byte
 
 def _decode(response: httpx.Response, body: bytes) -> tuple[str, Any]:
     """JSON when declared and valid, text when textual and decodable, otherwise base64."""
-    media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
-    textual = not media_type or media_type.startswith("text/") or media_type in _TEXT_TYPES \
-        or media_type.endswith(("+xml", "+json")) or media_type == "application/json"
-    if textual:
+    media = media_type(response.headers.get("content-type"))
+    if media is None or is_text(media):
         try:
             text = body.decode(response.charset_encoding or "utf-8")
         except (LookupError, UnicodeDecodeError):
             text = None
         if text is not None:
-            if (media_type == "application/json" or media_type.endswith("+json")) and text.strip():
+            if is_json(media) and text.strip():
                 try:
                     return "json", json.loads(text)
                 except ValueError:

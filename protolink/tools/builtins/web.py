@@ -21,6 +21,7 @@ from protolink.core.tools import Tool, ToolContext
 from protolink.tools.net.addresses import MAX_URL_CHARS, parse_url
 from protolink.tools.net.html import collapse, fragment_text
 from protolink.tools.net.http1 import open_response, transport_deadline
+from protolink.tools.net.media import is_json
 from protolink.tools.net.transport import resolve_public
 
 Engine = Literal["brave", "duckduckgo", "wikipedia"]
@@ -136,7 +137,7 @@ class _Reply:
             raise RuntimeError(f"could not decode the response: {error}") from None
 
     def json(self, provider: str) -> Any:
-        if self.media_type != "application/json" and not (self.media_type or "").endswith("+json"):
+        if not is_json(self.media_type):
             raise RuntimeError(f"{provider} answered with {self.media_type or 'no content type'}, not JSON")
         try:
             return json.loads(self.text())

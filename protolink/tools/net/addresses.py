@@ -19,12 +19,11 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_URL_CHARS = 2048
 STANDARD_PORTS = {"http": 80, "https": 443}
 
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?\Z")
 _NUMBER = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)\Z")
 _UNSAFE = re.compile(r"[\x00-\x20\x7f]")
 # Characters kept as they are in a request target; everything else is percent-encoded.
-_TARGET_SAFE = "!#$%&'()*+,/:;=?@[]~"
+_TARGET_SAFE = "!$%&'()*+,/:;=?@[]~"
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class Destination:
 
     @property
     def host_header(self) -> str:
-        """The Host header (and TLS server name, unbracketed) for this destination."""
+        """The Host header value: the host, bracketed when IPv6, with any nonstandard port."""
         host = f"[{self.host}]" if isinstance(self.address, ipaddress.IPv6Address) else self.host
         return host if self.port == STANDARD_PORTS[self.scheme] else f"{host}:{self.port}"
 
@@ -79,17 +78,13 @@ def parse_url(url: str, *, any_port: bool = False) -> Destination:
 def is_public_address(address: IPAddress) -> bool:
     """True for globally routable unicast addresses only.
 
-    Private, loopback, link-local, shared, reserved, documentation, multicast and unspecified
-    ranges are refused, and so are IPv6 forms that embed such an IPv4 address (IPv4-mapped,
-    6to4, NAT64).
+    Private, loopback, link-local, shared, reserved (NAT64 and IPv4-compatible forms included),
+    documentation, multicast and unspecified ranges are refused, and so are IPv6 site-local
+    addresses and IPv6 forms that embed a refused IPv4 address (IPv4-mapped, 6to4).
     """
     if isinstance(address, ipaddress.IPv6Address):
         embedded = address.ipv4_mapped or address.sixtofour
-        if address in _NAT64:
-            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-        if embedded is not None and not is_public_address(embedded):
-            return False
-        if address.is_site_local:
+        if address.is_site_local or (embedded is not None and not is_public_address(embedded)):
             return False
     return address.is_global and not (
         address.is_private or address.is_loopback or address.is_link_local or address.is_multicast

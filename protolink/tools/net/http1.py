@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from email.message import Message
 from http.client import HTTPException, parse_headers
 
+from protolink import __version__
 from protolink.core.errors import BudgetExceededError
 from protolink.core.tools import ToolContext
 
 from .addresses import Destination, IPAddress
-from .transport import current_network
+from .media import check_header, media_type
+from .transport import Streams, current_network
 
 MAX_HEAD_BYTES = 65_536
 MAX_HEADERS = 100
@@ -28,7 +30,7 @@ _CHUNK_LINE_BYTES = 1024
 _READ_SIZE = 65_536
 _STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([1-9][0-9]{2})(?: ([^\r\n]*))?\r?\n\Z")
 _INTERIM_LIMIT = 5
-USER_AGENT = "protolink/0.1 (+https://pypi.org/project/protolink/)"
+USER_AGENT = f"protolink/{__version__} (ProtoLink agent runtime; web tools)"
 
 
 @dataclass
@@ -46,16 +48,16 @@ class Response:
 
     @property
     def media_type(self) -> str | None:
-        """The lowercase media type without parameters, or None when none was sent."""
-        return self.headers.get_content_type() if self.headers.get("Content-Type") else None
+        """The lowercase media type without parameters, or None when none (or no valid one) was sent."""
+        return media_type(self.headers.get("Content-Type"))
 
     async def read(self, limit: int) -> bytes:
         """The whole body; RuntimeError as soon as it exceeds ``limit`` bytes."""
+        if not self._has_body:
+            return b""
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding != "identity":
             raise RuntimeError(f"unsupported content encoding {encoding!r}")
-        if not self._has_body:
-            return b""
         try:
             return await self._read_body(limit)
         except asyncio.IncompleteReadError:
@@ -71,7 +73,7 @@ class Response:
             return await self._read_chunked(limit)
         lengths = {value.strip() for value in self.headers.get_all("Content-Length", [])}
         if lengths:
-            if len(lengths) != 1 or not next(iter(lengths)).isdigit():
+            if len(lengths) != 1 or not re.fullmatch(r"[0-9]{1,18}", next(iter(lengths))):
                 raise RuntimeError("malformed Content-Length header")
             length = int(lengths.pop())
             _check_size(length, limit)
@@ -127,7 +129,7 @@ async def open_response(
         writer.transport.abort()
 
 
-async def _connect(destination: Destination, addresses: tuple[IPAddress, ...]):
+async def _connect(destination: Destination, addresses: tuple[IPAddress, ...]) -> Streams:
     network = current_network()
     server_name = destination.host if destination.scheme == "https" else None
     failures = []
@@ -144,8 +146,7 @@ def _request_bytes(destination: Destination, method: str, headers: Mapping[str, 
               "Accept-Encoding": "identity", **headers, "Connection": "close"}
     lines = [f"{method} {destination.target} HTTP/1.1"]
     for name, value in fields.items():
-        if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name) or re.search(r"[\x00-\x1f\x7f]", value):
-            raise ValueError(f"invalid request header {name!r}")
+        check_header(name, value)
         lines.append(f"{name}: {value}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 

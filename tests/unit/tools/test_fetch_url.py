@@ -214,6 +214,8 @@ async def test_cancellation_closes_the_connection(site, network):
         "http://[::ffff:a9fe:a9fe]/",
         "http://[fe80::1]/",
         "http://[fc00::1]/",
+        "http://[fec0::1]/",
+        "http://[::127.0.0.1]/",
         "http://[ff02::1]/",
         "http://[2002:7f00:1::1]/",
         "http://[64:ff9b::7f00:1]/",

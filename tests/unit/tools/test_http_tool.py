@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -418,3 +420,19 @@ def test_a_base_without_trailing_slash_still_scopes_paths():
 
     assert tool.name == "application_api"
     assert "https://api.example.com/v1/" in tool.description
+
+
+def test_only_http_tool_needs_the_integrations_extra():
+    probe = """
+import sys
+sys.modules["httpx"] = None  # as if the integrations extra were not installed
+from protolink.tools import ask_user_tool, calculator, current_datetime, fetch_url, web_search
+for factory in (calculator, current_datetime, fetch_url, web_search):
+    factory()
+try:
+    from protolink.tools import http_tool
+except ImportError as error:
+    print(error)
+"""
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert "pip install 'protolink[integrations]'" in run.stdout
