@@ -1,0 +1,5 @@
+"""Agent presets that compose the built-in tools under a safe default policy."""
+
+from .assistant import ASSISTANT_POLICY, Assistant, assistant_policy
+
+__all__ = ["ASSISTANT_POLICY", "Assistant", "assistant_policy"]
