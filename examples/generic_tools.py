@@ -1,12 +1,13 @@
-"""Generic built-in tools on one ordinary Agent: files, JSON storage, documents and SQLite.
+"""Generic built-in tools on one ordinary Agent: files, JSON storage, HTTP, documents and SQLite.
 
-Runs offline in a temporary directory::
+Runs offline in a temporary directory, with a small JSON API served on 127.0.0.1::
 
+    pip install 'protolink[integrations]'
     python examples/generic_tools.py
 
-Reads are allowed; file writes, restorations and storage writes require approval, which this
-demonstration grants automatically while printing what it was asked to approve. Recovery
-checkpoints and tool values live in SQLite outside the workspace root.
+Reads are allowed; file writes, restorations, storage writes and HTTP writes require approval,
+which this demonstration grants automatically while printing what it was asked to approve.
+Recovery checkpoints and tool values live in SQLite outside the workspace root.
 """
 
 from __future__ import annotations
@@ -15,12 +16,21 @@ import asyncio
 import json
 import sqlite3
 import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from protolink import Agent, AgentCard, ApprovalRequest, CapabilityPolicy, RunContext, StorageCheckpointStore
 from protolink.storage import SQLiteStorage
-from protolink.tools import SQLiteDatabase, database_tools, document_tools, filesystem_tools, storage_tools
+from protolink.tools import (
+    SQLiteDatabase,
+    database_tools,
+    document_tools,
+    filesystem_tools,
+    http_tool,
+    storage_tools,
+)
 
 
 async def approve_and_show(request: ApprovalRequest, run: RunContext) -> bool:
@@ -28,7 +38,7 @@ async def approve_and_show(request: ApprovalRequest, run: RunContext) -> bool:
     for artifact in request.artifacts:
         if artifact.kind == "diff":
             print("    " + artifact.content.rstrip().replace("\n", "\n    "))
-        elif artifact.kind == "storage_write":
+        elif artifact.kind in ("storage_write", "http_request"):
             print(f"    {json.dumps(artifact.content)}")
         else:
             print(f"    {artifact.kind}: {artifact.title}")
@@ -63,6 +73,46 @@ async def storage_section(agent: Agent) -> None:
     show("list_keys", await agent.call_tool("list_keys", prefix="", limit=10))
     show("delete_value", await agent.call_tool("delete_value", key="last_run"))
     show("missing", await agent.call_tool("get_value", key="last_run"))
+
+
+class ItemsAPI(BaseHTTPRequestHandler):
+    """A stand-in for an application's JSON API: GET /v1/items and POST /v1/items."""
+
+    protocol_version = "HTTP/1.1"
+    items = ["anvil", "bolt"]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def reply(self, status: int, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.headers.get("Authorization") == "Bearer demo-token":
+            self.reply(200, {"items": self.items})
+        else:
+            self.reply(401, {"error": "unauthorized"})
+
+    def do_POST(self) -> None:
+        item = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["name"]
+        self.items.append(item)
+        self.reply(201, {"created": item})
+
+
+async def http_section(agent: Agent) -> None:
+    print("\n== http: a fixed API root")
+    show("GET items", await agent.call_tool("application_api", path="items", query={"limit": "10"}))
+    show("POST items", await agent.call_tool("application_api", path="/items", method="POST",
+                                             body={"name": "cog"}))
+    try:
+        await agent.call_tool("application_api", path="../admin")
+    except ValueError as error:
+        print(f"a path outside the root is refused: {error}")
 
 
 async def documents_section(agent: Agent, workspace: Path) -> None:
@@ -102,6 +152,8 @@ def make_database(path: Path) -> None:
 
 
 async def main() -> None:
+    api = ThreadingHTTPServer(("127.0.0.1", 0), ItemsAPI)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
     with tempfile.TemporaryDirectory() as temporary:
         workspace = Path(temporary, "workspace").resolve()
         workspace.mkdir()
@@ -116,6 +168,7 @@ async def main() -> None:
                 "filesystem.write": "require_approval",
                 "filesystem.restore": "require_approval",
                 "storage.write": "require_approval",
+                "network.write": "require_approval",
             }),
             approval_handler=approve_and_show,
         )
@@ -124,16 +177,26 @@ async def main() -> None:
             *storage_tools(values, allow_write=True),
             *document_tools(roots=[workspace]),
             *database_tools(SQLiteDatabase(database)),
+            http_tool(
+                f"http://127.0.0.1:{api.server_address[1]}/v1/",
+                headers=lambda: {"Authorization": "Bearer demo-token"},  # resolved per request
+                allowed_methods=["GET", "POST"],
+                allow_http=True,  # a deliberately selected local endpoint
+                name="application_api",
+            ),
         ):
             agent.add_tool(tool)
         print("tools:", ", ".join(agent.tools))
 
         await filesystem_section(agent, workspace)
         await storage_section(agent)
+        await http_section(agent)
         await documents_section(agent, workspace)
         await database_section(agent)
         recovery.close()
         values.close()
+    api.shutdown()
+    api.server_close()
 
 
 if __name__ == "__main__":
