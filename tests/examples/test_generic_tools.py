@@ -20,3 +20,7 @@ def test_generic_tools_example_runs_offline():
     assert '{"location": {"row": 4, "column": 1}, "snippet": "North"}' in output
     assert '"rows": [[1, "anvil"], [2, "bolt"]]' in output
     assert "a write is refused: query rejected" in output
+    assert 'GET items: {"status_code": 200, "headers": {"content-type": "application/json"}, "body": {"items": ' \
+           '["anvil", "bolt"]}, "body_encoding": "json"}' in output
+    assert '"path": "items", "query": {}, "body": {"name": "cog"}}' in output  # the approved POST preview
+    assert "a path outside the root is refused" in output
