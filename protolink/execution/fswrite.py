@@ -19,7 +19,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from protolink.core.errors import ResourceConflictError
 from protolink.core.resources import ResourceRevision, ResourceSnapshot, ResourceUnchangedError, revision_of
 
-from .paths import WorkspacePath, open_directory, open_flags, open_regular_at, read_bounded, resolve_under_roots
+from .paths import WorkspacePath, lstat_at, open_directory, open_flags, open_regular_at, read_bounded, resolve_under_roots
 
 CREATE_MODE = 0o600
 _TEMP_FLAGS = open_flags("O_WRONLY", "O_CREAT", "O_EXCL", "O_NOFOLLOW", "O_CLOEXEC")
@@ -100,6 +100,13 @@ def _snapshot_at(dir_fd: int, target: WorkspacePath, max_bytes: int) -> Resource
 
 
 def _require_unchanged(dir_fd: int, target: WorkspacePath, expected: ResourceRevision) -> None:
+    # Metadata first: a file whose mode or identity changed is a conflict even when the change
+    # also made it unreadable to us (a sandbox user, say).
+    with suppress(FileNotFoundError):  # an absent file is reported by the snapshot below
+        st = lstat_at(dir_fd, target.name, target.path)
+        if expected.exists and (expected.mode not in (None, stat.S_IMODE(st.st_mode))
+                                or expected.identity not in (None, (st.st_dev, st.st_ino))):
+            raise ResourceConflictError(f"{target.path}: the file changed since it was approved")
     try:
         current = _snapshot_at(dir_fd, target, expected.size or 0).revision
     except ValueError as error:  # now a symlink, special file, or larger than expected
