@@ -240,7 +240,7 @@ class DockerSandbox:
                 self.reaped = await _in_thread(reaper.reap, self._docker)
                 for gone in self.reaped:
                     log.warning("reaped sandbox container %s (%s): %s", gone.name, gone.container_id, gone.reason)
-                self._container = await _in_thread(self._run_container)
+                await _in_thread(self._run_container)
             except docker.errors.DockerException as error:
                 raise SandboxUnavailableError(f"could not start sandbox container {self.name}: {error}") from error
             self._backend = await self._wait_ready()
@@ -327,8 +327,9 @@ class DockerSandbox:
     def _labels(self) -> dict[str, str]:
         return reaper.labels(self.owner, self.session, self.expiry_seconds, self._host_dirs)
 
-    def _run_container(self) -> Any:
-        """Create and start the container (blocking)."""
+    def _run_container(self) -> None:
+        """Create and start the container (blocking). It is recorded the moment it exists, so
+        a cancelled start still removes it."""
         from docker.types import LogConfig, Ulimit
 
         ulimits = [Ulimit(name="nofile", soft=8192, hard=8192), Ulimit(name="core", soft=0, hard=0)]
@@ -366,6 +367,7 @@ class DockerSandbox:
             environment={},
             **options,
         )
+        self._container = container
         try:
             container.start()
             if self.tcp:
@@ -377,8 +379,8 @@ class DockerSandbox:
                 self.address = f"unix://{self._host_dirs[0] / 'sandbox.sock'}"
         except BaseException:
             container.remove(force=True)
+            self._container = None
             raise
-        return container
 
     async def _wait_ready(self) -> SandboxBackend:
         """Connect once the server answers its health check; fail fast if the container dies."""
@@ -393,13 +395,14 @@ class DockerSandbox:
             if socket_path is None or os.path.exists(socket_path):
                 backend = None
                 try:
-                    backend = await connect(self.address, token=self._token, timeout=2.0)
-                    await backend.health()
-                    return backend
-                except (SandboxError, OSError) as error:
+                    # Short attempts on fresh channels: a channel that failed once backs off for a second.
+                    backend = await connect(self.address, token=self._token, timeout=1.0)
+                    if await backend.health():
+                        return backend
+                except SandboxError as error:
                     last_error = error
-                    if backend is not None:
-                        await backend.aclose()
+                if backend is not None:
+                    await backend.aclose()
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + 0.25
                 await self._raise_if_exited()
