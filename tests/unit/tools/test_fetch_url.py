@@ -109,6 +109,13 @@ async def test_charsets_come_from_header_meta_bom_or_fallback(site, network, hea
     assert page["text"] == expected
 
 
+async def test_html_the_parser_cannot_read_is_a_runtime_error(site, network):
+    site.route("www.example.org", "/odd", Reply(200, HTML, b"<p>text</p><![bogus section]>"))
+
+    with pytest.raises(RuntimeError, match="could not parse the HTML"):
+        await fetch_url()(url="https://www.example.org/odd")
+
+
 async def test_an_unknown_charset_is_a_runtime_error(site, network):
     site.route("www.example.org", "/doc", Reply(200, [("Content-Type", "text/plain; charset=x-no-such")], b"x"))
 

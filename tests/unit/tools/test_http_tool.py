@@ -92,6 +92,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _handle
 
+    def finish(self) -> None:  # runs when the client's keep-alive connection ends
+        super().finish()
+        self.server.finished.set()
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -101,6 +105,7 @@ class _Server(ThreadingHTTPServer):
         self.received: list[Received] = []
         self.arrived = threading.Event()
         self.disconnected = threading.Event()
+        self.finished = threading.Event()
 
     @property
     def base(self) -> str:
@@ -145,6 +150,14 @@ async def test_a_get_returns_status_selected_headers_and_json(server):
         "body_encoding": "json",
     }
     assert server.received[0].path == "/v1/items?limit=10"
+
+
+async def test_the_client_is_closed_when_the_call_completes(server):
+    agent = make_agent(http_tool(server.base, allow_http=True))
+
+    await agent.call_tool("http_request", path="items")
+
+    await wait_for(server.finished)  # HTTP/1.1 keep-alive would hold it open otherwise
 
 
 async def test_relative_and_rooted_paths_address_the_same_resource_and_appear_in_previews(server):
