@@ -21,6 +21,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from protolink.core.errors import ProtoLinkError, ResourceConflictError, ToolExecutionError
+from protolink.core.resources import ResourceUnchangedError
 from protolink.execution.extract import DocumentError
 
 from ._pb import errors_pb2
@@ -64,6 +65,7 @@ KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
     Kind.ERROR_KIND_INTERNAL: (grpc.StatusCode.INTERNAL, SandboxError),
     Kind.ERROR_KIND_TOOL_EXECUTION: (grpc.StatusCode.FAILED_PRECONDITION, ToolExecutionError),
     Kind.ERROR_KIND_DOCUMENT: (grpc.StatusCode.INVALID_ARGUMENT, DocumentError),
+    Kind.ERROR_KIND_RESOURCE_UNCHANGED: (grpc.StatusCode.FAILED_PRECONDITION, ResourceUnchangedError),
 }
 
 #: What a status without a (valid) error kind means: a transport or server fault.
@@ -92,6 +94,7 @@ _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
     (SandboxLimitError, Kind.ERROR_KIND_LIMIT_EXCEEDED),
     (SandboxError, Kind.ERROR_KIND_INTERNAL),
     (ResourceConflictError, Kind.ERROR_KIND_CONFLICT),
+    (ResourceUnchangedError, Kind.ERROR_KIND_RESOURCE_UNCHANGED),
     (ToolExecutionError, Kind.ERROR_KIND_TOOL_EXECUTION),
     (DocumentError, Kind.ERROR_KIND_DOCUMENT),
     (FileNotFoundError, Kind.ERROR_KIND_NOT_FOUND),
@@ -110,13 +113,12 @@ def to_status(error: BaseException) -> tuple[grpc.StatusCode, errors_pb2.Error]:
     Unexpected exceptions become ``INTERNAL`` with a fixed message: their text may hold
     details of the server, and only the server's log sees them.
     """
-    for cls, kind in _CLASSIFY:
-        if isinstance(error, cls):
-            message = str(error) if kind != Kind.ERROR_KIND_INTERNAL else "internal sandbox error"
-            break
-    else:
-        kind, message = Kind.ERROR_KIND_INTERNAL, "internal sandbox error"
-    return KINDS[kind][0], errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS])
+    kind = next((kind for cls, kind in _CLASSIFY if isinstance(error, cls)), Kind.ERROR_KIND_INTERNAL)
+    if kind == Kind.ERROR_KIND_INTERNAL:
+        return KINDS[kind][0], errors_pb2.Error(kind=kind, message="internal sandbox error")
+    number = error.errno if isinstance(error, OSError) and isinstance(error.errno, int) else 0
+    message = error.strerror if number and isinstance(error.strerror, str) else str(error)
+    return KINDS[kind][0], errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS], errno=number)
 
 
 def invalid_argument(message: str) -> tuple[grpc.StatusCode, errors_pb2.Error]:
@@ -134,7 +136,10 @@ def from_status(
     """
     wire = _wire_error(trailing_metadata)
     if wire is not None and wire.kind in KINDS and KINDS[wire.kind][0] == code:
-        return KINDS[wire.kind][1](_clip(wire.message))
+        cls = KINDS[wire.kind][1]
+        if wire.errno and issubclass(cls, OSError):
+            return cls(wire.errno, _clip(wire.message))
+        return cls(_clip(wire.message))
     cls = STATUSES.get(code, SandboxProtocolError) or SandboxProtocolError
     name = code.name if isinstance(code, grpc.StatusCode) else str(code)
     return cls(f"sandbox call failed ({name}): {_clip(details or '')}".rstrip(": "))

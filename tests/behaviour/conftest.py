@@ -27,6 +27,8 @@ from protolink.execution.local import LocalExecutionBackend
 
 BACKENDS = ["local"]  # "sandbox" joins once the sandbox server and client land
 SANDBOX_PYTHON = "/opt/protolink/bin/python"
+# "server": the sandbox server as a subprocess on this host (no Docker), through SandboxBackend.
+BACKENDS.append("server")
 _counter = itertools.count()
 
 
@@ -52,10 +54,22 @@ def workspace_root(backend_kind: str) -> Iterator[Path]:
 
 
 @pytest.fixture
-def workspace(workspace_root: Path) -> Path:
+def workspace(workspace_root: Path, command_uid: int | None) -> Path:
     path = workspace_root / f"ws-{next(_counter)}"
     path.mkdir()
+    if command_uid is not None:
+        os.chown(path, command_uid, command_uid)  # a user's workspace is the user's (git checks)
     return path
+
+
+@pytest.fixture(scope="session")
+def command_uid(backend_kind: str) -> int | None:
+    """The uid the backend runs commands as, when it differs from the test process's."""
+    if backend_kind == "server":
+        from tests.sandbox_server import unused_uid
+
+        return unused_uid()
+    return None
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -64,9 +78,17 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-async def backend(backend_kind: str, workspace_root: Path) -> AsyncIterator[object]:
+async def backend(backend_kind: str, workspace_root: Path, command_uid: int | None) -> AsyncIterator[object]:
     if backend_kind == "local":
         yield LocalExecutionBackend()
+        return
+    if backend_kind == "server":
+        from tests.sandbox_server import sandbox_server
+
+        assert command_uid is not None
+        _grant(workspace_root, command_uid)
+        async with sandbox_server([(workspace_root, True)], uid=command_uid) as server:
+            yield server.backend
         return
     from protolink.sandbox.docker import DockerSandbox
     from protolink.sandbox.provision import ensure_image
@@ -82,4 +104,8 @@ async def backend(backend_kind: str, workspace_root: Path) -> AsyncIterator[obje
 
 @pytest.fixture(scope="session")
 def backend_python(backend_kind: str) -> str:
+    if backend_kind == "server":
+        from tests.sandbox_server import HOST_PYTHON
+
+        return HOST_PYTHON
     return sys.executable if backend_kind == "local" else SANDBOX_PYTHON

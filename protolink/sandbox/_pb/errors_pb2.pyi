@@ -20,6 +20,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_OS_ERROR: _ClassVar[ErrorKind]
     ERROR_KIND_TOOL_EXECUTION: _ClassVar[ErrorKind]
     ERROR_KIND_DOCUMENT: _ClassVar[ErrorKind]
+    ERROR_KIND_RESOURCE_UNCHANGED: _ClassVar[ErrorKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
 ERROR_KIND_NOT_FOUND: ErrorKind
@@ -33,11 +34,14 @@ ERROR_KIND_INTERNAL: ErrorKind
 ERROR_KIND_OS_ERROR: ErrorKind
 ERROR_KIND_TOOL_EXECUTION: ErrorKind
 ERROR_KIND_DOCUMENT: ErrorKind
+ERROR_KIND_RESOURCE_UNCHANGED: ErrorKind
 
 class Error(_message.Message):
-    __slots__ = ("kind", "message")
+    __slots__ = ("kind", "message", "errno")
     KIND_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ERRNO_FIELD_NUMBER: _ClassVar[int]
     kind: ErrorKind
     message: str
-    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ...) -> None: ...
+    errno: int
+    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ..., errno: _Optional[int] = ...) -> None: ...
