@@ -29,6 +29,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from protolink.core.errors import ToolExecutionError
@@ -55,6 +56,10 @@ class Emitter(Protocol):
 class LocalProcesses:
     """Host process execution: the ExecutionBackend half of LocalExecutionBackend."""
 
+    #: Extra :class:`subprocess.Popen` options for every command (the sandbox server sets the
+    #: command user and group here).
+    popen_options: Mapping[str, Any] = MappingProxyType({})
+
     async def resolve_command(
         self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
     ) -> tuple[tuple[str, ...], str]:
@@ -63,7 +68,7 @@ class LocalProcesses:
 
     async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
         """Run ``spec`` to completion, timeout or cancellation; see the module docstring."""
-        child = _Child(spec, OutputCollector(spec.max_output_bytes))
+        child = _Child(spec, OutputCollector(spec.max_output_bytes), self.popen_options)
         pump = asyncio.create_task(_emit_output(child.outbox, execution))
         try:
             child.timed_out = not await completed_within(child.exited, spec.timeout_seconds)
@@ -81,13 +86,14 @@ class LocalProcesses:
 class _Child:
     """One started process: its pipes, exit watch, collected output and cleanup."""
 
-    def __init__(self, spec: ProcessSpec, collector: OutputCollector) -> None:
+    def __init__(self, spec: ProcessSpec, collector: OutputCollector,
+                 options: Mapping[str, Any]) -> None:
         self.collector = collector
         self.outbox: _Outbox = asyncio.Queue()
         self.timed_out = False
         self._loop = asyncio.get_running_loop()
         self._started = time.monotonic()
-        self._popen, self._pipes = _spawn(spec)
+        self._popen, self._pipes = _spawn(spec, options)
         self.closed: asyncio.Future[None] = self._loop.create_future()
         for fd in self._pipes:
             self._loop.add_reader(fd, self._read, fd)
@@ -158,14 +164,15 @@ class _Child:
             self.closed.set_result(None)
 
 
-def _spawn(spec: ProcessSpec) -> tuple[subprocess.Popen[bytes], dict[int, Channel]]:
+def _spawn(spec: ProcessSpec, options: Mapping[str, Any]
+           ) -> tuple[subprocess.Popen[bytes], dict[int, Channel]]:
     """Start the leader of a new session with both output pipes; return it and the read ends."""
     stdout_read, stdout_write = os.pipe()
     stderr_read, stderr_write = os.pipe()
     try:
         popen = subprocess.Popen(
             spec.argv, stdin=subprocess.DEVNULL, stdout=stdout_write, stderr=stderr_write,
-            cwd=spec.cwd, env=dict(spec.env), start_new_session=True,
+            cwd=spec.cwd, env=dict(spec.env), start_new_session=True, **options,
         )
     except OSError as error:
         os.close(stdout_read)

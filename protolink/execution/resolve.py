@@ -19,6 +19,17 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 
+def check_command(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> None:
+    """The checks that need no file system: an argv, an absolute cwd, a passable environment."""
+    if not argv:
+        raise ValueError("argv must contain at least the executable")
+    check_arguments(argv)
+    check_environment(env)
+    _check_text("working directory", cwd)
+    if not os.path.isabs(cwd):
+        raise ValueError(f"working directory must be an absolute path, got {cwd!r}")
+
+
 def resolve_directory(path: str) -> str:
     """The real path of an existing working directory given as an absolute path."""
     _check_text("working directory", path)
@@ -60,10 +71,7 @@ def resolve_command(
     argv: Sequence[str], cwd: str, env: Mapping[str, str]
 ) -> tuple[tuple[str, ...], str]:
     """``(argv with argv[0] resolved, resolved cwd)``; the environment is checked, not changed."""
-    if not argv:
-        raise ValueError("argv must contain at least the executable")
-    check_arguments(argv)
-    check_environment(env)
+    check_command(argv, cwd, env)
     directory = resolve_directory(cwd)
     return (resolve_executable(argv[0], cwd=directory, env=env), *argv[1:]), directory
 

@@ -299,9 +299,10 @@ async def test_no_file_descriptor_leaks_after_exit_timeout_and_cancellation(
     await run(observed, workspace, [backend_python, "-c", "print(1)"])
     await run(observed, workspace, [backend_python, "-c", "import time; time.sleep(60)"],
               timeout_seconds=0.5)
+    started = len(observed.of_type("action.started"))
     call = asyncio.create_task(
         run(observed, workspace, [backend_python, "-c", "import time; time.sleep(60)"]))
-    while not observed.of_type("action.started")[3:]:
+    while len(observed.of_type("action.started")) == started:
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.3)
     call.cancel()

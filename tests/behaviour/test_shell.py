@@ -83,18 +83,27 @@ async def test_configured_timeout_and_output_cap_apply(backend, workspace):
     assert "timeout_seconds" not in tool.input_schema["properties"]
 
 
-def test_registration_resolves_settings_and_launches_nothing(backend, workspace):
+def test_registration_launches_nothing(backend, workspace):
     marker = workspace / "launched"
     fake_shell = workspace / "fake-shell"
     fake_shell.write_text(f"#!/bin/sh\ntouch {marker}\n")
     fake_shell.chmod(0o755)
     shell_tool(cwd=str(workspace), shell=str(fake_shell), backend=backend)
     assert not marker.exists()
-    with pytest.raises(ValueError, match="absolute"):
-        shell_tool(cwd="relative", backend=backend)
-    with pytest.raises(ValueError, match="does not exist"):
-        shell_tool(cwd=str(workspace / "missing"), backend=backend)
-    with pytest.raises(ValueError, match="not found"):
-        shell_tool(cwd=str(workspace), shell="no-such-shell", backend=backend)
-    with pytest.raises(ValueError, match="not an executable"):
-        shell_tool(cwd=str(workspace), shell=str(workspace / "missing-shell"), backend=backend)
+
+
+@pytest.mark.parametrize(("settings", "problem"), [
+    ({"cwd": "relative"}, "absolute"),
+    ({"cwd": "{workspace}/missing"}, "does not exist"),
+    ({"shell": "no-such-shell"}, "not found"),
+    ({"shell": "{workspace}/missing-shell"}, "not an executable"),
+])
+async def test_invalid_settings_fail_before_any_authorization(backend, workspace, settings, problem):
+    """On the host backend at registration; a backend elsewhere resolves in its boundary when
+    the first call is prepared, still before approval."""
+    settings = {"cwd": str(workspace), **{k: v.format(workspace=workspace) for k, v in settings.items()}}
+    observed = None
+    with pytest.raises(ValueError, match=problem):
+        observed = observed_agent(shell_tool(backend=backend, **settings))
+        await run(observed, "true")
+    assert observed is None or observed.requests == []

@@ -25,7 +25,12 @@ from protolink.execution.process import (
     ProcessSpec,
 )
 from protolink.execution.processes import LocalProcesses
-from protolink.execution.resolve import CommandResolver, check_arguments, resolve_command
+from protolink.execution.resolve import (
+    CommandResolver,
+    check_arguments,
+    check_command,
+    resolve_command,
+)
 
 __all__ = [
     "ExecutionBackend",
@@ -135,10 +140,12 @@ def bind_command(
 ) -> Callable[[Sequence[str]], Awaitable[Resolved]]:
     """Resolve an application-configured executable and directory for shell/git tools.
 
-    On the host backend this happens now, at registration, without launching anything; a
-    backend elsewhere resolves them inside its boundary when each call is prepared.
-    Returns ``complete(arguments) -> (argv, cwd)``.
+    On the host backend this happens now, at registration, without launching anything. A
+    backend elsewhere is only checked now (absolute directory, valid environment); it
+    resolves the executable and directory inside its boundary when each call is prepared,
+    still before authorization. Returns ``complete(arguments) -> (argv, cwd)``.
     """
+    check_command([executable], cwd, env)
     if isinstance(backend, LocalProcesses):
         (program, *_), directory = resolve_command([executable], cwd, env)
 

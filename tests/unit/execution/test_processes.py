@@ -1,4 +1,4 @@
-"""LocalProcesses where the kernel offers no pidfd: a waiter thread reaps the leader instead."""
+"""LocalProcesses details: no pidfd (a waiter thread reaps), spawn failures, Popen options."""
 
 import os
 
@@ -42,3 +42,12 @@ async def test_a_command_that_cannot_start_is_a_clear_error(tmp_path):
     with pytest.raises(RuntimeError, match="could not start"):
         await LocalProcesses().execute(spec, Events())
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+async def test_popen_options_apply_to_every_command(tmp_path):
+    class Private(LocalProcesses):
+        popen_options = {"umask": 0o077}
+
+    spec = ProcessSpec(("/bin/sh", "-c", "echo x > made"), str(tmp_path), {}, 5, 100)
+    assert (await Private().execute(spec, Events())).exit_code == 0
+    assert (tmp_path / "made").stat().st_mode & 0o777 == 0o600

@@ -178,6 +178,12 @@ async def test_shell_on_a_backend_elsewhere_resolves_there_per_call():
     assert backend.resolved == [(("/bin/sh", "-c", "--", "ls"), "/not/on/this/host", {"PATH": os.defpath})]
 
 
-def test_shell_factory_validates_limits(tmp_path):
+def test_shell_factory_validates_settings_at_registration(tmp_path):
     with pytest.raises(ValueError, match="positive"):
         shell_tool(cwd=str(tmp_path), timeout_seconds=-1)
+    with pytest.raises(ValueError, match="does not exist"):
+        shell_tool(cwd=str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="not found"):
+        shell_tool(cwd=str(tmp_path), shell="sh", env={"PATH": str(tmp_path)})
+    with pytest.raises(ValueError, match="absolute"):
+        shell_tool(cwd="relative", backend=ResolvingBackend())  # checked even for a backend elsewhere
