@@ -170,6 +170,7 @@ class SandboxBackend:
         Canceling kills and reaps the process group in the sandbox, then raises
         ProcessCancelledError with the output received so far.
         """
+        self._check_open()
         request = self._request(messages.execute_request, spec)
         started = time.monotonic()
         output = _Output(spec.max_output_bytes)

@@ -1,0 +1,164 @@
+"""The client treats the server's answers as untrusted: bounded, checked, and never a hang.
+
+A fake server on a Unix socket answers each call with whatever the test scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from protolink.execution.process import ProcessSpec
+from protolink.sandbox import client, connect
+from protolink.sandbox._pb import process_pb2, sandbox_pb2, workspace_pb2
+from protolink.sandbox.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
+
+SERVICE = "protolink.sandbox.v1.Sandbox"
+SPEC = ProcessSpec(("/bin/true",), "/ws", {}, 5.0, 100)
+
+
+def started() -> process_pb2.ExecuteEvent:
+    return process_pb2.ExecuteEvent(started=process_pb2.Started())
+
+
+def output(text: str, channel: int = process_pb2.CHANNEL_STDOUT) -> process_pb2.ExecuteEvent:
+    return process_pb2.ExecuteEvent(output=process_pb2.Output(channel=channel, text=text))
+
+
+def finished(**facts: Any) -> process_pb2.ExecuteEvent:
+    return process_pb2.ExecuteEvent(finished=process_pb2.Finished(**facts))
+
+
+class Script:
+    """What the fake server answers: Info, the Execute event stream, and ReadText."""
+
+    def __init__(self) -> None:
+        self.info = sandbox_pb2.InfoResponse(boundary="sandbox:fake", server_version="0")
+        self.events: list[process_pb2.ExecuteEvent] = []
+        self.then_silence = False
+        self.read_text = workspace_pb2.ReadTextResponse()
+
+    async def _info(self, request: bytes, context: Any) -> bytes:
+        return self.info.SerializeToString()
+
+    async def _execute(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+        for event in self.events:
+            yield event.SerializeToString()
+        if self.then_silence:
+            await asyncio.sleep(3600)
+
+    async def _read_text(self, request: bytes, context: Any) -> bytes:
+        return self.read_text.SerializeToString()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            "Info": grpc.unary_unary_rpc_method_handler(self._info),
+            "Execute": grpc.unary_stream_rpc_method_handler(self._execute),
+            "ReadText": grpc.unary_unary_rpc_method_handler(self._read_text),
+        })
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    async def emit(self, type: str, **data: Any) -> None:
+        self.events.append((type, data))
+
+
+@pytest.fixture
+async def fake(tmp_path: Path) -> AsyncIterator[tuple[Script, str]]:
+    script = Script()
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((script.handler(),))
+    address = f"unix://{tmp_path / 'fake.sock'}"
+    server.add_insecure_port(address)
+    await server.start()
+    yield script, address
+    await server.stop(None)
+
+
+async def run(address: str, recorder: Recorder | None = None, **connect_options: Any):
+    async with await connect(address, **connect_options) as backend:
+        return await backend.execute(SPEC, recorder or Recorder())
+
+
+async def test_output_past_the_cap_is_cut_even_when_the_server_claims_otherwise(fake):
+    script, address = fake
+    script.events = [started(), *[output("x" * 60, channel) for channel in (1, 2, 1)], finished(exit_code=0)]
+    recorder = Recorder()
+    result = await run(address, recorder)
+    assert result.truncated and len(result.stdout) + len(result.stderr) == SPEC.max_output_bytes
+    emitted = "".join(data["text"] for _, data in recorder.events)
+    assert len(emitted) == SPEC.max_output_bytes
+    assert result.stdout == "x" * 60 and result.stderr == "x" * 40
+
+
+@pytest.mark.parametrize("events", [
+    [output("early"), started(), finished(exit_code=0)],
+    [started(), started(), finished(exit_code=0)],
+    [started(), finished(exit_code=0), output("late")],
+    [started(), finished(exit_code=0), finished(exit_code=0)],
+    [started(), output("?", channel=7), finished(exit_code=0)],
+    [started(), output("no end")],
+    [started(), finished(exit_code=100_000)],
+    [started(), process_pb2.ExecuteEvent(), finished(exit_code=0)],
+], ids=["output-first", "two-starts", "after-finish", "two-finishes", "bad-channel", "no-finish",
+        "bad-exit-code", "empty-event"])
+async def test_a_malformed_event_stream_is_a_protocol_error(fake, events):
+    script, address = fake
+    script.events = events
+    with pytest.raises(SandboxProtocolError):
+        await run(address)
+
+
+async def test_a_silent_server_is_reported_unavailable(fake, monkeypatch):
+    script, address = fake
+    script.events, script.then_silence = [started()], True
+    monkeypatch.setattr(client, "IDLE_SECONDS", 0.2)
+    with pytest.raises(SandboxUnavailableError, match="sent nothing"):
+        await run(address)
+
+
+async def test_an_oversized_answer_is_refused(fake):
+    script, address = fake
+    script.read_text = workspace_pb2.ReadTextResponse(path="/ws/a", content="x" * 200_000)
+    async with await connect(address, max_message_bytes=64 * 1024) as backend:
+        with pytest.raises(SandboxProtocolError):
+            await backend.read_text("/ws/a", roots=["/ws"], offset=0, max_chars=20_000, max_file_bytes=10**6)
+
+
+async def test_an_answer_beyond_the_request_is_refused(fake):
+    script, address = fake
+    script.read_text = workspace_pb2.ReadTextResponse(path="/elsewhere/a", content="x")
+    async with await connect(address) as backend:
+        with pytest.raises(SandboxProtocolError, match="outside the roots"):
+            await backend.read_text("/ws/a", roots=["/ws"], offset=0, max_chars=10, max_file_bytes=100)
+
+
+@pytest.mark.parametrize("boundary", ["host", "sandbox:" + "x" * 300, "sandbox:\x1b[31mred"])
+async def test_an_invalid_boundary_is_refused_at_connect(fake, boundary):
+    script, address = fake
+    script.info = sandbox_pb2.InfoResponse(boundary=boundary)
+    with pytest.raises(SandboxProtocolError, match="boundary"):
+        await connect(address)
+
+
+async def test_nothing_listening_is_unavailable_without_a_hang(tmp_path):
+    with pytest.raises(SandboxUnavailableError):
+        await connect(f"unix://{tmp_path / 'nobody.sock'}", timeout=0.5)
+
+
+async def test_a_closed_backend_refuses_calls(fake):
+    _, address = fake
+    backend = await connect(address)
+    await backend.aclose()
+    with pytest.raises(SandboxError, match="closed"):
+        await backend.info()
+    with pytest.raises(SandboxError, match="closed"):
+        await backend.execute(SPEC, Recorder())
