@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "builtin_assistants.py"
+from .example_runner import run_example
 
 
 def test_builtin_assistants_example_runs_offline():
-    completed = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120,
-                               check=False)
-    assert completed.returncode == 0, completed.stderr
-    output = completed.stdout
+    output = run_example("builtin_assistants.py")
     assert '"result": 8.0' in output
     assert 'run_shell: {"exit_code": 0, "stdout": "apple\\npear\\n"}' in output
     for operation in ("status", "add", "diff", "commit", "log", "show"):

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "service_backends.py"
+from .example_runner import run_example
 
 
 def test_service_backends_example_runs_offline():
-    completed = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120,
-                               check=False)
-    assert completed.returncode == 0, completed.stderr
-    output = completed.stdout
+    output = run_example("service_backends.py")
     assert '"body": "Grüße aus Zürich!\\nDie Präsentation ist im Anhang."' in output
     assert 'HTML-only: {"body": "", "html_body_omitted": true}' in output
     assert '"draft_id": "r-5837261940182736451"' in output

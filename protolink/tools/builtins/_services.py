@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from protolink.core.errors import BudgetExceededError, ToolExecutionError
-from protolink.core.tools import Artifact, ToolContext, jsonable
+from protolink.core.errors import ToolExecutionError
+from protolink.core.tools import Artifact, Preparation, ToolContext, jsonable
+
+from ._budget import within_budget
 
 BUILTIN_TAGS = ("builtin", "service")
 
@@ -61,25 +63,24 @@ def describe_tool(base: str, backend: object) -> str:
 
 
 async def call_bounded(ctx: ToolContext, timeout_seconds: float, operation: str,
-                       call: Awaitable[Any]) -> dict[str, Any]:
-    """Await one backend call within ``timeout_seconds`` and the run's remaining budget.
+                       start: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+    """Await ``start()`` within ``timeout_seconds`` and the run's remaining budget.
 
     A timed-out or canceled write may already have happened remotely.
     """
-    effective, limited_by_budget = ctx.bound_timeout(timeout_seconds)
-    deadline = asyncio.timeout(effective)
-    try:
-        async with deadline:
-            result = await call
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        if limited_by_budget:
-            raise BudgetExceededError(
-                f"run {ctx.run_id} exhausted its time budget during {operation}; "
-                "a write may already have happened remotely") from None
-        raise TimeoutError(f"{operation} did not finish within {timeout_seconds:g} seconds; "
-                           "a write may already have happened remotely") from None
+
+    async def bounded(timeout: float) -> Any:
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                return await start()
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+        raise TimeoutError(f"{operation} did not finish within {timeout:g} seconds; "
+                           "a write may already have happened remotely")
+
+    result = await within_budget(ctx, timeout_seconds, operation, bounded)
     if not isinstance(result, Mapping):
         raise ToolExecutionError(f"{operation}: the backend returned {type(result).__name__}, "
                                  "expected a JSON-compatible dictionary")
@@ -90,3 +91,15 @@ def require_method(backend: object, method: str) -> None:
     """TypeError unless ``backend`` implements ``method`` (checked when a bundle is built)."""
     if not callable(getattr(backend, method, None)):
         raise TypeError(f"{type(backend).__name__} has no {method}() method")
+
+
+def service_preparation(backend: object, method: str, call: Mapping[str, Any], *, tool: str,
+                        capability: str, timeout_seconds: float) -> Preparation:
+    """The authorized action of one service tool: ``backend.<method>(**call)``, bounded, with its
+    target and exact arguments as the preview."""
+
+    async def execute(ctx: ToolContext) -> dict[str, Any]:
+        return await call_bounded(ctx, timeout_seconds, tool, lambda: getattr(backend, method)(**call))
+
+    return Preparation(execute=execute, capabilities=(capability,),
+                       artifacts=(request_preview(backend, method, call),))

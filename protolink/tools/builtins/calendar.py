@@ -12,14 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protolink.core.tools import Preparation, PreparedTool, ToolContext
 
-from ._services import (
-    BUILTIN_TAGS,
-    call_bounded,
-    check_interval,
-    describe_tool,
-    request_preview,
-    require_method,
-)
+from ._services import BUILTIN_TAGS, check_interval, describe_tool, require_method, service_preparation
 
 MAX_QUERY_CHARS = 500
 MAX_TOKEN_CHARS = 8192
@@ -54,8 +47,8 @@ class CalendarBackend(Protocol):
 class ListCalendarEvents(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    start: str = Field(max_length=MAX_TIMESTAMP_CHARS,
-                       description="Interval start, ISO 8601 with an explicit offset, e.g. 2025-03-01T00:00:00+01:00.")
+    start: str = Field(max_length=MAX_TIMESTAMP_CHARS, description=(
+        "Interval start, ISO 8601 with an explicit offset, e.g. 2025-03-01T00:00:00+01:00."))
     end: str = Field(max_length=MAX_TIMESTAMP_CHARS,
                      description="Interval end, ISO 8601 with an explicit offset; must follow start.")
     query: str = Field("", max_length=MAX_QUERY_CHARS, description="Optional text to match in events.")
@@ -98,13 +91,8 @@ def _list_tool(backend: CalendarBackend, timeout_seconds: float) -> PreparedTool
         start, end = check_interval(args.start, args.end)
         call = {"start": start.isoformat(), "end": end.isoformat(), "query": args.query,
                 "max_results": args.max_results, "page_token": args.page_token}
-
-        async def execute(ctx: ToolContext) -> dict[str, Any]:
-            return await call_bounded(ctx, timeout_seconds, "list_calendar_events",
-                                      backend.list_events(**call))
-
-        return Preparation(execute=execute, capabilities=("calendar.read",),
-                           artifacts=(request_preview(backend, "list_events", call),))
+        return service_preparation(backend, "list_events", call, tool="list_calendar_events",
+                                   capability="calendar.read", timeout_seconds=timeout_seconds)
 
     return PreparedTool(
         name="list_calendar_events",
@@ -124,13 +112,8 @@ def _create_tool(backend: CalendarBackend, timeout_seconds: float) -> PreparedTo
         start, end = check_interval(args.start, args.end)
         call = {"title": args.title, "start": start.isoformat(), "end": end.isoformat(),
                 "description": args.description, "location": args.location}
-
-        async def execute(ctx: ToolContext) -> dict[str, Any]:
-            return await call_bounded(ctx, timeout_seconds, "create_calendar_event",
-                                      backend.create_event(**call))
-
-        return Preparation(execute=execute, capabilities=("calendar.write",),
-                           artifacts=(request_preview(backend, "create_event", call),))
+        return service_preparation(backend, "create_event", call, tool="create_calendar_event",
+                                   capability="calendar.write", timeout_seconds=timeout_seconds)
 
     return PreparedTool(
         name="create_calendar_event",

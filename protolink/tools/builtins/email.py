@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protolink.core.tools import Preparation, PreparedTool, ToolContext
 
-from ._services import BUILTIN_TAGS, call_bounded, describe_tool, request_preview, require_method
+from ._services import BUILTIN_TAGS, describe_tool, require_method, service_preparation
 
 MAX_RECIPIENTS = 50
 MAX_SUBJECT_CHARS = 1000
@@ -147,14 +147,9 @@ def _check_configured(backend: object, *, send: bool) -> None:
 
 def _list_tool(backend: EmailBackend, timeout_seconds: float) -> PreparedTool:
     async def prepare(args: ListEmailMessages, context: ToolContext) -> Preparation:
-        call = args.model_dump()
-
-        async def execute(ctx: ToolContext) -> dict[str, Any]:
-            return await call_bounded(ctx, timeout_seconds, "list_email_messages",
-                                      backend.list_messages(**call))
-
-        return Preparation(execute=execute, capabilities=("email.read",),
-                           artifacts=(request_preview(backend, "list_messages", call),))
+        return service_preparation(backend, "list_messages", args.model_dump(),
+                                   tool="list_email_messages", capability="email.read",
+                                   timeout_seconds=timeout_seconds)
 
     return PreparedTool(
         name="list_email_messages",
@@ -168,13 +163,9 @@ def _list_tool(backend: EmailBackend, timeout_seconds: float) -> PreparedTool:
 
 def _read_tool(backend: EmailBackend, timeout_seconds: float) -> PreparedTool:
     async def prepare(args: ReadEmail, context: ToolContext) -> Preparation:
-        call = {"message_id": args.message_id}
-
-        async def execute(ctx: ToolContext) -> dict[str, Any]:
-            return await call_bounded(ctx, timeout_seconds, "read_email", backend.get_message(**call))
-
-        return Preparation(execute=execute, capabilities=("email.read",),
-                           artifacts=(request_preview(backend, "get_message", call),))
+        return service_preparation(backend, "get_message", {"message_id": args.message_id},
+                                   tool="read_email", capability="email.read",
+                                   timeout_seconds=timeout_seconds)
 
     return PreparedTool(
         name="read_email",
@@ -190,12 +181,8 @@ def _compose_tool(backend: EmailBackend, timeout_seconds: float, *, name: str, m
     async def prepare(args: ComposeEmail, context: ToolContext) -> Preparation:
         check_compose(args.to, args.subject, args.body)
         call = {"to": list(args.to), "subject": args.subject, "body": args.body}
-
-        async def execute(ctx: ToolContext) -> dict[str, Any]:
-            return await call_bounded(ctx, timeout_seconds, name, getattr(backend, method)(**call))
-
-        return Preparation(execute=execute, capabilities=(capability,),
-                           artifacts=(request_preview(backend, method, call),))
+        return service_preparation(backend, method, call, tool=name, capability=capability,
+                                   timeout_seconds=timeout_seconds)
 
     return PreparedTool(name=name, description=description, arguments=ComposeEmail, prepare=prepare,
                         capabilities=(capability,), tags=(*BUILTIN_TAGS, "email", "write"))

@@ -35,6 +35,13 @@ class ServiceHTTPError(ProtoLinkError, RuntimeError):
         self.status_code = status_code
 
 
+def single_line(value: str, name: str) -> str:
+    """``value`` when it is a non-empty single line of at most 1,024 characters (a URL part)."""
+    if not isinstance(value, str) or not value or len(value) > 1024 or any(ord(c) < 32 for c in value):
+        raise ValueError(f"{name} must be a non-empty single-line string")
+    return value
+
+
 def check_token_source(token: TokenSource) -> TokenSource:
     """A token string or a no-argument callable (checked at construction)."""
     if isinstance(token, str):
@@ -128,6 +135,20 @@ class JSONClient:
         if not isinstance(data, dict):
             raise self._error(f"{self._service} returned JSON that is not an object")
         return data
+
+    def object_list(self, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+        """``data[key]`` as a list of JSON objects (absent: empty); the service error otherwise."""
+        items = data.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise self._error(f"{self._service} returned a malformed {key!r} list")
+        return items
+
+    def require_id(self, data: Mapping[str, Any], what: str) -> str:
+        """The ``id`` of a created object; the service error when the answer has none."""
+        value = data.get("id")
+        if not isinstance(value, str) or not value:
+            raise self._error(f"{self._service} returned a {what} without an id")
+        return value
 
     def _too_large(self) -> ServiceHTTPError:
         return self._error(f"{self._service} response exceeds {MAX_RESPONSE_BYTES} bytes")

@@ -18,7 +18,7 @@ import httpx
 
 from protolink.tools.builtins.email import check_address
 
-from ._http import JSONClient, ServiceHTTPError, TokenSource
+from ._http import JSONClient, ServiceHTTPError, TokenSource, single_line
 from ._mime import Part, body_fields, compose, decode_header_value, message_result, selected_headers
 
 __all__ = ["Gmail", "GoogleAPIError", "GoogleCalendar"]
@@ -38,19 +38,6 @@ def _client(token: TokenSource, service: str, transport: httpx.AsyncBaseTranspor
                       timeout_seconds=timeout_seconds)
 
 
-def _text(value: str, name: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 1024 or any(ord(c) < 32 for c in value):
-        raise ValueError(f"{name} must be a non-empty single-line string")
-    return value
-
-
-def _require_id(data: dict[str, Any], what: str) -> str:
-    value = data.get("id")
-    if not isinstance(value, str) or not value:
-        raise GoogleAPIError(f"Google returned a {what} without an id")
-    return value
-
-
 class GoogleCalendar:
     """Google Calendar events of one calendar (``calendar_id="primary"`` by default).
 
@@ -66,7 +53,7 @@ class GoogleCalendar:
 
     def __init__(self, token: TokenSource, calendar_id: str = "primary", *,
                  transport: httpx.AsyncBaseTransport | None = None, timeout_seconds: float = 30.0) -> None:
-        self.calendar_id = _text(calendar_id, "calendar_id")
+        self.calendar_id = single_line(calendar_id, "calendar_id")
         self._http = _client(token, "Google Calendar", transport, timeout_seconds)
         self._events_url = f"{CALENDAR_API}/calendars/{quote(calendar_id, safe='')}/events"
 
@@ -82,9 +69,7 @@ class GoogleCalendar:
         if page_token:
             params["pageToken"] = page_token
         data = await self._http.request("GET", self._events_url, params=params)
-        items = data.get("items", [])
-        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-            raise GoogleAPIError("Google Calendar returned malformed items")
+        items = self._http.object_list(data, "items")
         token = data.get("nextPageToken")
         return {"items": items, "next_page_token": token if isinstance(token, str) and token else None,
                 "time_zone": data.get("timeZone")}
@@ -98,7 +83,7 @@ class GoogleCalendar:
             event["location"] = location
         data = await self._http.request("POST", self._events_url, params={"sendUpdates": "none"},
                                         json_body=event)
-        _require_id(data, "event")
+        self._http.require_id(data, "event")
         return data
 
 
@@ -117,7 +102,7 @@ class Gmail:
     def __init__(self, token: TokenSource, *, sender: str | None = None, user_id: str = "me",
                  transport: httpx.AsyncBaseTransport | None = None, timeout_seconds: float = 30.0) -> None:
         self.sender = None if sender is None else check_address(sender, "sender")
-        self.user_id = _text(user_id, "user_id")
+        self.user_id = single_line(user_id, "user_id")
         self._http = _client(token, "Gmail", transport, timeout_seconds)
         self._base = f"{GMAIL_API}/users/{quote(user_id, safe='')}"
 
@@ -138,9 +123,7 @@ class Gmail:
         if page_token:
             params["pageToken"] = page_token
         data = await self._http.request("GET", f"{self._base}/messages", params=params)
-        messages = data.get("messages", [])
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise GoogleAPIError("Gmail returned a malformed message list")
+        messages = self._http.object_list(data, "messages")
         token = data.get("nextPageToken")
         return {"items": [{"id": m.get("id"), "thread_id": m.get("threadId")} for m in messages],
                 "next_page_token": token if isinstance(token, str) and token else None}
@@ -163,13 +146,13 @@ class Gmail:
         raw = self._raw(to, subject, body)
         data = await self._http.request("POST", f"{self._base}/drafts", json_body={"message": {"raw": raw}})
         message = data.get("message") if isinstance(data.get("message"), dict) else {}
-        return {"status": "drafted", "draft_id": _require_id(data, "draft"),
+        return {"status": "drafted", "draft_id": self._http.require_id(data, "draft"),
                 "message_id": message.get("id"), "thread_id": message.get("threadId")}
 
     async def send_message(self, *, to: list[str], subject: str, body: str) -> dict[str, Any]:
         raw = self._raw(to, subject, body)
         data = await self._http.request("POST", f"{self._base}/messages/send", json_body={"raw": raw})
-        return {"status": "accepted", "message_id": _require_id(data, "message"),
+        return {"status": "accepted", "message_id": self._http.require_id(data, "message"),
                 "thread_id": data.get("threadId")}
 
     def _raw(self, to: list[str], subject: str, body: str) -> str:

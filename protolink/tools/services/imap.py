@@ -206,7 +206,8 @@ class IMAPEmail:
             self.sender = username if _is_address(username) else None
         # International folder names are given in IMAP modified UTF-7, which is ASCII.
         self.mailbox = _ascii_line(mailbox, "mailbox")
-        self.drafts_mailbox = None if drafts_mailbox is None else _ascii_line(drafts_mailbox, "drafts_mailbox")
+        self.drafts_mailbox = (None if drafts_mailbox is None
+                               else _ascii_line(drafts_mailbox, "drafts_mailbox"))
         if ssl_context is not None and not isinstance(ssl_context, ssl.SSLContext):
             raise TypeError("ssl_context must be an ssl.SSLContext")
         self._ssl_context = ssl_context
@@ -448,10 +449,11 @@ class IMAPEmail:
         """Submit over SMTP; the refused recipients with their reply codes."""
         op.stage = "connecting to the SMTP server"
         context = self._context()
+        host: str = self.smtp_host  # type: ignore[assignment]  # check_compose(send=True) ran
         if self.smtp_starttls:
-            smtp: smtplib.SMTP = _SMTP(op, self.smtp_host, self.smtp_port, self.timeout_seconds)  # type: ignore[arg-type]
+            smtp: smtplib.SMTP = _SMTP(op, host, self.smtp_port, self.timeout_seconds)
         else:
-            smtp = _SMTPSSL(op, self.smtp_host, self.smtp_port, context, self.timeout_seconds)  # type: ignore[arg-type]
+            smtp = _SMTPSSL(op, host, self.smtp_port, context, self.timeout_seconds)
         try:
             if self.smtp_starttls:
                 op.stage = "SMTP STARTTLS"

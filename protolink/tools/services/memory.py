@@ -119,9 +119,10 @@ class InMemoryEmail:
     async def list_messages(self, *, query: str, max_results: int,
                             page_token: str | None) -> dict[str, Any]:
         needle = query.casefold()
+        searched = ("from", "to", "subject", "body")
         matches = [
             {"id": message["id"]} for message in reversed(self.messages)
-            if needle in " ".join(str(message.get(key, "")) for key in ("from", "to", "subject", "body")).casefold()
+            if needle in " ".join(str(message.get(key, "")) for key in searched).casefold()
         ]
         return _page(matches, ("messages", query, max_results), max_results, page_token)
 

@@ -23,7 +23,7 @@ import httpx
 
 from protolink.tools.builtins.email import check_address
 
-from ._http import JSONClient, ServiceHTTPError, TokenSource
+from ._http import JSONClient, ServiceHTTPError, TokenSource, single_line
 from ._mime import capped_body, message_result, selected_headers
 
 __all__ = ["MicrosoftGraphError", "OutlookCalendar", "OutlookEmail"]
@@ -40,9 +40,7 @@ class MicrosoftGraphError(ServiceHTTPError):
 
 
 def _segment(value: str, name: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 1024 or any(ord(c) < 32 for c in value):
-        raise ValueError(f"{name} must be a non-empty single-line string")
-    return quote(value, safe="")
+    return quote(single_line(value, name), safe="")
 
 
 class _GraphResource:
@@ -53,16 +51,17 @@ class _GraphResource:
     def __init__(self, token: TokenSource, user_id: str, transport: httpx.AsyncBaseTransport | None,
                  timeout_seconds: float) -> None:
         self.user_id = user_id
-        self.user_url = f"{GRAPH_API}/me" if user_id == "me" else f"{GRAPH_API}/users/{_segment(user_id, 'user_id')}"
-        self._http = JSONClient(token, service=self._service, error=MicrosoftGraphError,
+        user = "me" if user_id == "me" else f"users/{_segment(user_id, 'user_id')}"
+        self.user_url = f"{GRAPH_API}/{user}"
+        self.http = JSONClient(token, service=self._service, error=MicrosoftGraphError,
                                 transport=transport, timeout_seconds=timeout_seconds)
         self._secret = secrets.token_bytes(32)
 
     async def get(self, url: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        return await self._http.request("GET", url, params=params, headers={"Prefer": PREFER})
+        return await self.http.request("GET", url, params=params, headers={"Prefer": PREFER})
 
     async def post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._http.request("POST", url, json_body=body, headers={"Prefer": PREFER})
+        return await self.http.request("POST", url, json_body=body, headers={"Prefer": PREFER})
 
     async def page(self, collection: str, params: dict[str, Any], binding: list[Any],
                     page_token: str | None) -> tuple[list[dict[str, Any]], str | None]:
@@ -71,9 +70,7 @@ class _GraphResource:
             data = await self.get(collection, params)
         else:
             data = await self.get(self._follow(page_token, collection, binding))
-        items = data.get("value", [])
-        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-            raise MicrosoftGraphError(f"{self._service} returned a malformed page")
+        items = self.http.object_list(data, "value")
         link = data.get("@odata.nextLink")
         if link is None:
             return items, None
@@ -121,13 +118,6 @@ def _utc(value: str) -> dict[str, str]:
     return {"dateTime": instant.isoformat(), "timeZone": "UTC"}
 
 
-def _require_id(data: dict[str, Any], what: str) -> str:
-    value = data.get("id")
-    if not isinstance(value, str) or not value:
-        raise MicrosoftGraphError(f"Microsoft Graph returned a {what} without an id")
-    return value
-
-
 class OutlookCalendar:
     """A Microsoft 365 / Outlook calendar through Graph's ``calendarView``.
 
@@ -171,7 +161,7 @@ class OutlookCalendar:
         if location:
             event["location"] = {"displayName": location}
         data = await self._graph.post(f"{self._calendar_url}/events", event)
-        _require_id(data, "event")
+        self._graph.http.require_id(data, "event")
         return data
 
 
@@ -234,7 +224,7 @@ class OutlookEmail:
 
     async def create_draft(self, *, to: list[str], subject: str, body: str) -> dict[str, Any]:
         data = await self._graph.post(self._messages_url, _graph_message(to, subject, body))
-        return {"status": "drafted", "id": _require_id(data, "draft"), "draft": data}
+        return {"status": "drafted", "id": self._graph.http.require_id(data, "draft"), "draft": data}
 
     async def send_message(self, *, to: list[str], subject: str, body: str) -> dict[str, Any]:
         await self._graph.post(f"{self._graph.user_url}/sendMail",
