@@ -13,6 +13,7 @@ from protolink.core.tools import Artifact, Preparation, ToolContext, jsonable
 from ._budget import within_budget
 
 BUILTIN_TAGS = ("builtin", "service")
+MAX_TOKEN_CHARS = 8192  # page tokens are opaque; signed Graph links are the longest
 
 
 def target_of(backend: object) -> dict[str, Any]:

@@ -12,10 +12,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protolink.core.tools import Preparation, PreparedTool, ToolContext
 
-from ._services import BUILTIN_TAGS, check_interval, describe_tool, require_method, service_preparation
+from ._services import (
+    BUILTIN_TAGS,
+    MAX_TOKEN_CHARS,
+    check_interval,
+    describe_tool,
+    require_method,
+    service_preparation,
+)
 
 MAX_QUERY_CHARS = 500
-MAX_TOKEN_CHARS = 8192
 MAX_TIMESTAMP_CHARS = 64
 
 _PAGE_SCHEMA = {

@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protolink.core.tools import Preparation, PreparedTool, ToolContext
 
-from ._services import BUILTIN_TAGS, describe_tool, require_method, service_preparation
+from ._services import (
+    BUILTIN_TAGS,
+    MAX_TOKEN_CHARS,
+    describe_tool,
+    require_method,
+    service_preparation,
+)
 
 MAX_RECIPIENTS = 50
 MAX_SUBJECT_CHARS = 1000
@@ -22,7 +28,6 @@ MAX_BODY_CHARS = 200_000
 MAX_ADDRESS_CHARS = 254
 MAX_QUERY_CHARS = 1000
 MAX_MESSAGE_ID_CHARS = 2048
-MAX_TOKEN_CHARS = 8192
 
 _ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
