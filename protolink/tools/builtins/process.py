@@ -75,6 +75,11 @@ def process_tool(
     ``max_timeout_seconds`` and ``max_output_bytes`` are ceilings: a call asking for more is
     rejected before authorization. ``backend`` defaults to a new LocalExecutionBackend
     (host execution, not a sandbox). Registration launches nothing.
+
+    The call returns a :class:`ProcessResult`. A nonzero exit is data; so is a timeout
+    (``timed_out=True``, ``exit_code`` the negative signal number that ended the process, or
+    None if it never reported its end). Cancellation raises :class:`ProcessCancelledError`
+    with the partial result.
     """
     check_limits(max_timeout_seconds, max_output_bytes)
     backend = backend if backend is not None else LocalExecutionBackend()
@@ -131,6 +136,7 @@ async def resolve_on(
     their boundary; for any other backend the host rules apply.
     """
     if isinstance(backend, CommandResolver):
+        check_command(argv, cwd, env)
         return await backend.resolve_command(argv, cwd, env)
     return await asyncio.to_thread(resolve_command, argv, cwd, env)
 
