@@ -16,7 +16,7 @@ the host and would hide the directory's own files). So the budget is enforced in
 
 Residual risk, stated plainly: between two polls and during one walk, a command can write past
 the budget at the disk's speed before it is stopped; the overshoot is bounded by that window
-(about 0.1 s plus one walk), not by the budget. Files already written stay until removed.
+(about 0.05 s plus one walk), not by the budget. Files already written stay until removed.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class DiskWatch:
     """
 
     def __init__(self, roots: Sequence[str], budget_bytes: int, stop: Callable[[], None], *,
-                 poll_seconds: float = 0.1, walk_seconds: float = 2.0) -> None:
+                 poll_seconds: float = 0.05, walk_seconds: float = 2.0) -> None:
         if budget_bytes < 0:
             raise ValueError("disk budget must be >= 0 bytes")
         self.roots = tuple(roots)

@@ -25,7 +25,7 @@ import pytest
 
 from protolink.execution.local import LocalExecutionBackend
 
-BACKENDS = ["local"]  # "sandbox" joins once the sandbox server and client land
+BACKENDS = ["local", pytest.param("sandbox", marks=pytest.mark.docker)]
 SANDBOX_PYTHON = "/opt/protolink/bin/python"
 # "server": the sandbox server as a subprocess on this host (no Docker), through SandboxBackend.
 BACKENDS.append("server")
@@ -69,6 +69,10 @@ def command_uid(backend_kind: str) -> int | None:
         from tests.sandbox_server import unused_uid
 
         return unused_uid()
+    if backend_kind == "sandbox":
+        from protolink.sandbox.docker import command_identity
+
+        return command_identity()[0]
     return None
 
 
@@ -93,12 +97,12 @@ async def backend(backend_kind: str, workspace_root: Path, command_uid: int | No
     from protolink.sandbox.docker import DockerSandbox
     from protolink.sandbox.provision import ensure_image
 
+    assert command_uid is not None
     image = await asyncio.to_thread(ensure_image, progress=_progress)
-    sandbox = DockerSandbox(writable=[workspace_root], image=image)
     # The test process (root) makes the files; the sandbox's commands (another uid) must be
     # able to change them, as a user's own files would be.
-    _grant(workspace_root, sandbox.command_uid)
-    async with sandbox as sandbox_backend:
+    _grant(workspace_root, command_uid)
+    async with DockerSandbox(writable=[workspace_root], image=image, command_uid=command_uid) as sandbox_backend:
         yield sandbox_backend
 
 

@@ -24,7 +24,9 @@ PYTHON = "/opt/protolink/bin/python"
 def roots():
     with tempfile.TemporaryDirectory(prefix="protolink-ro-") as ro, tempfile.TemporaryDirectory(prefix="protolink-rw-") as rw:
         Path(ro, "readme.txt").write_text("read me\n")
-        os.chmod(rw, 0o777)  # the command uid (nobody) writes here
+        os.chmod(Path(ro, "readme.txt"), 0o644)
+        for path in (ro, rw):
+            os.chmod(path, 0o777)  # only the mount may stop the command uid (nobody) from writing
         yield Path(ro), Path(rw)
 
 
@@ -112,8 +114,8 @@ async def test_commands_cannot_signal_or_read_the_server(run, backend):
 
 
 async def test_tmp_is_bounded_and_not_executable(run, backend):
-    result = await sh(run, backend, "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; rm -f /tmp/fill;"
-                                    " cp /bin/true /tmp/t && /tmp/t")
+    fill = "for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero of=/tmp/fill$i bs=1M count=8 2>&1; done; rm -f /tmp/fill*"
+    result = await sh(run, backend, f"{fill}; cp /bin/true /tmp/t && /tmp/t")
     assert "No space left on device" in result.stdout
     assert "Permission denied" in result.stderr
 
