@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from email.message import EmailMessage
 from email.mime.application import MIMEApplication
 from email.mime.message import MIMEMessage
 from email.mime.multipart import MIMEMultipart
@@ -571,7 +570,7 @@ async def test_failed_starttls_refuses_to_log_in(dovecot: Dovecot, smtp_server: 
     assert smtp_server.outbox.logins == [] and smtp_server.outbox.delivered == []
 
 
-async def test_starttls_is_required_when_not_offered(dovecot: Dovecot, smtp_server: SMTPServer, certificate):
+async def test_starttls_is_required_when_not_offered(dovecot: Dovecot):
     plain_port, outbox = free_port(), Outbox()
     controller = Controller(outbox, hostname="127.0.0.1", port=plain_port, authenticator=outbox.authenticate,
                             auth_require_tls=False)  # offers AUTH in plaintext, no STARTTLS
@@ -594,35 +593,73 @@ async def test_smtp_login_failure_sends_nothing(dovecot: Dovecot, smtp_server: S
 
 # -- cancellation -------------------------------------------------------------------------------
 
-class StalledIMAPS:
-    """Accepts one TLS connection and never greets; records what the client sends."""
+class ScriptedIMAPS:
+    """A misbehaving IMAP server for ``connections`` TLS connections, one after another;
+    records what the client sends.
 
-    def __init__(self, certificate: Certificate) -> None:
+    Without ``answer`` it never greets. With it, it greets and answers each command line with
+    ``answer(tag, command)``'s lines.
+    """
+
+    def __init__(self, certificate: Certificate, answer=None, connections: int = 1) -> None:
+        self.connections = connections
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.context = certificate.server_context()
+        self.context, self.answer = certificate.server_context(), answer
         self.handshaken, self.closed = threading.Event(), threading.Event()
         self.received = b""
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
-        connection, _ = self.listener.accept()
-        with self.context.wrap_socket(connection, server_side=True) as tls:
-            self.handshaken.set()
-            try:
-                while chunk := tls.recv(4096):
-                    self.received += chunk
-            except OSError:
-                pass
+        for _ in range(self.connections):
+            self._converse(self.listener.accept()[0])
         self.closed.set()
         self.listener.close()
 
+    def _converse(self, connection: socket.socket) -> None:
+        with self.context.wrap_socket(connection, server_side=True) as tls:
+            self.handshaken.set()
+            if self.answer is not None:
+                tls.sendall(b"* OK [CAPABILITY IMAP4rev1] scripted\r\n")
+            try:
+                while chunk := tls.recv(4096):
+                    self.received += chunk
+                    if self.answer is not None:
+                        tag, _, command = chunk.decode().strip().partition(" ")
+                        tls.sendall(b"".join(line + b"\r\n" for line in self.answer(tag, command.upper())))
+            except OSError:
+                pass
+
+    def mail(self, certificate: Certificate, **options) -> IMAPEmail:
+        return IMAPEmail(USER, PASSWORD, imap_host="localhost", imap_port=self.port,
+                         ssl_context=certificate.client_context(), **options)
+
+
+def oversized_literal(tag: str, command: str) -> list[bytes]:
+    """A server that understates RFC822.SIZE, then announces a 50 MB literal."""
+    if command.startswith("EXAMINE"):
+        return [b"* OK [UIDVALIDITY 7] ok", f"{tag} OK [READ-ONLY] done".encode()]
+    if command.startswith("UID SEARCH"):
+        return [b"* SEARCH 5", f"{tag} OK done".encode()]
+    if "RFC822.SIZE" in command:
+        return [b"* 1 FETCH (UID 5 RFC822.SIZE 10)", f"{tag} OK done".encode()]
+    if "BODY.PEEK" in command:
+        return [b"* 1 FETCH (UID 5 BODY[]<0> {50000000}"]
+    return [f"{tag} OK done".encode()]
+
+
+async def test_a_server_literal_over_max_message_bytes_is_refused_unread(certificate: Certificate):
+    server = ScriptedIMAPS(certificate, oversized_literal, connections=2)
+    mail = server.mail(certificate, max_message_bytes=1000)
+    [item] = (await mail.list_messages(query="", max_results=5, page_token=None))["items"]
+    with pytest.raises(MailBackendError, match="50000000 bytes at once, over max_message_bytes=1000"):
+        await mail.get_message(message_id=item["id"])
+    assert b"BODY.PEEK[]<0.1001>" in server.received
+
 
 async def test_cancellation_interrupts_a_blocked_imap_read_before_login(certificate: Certificate):
-    server = StalledIMAPS(certificate)
-    mail = IMAPEmail(USER, PASSWORD, imap_host="localhost", imap_port=server.port,
-                     ssl_context=certificate.client_context(), timeout_seconds=600)
+    server = ScriptedIMAPS(certificate)
+    mail = server.mail(certificate, timeout_seconds=600)
     task = asyncio.create_task(mail.list_messages(query="", max_results=5, page_token=None))
     await asyncio.to_thread(server.handshaken.wait, STARTUP_SECONDS)
     task.cancel()
@@ -648,9 +685,8 @@ async def test_cancellation_interrupts_an_smtp_submission(dovecot: Dovecot, smtp
 
 
 async def test_the_tool_timeout_interrupts_a_stalled_server(certificate: Certificate):
-    server = StalledIMAPS(certificate)
-    mail = IMAPEmail(USER, PASSWORD, imap_host="localhost", imap_port=server.port,
-                     ssl_context=certificate.client_context(), timeout_seconds=600)
+    server = ScriptedIMAPS(certificate)
+    mail = server.mail(certificate, timeout_seconds=600)
     agent = service_agent(email_tools(mail, timeout_seconds=0.5))
     with pytest.raises(TimeoutError):
         await agent.call_tool("list_email_messages")

@@ -100,16 +100,24 @@ def _wrap(operation: _Operation, raw: socket.socket, context: ssl.SSLContext,
 
 
 class _IMAP(imaplib.IMAP4_SSL):
-    """IMAP4_SSL whose socket is registered with the operation as soon as it exists."""
+    """IMAP4_SSL whose socket is registered with the operation as soon as it exists, and which
+    refuses server literals larger than ``max_literal`` bytes before reading them."""
 
     def __init__(self, operation: _Operation, host: str, port: int, context: ssl.SSLContext,
-                 timeout: float) -> None:
+                 timeout: float, max_literal: int) -> None:
         self._operation = operation
+        self._max_literal = max_literal
         super().__init__(host, port, ssl_context=context, timeout=timeout)
 
     def _create_socket(self, timeout: float | None) -> socket.socket:
         raw = imaplib.IMAP4._create_socket(self, timeout)
         return _wrap(self._operation, raw, self.ssl_context, self.host)
+
+    def read(self, size: int) -> bytes:  # imaplib reads each {size} literal through here
+        if size > self._max_literal:
+            raise MailBackendError(f"the IMAP server sent {size} bytes at once, over "
+                                   f"max_message_bytes={self._max_literal - 1}")
+        return super().read(size)
 
 
 class _SMTP(smtplib.SMTP):
@@ -351,7 +359,8 @@ class IMAPEmail:
     @contextmanager
     def _imap(self, op: _Operation, password: str) -> Iterator[_IMAP]:
         op.stage = "connecting to the IMAP server"
-        imap = _IMAP(op, self.imap_host, self.imap_port, self._context(), self.timeout_seconds)
+        imap = _IMAP(op, self.imap_host, self.imap_port, self._context(), self.timeout_seconds,
+                     max_literal=self.max_message_bytes + 1)
         try:
             op.check()
             op.stage = "IMAP login"

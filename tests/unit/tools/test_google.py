@@ -254,6 +254,20 @@ async def test_gmail_bodies_are_capped_at_twenty_thousand_characters():
     assert message["body"] == "ä" * 20_000 and message["body_truncated"] is True
 
 
+@pytest.mark.parametrize(("charset", "data", "expected"), [
+    ("windows-1252", "Caf\xe9 \x80 5".encode("latin-1"), "Café € 5"),
+    ("x-unknown-charset", "Grüße".encode("utf-8"), "Grüße"),  # unknown: UTF-8
+    ("us-ascii", "naïve".encode("utf-8"), "naïve"),  # mislabelled UTF-8
+])
+async def test_gmail_text_parts_use_their_declared_charset(charset, data, expected):
+    payload = fixture("gmail_message_html_only.json")
+    payload["payload"].update(mimeType="text/plain", body={"data": base64.urlsafe_b64encode(data).decode()},
+                              headers=[{"name": "Content-Type", "value": f"text/plain; charset={charset}"}])
+    message = await gmail_agent(Replay(httpx.Response(200, json=payload))).call_tool(
+        "read_email", message_id="18f3b9e0c7a1d502")
+    assert message["body"] == expected
+
+
 async def test_gmail_message_ids_cannot_change_the_request_path():
     replay = Replay()
     with pytest.raises(ValueError, match="Gmail message id"):
