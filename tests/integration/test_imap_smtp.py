@@ -129,6 +129,7 @@ ssl = required
 ssl_cert = <{cert}
 ssl_key = <{key}
 auth_mechanisms = plain login
+auth_failure_delay = 0
 default_login_user = {login_user}
 default_internal_user = {internal_user}
 first_valid_uid = {uid}
@@ -692,3 +693,28 @@ async def test_the_tool_timeout_interrupts_a_stalled_server(certificate: Certifi
         await agent.call_tool("list_email_messages")
     assert await asyncio.to_thread(server.closed.wait, STARTUP_SECONDS)
     assert server.received == b""
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_connections_are_closed_after_every_operation(dovecot: Dovecot, certificate: Certificate):
+    folder = dovecot.new_folder(simple_message("A", "a"))
+    mail = dovecot.mail(folder)
+    await mail.list_messages(query="", max_results=1, page_token=None)  # warm imports and contexts
+    before = open_descriptors()
+    for _ in range(3):
+        [item] = (await mail.list_messages(query="", max_results=1, page_token=None))["items"]
+        await mail.get_message(message_id=item["id"])
+        with pytest.raises(MailBackendError):
+            await dovecot.mail(folder, password="wrong").get_message(message_id=item["id"])
+        server = ScriptedIMAPS(certificate)
+        task = asyncio.create_task(server.mail(certificate).list_messages(query="", max_results=1, page_token=None))
+        await asyncio.to_thread(server.handshaken.wait, STARTUP_SECONDS)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(server.closed.wait, STARTUP_SECONDS)
+    await wait_until(lambda: not mail_threads(), "the worker threads to end")
+    assert open_descriptors() == before
