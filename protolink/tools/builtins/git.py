@@ -17,15 +17,14 @@ from pydantic import Field
 
 from protolink.core.tools import Preparation, PreparedTool, ToolContext
 from protolink.execution.local import LocalExecutionBackend
-from protolink.execution.process import ExecutionBackend, ProcessSpec
+from protolink.execution.process import ExecutionBackend
 
 from .process import (
     PROCESS_EXECUTE,
     PROCESS_RESULT_SCHEMA,
+    ConfiguredCommand,
     arguments_model,
-    bind_command,
-    check_limits,
-    process_preparation,
+    configured_environment,
 )
 
 GIT_READ = "git.read"
@@ -100,10 +99,11 @@ def git_tool(
     registration on the host backend without launching a process. Invalid paths, revisions
     and unsupported option combinations fail before authorization.
     """
-    check_limits(timeout_seconds, max_output_bytes)
-    environment = git_environment({"PATH": os.defpath} if env is None else env)
     backend = backend if backend is not None else LocalExecutionBackend()
-    complete = bind_command(backend, executable, cwd, environment)
+    command = ConfiguredCommand(
+        backend, executable, cwd=cwd, env=git_environment(configured_environment(env)),
+        timeout_seconds=timeout_seconds, max_output_bytes=max_output_bytes,
+    )
     operations = READ_OPERATIONS + (WRITE_OPERATIONS if allow_write else ())
     arguments = arguments_model(
         "GitArguments",
@@ -113,18 +113,16 @@ def git_tool(
             "required for add)."))),
         revision=(str | None, Field(None, description=(
             "Revision for diff, log or show (log and show default to HEAD)."))),
-        staged=(bool, Field(False, description="diff only: compare the index instead of the worktree.")),
+        staged=(bool, Field(False, description="diff only: compare the index, not the worktree.")),
         message=(str | None, Field(None, description="commit only: the nonblank commit message.")),
         max_count=(int, Field(10, ge=1, le=100, description="log only: number of commits.")),
     )
 
     async def prepare(args: Any, context: ToolContext) -> Preparation:
         options = {name: getattr(args, name) for name in _DEFAULTS}
-        argv, directory = await complete(git_arguments(args.operation, **options))
-        spec = ProcessSpec(argv, directory, environment, timeout_seconds, max_output_bytes)
         access = GIT_WRITE if args.operation in WRITE_OPERATIONS else GIT_READ
-        return process_preparation(backend, spec, (PROCESS_EXECUTE, access),
-                                   title=f"git {args.operation} in {directory} ({backend.boundary})")
+        return await command.prepare(git_arguments(args.operation, **options),
+                                     (PROCESS_EXECUTE, access), title=f"git {args.operation} in {{cwd}}")
 
     return PreparedTool(
         name="git",

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -141,30 +142,47 @@ async def resolve_on(
     return await asyncio.to_thread(resolve_command, argv, cwd, env)
 
 
-def bind_command(
-    backend: ExecutionBackend, executable: str, cwd: str, env: Mapping[str, str]
-) -> Callable[[Sequence[str]], Awaitable[Resolved]]:
-    """Resolve an application-configured executable and directory for shell/git tools.
+def configured_environment(env: Mapping[str, str] | None) -> dict[str, str]:
+    """``env=None`` supplies only ``PATH=os.defpath``; a mapping is copied as the whole environment."""
+    return {"PATH": os.defpath} if env is None else dict(env)
 
-    On the host backend this happens now, at registration, without launching anything. A
-    backend elsewhere is only checked now (absolute directory, valid environment); it
-    resolves the executable and directory inside its boundary when each call is prepared,
-    still before authorization. Returns ``complete(arguments) -> (argv, cwd)``.
+
+class ConfiguredCommand:
+    """An application-configured executable, directory, environment and limits (shell, git).
+
+    On the host backend the executable and directory are resolved now, at registration,
+    without launching anything. A backend elsewhere is only checked now (absolute directory,
+    valid environment, limits); it resolves them inside its boundary when each call is
+    prepared, still before authorization. The model supplies only the arguments.
     """
-    check_command([executable], cwd, env)
-    if isinstance(backend, LocalProcesses):
-        (program, *_), directory = resolve_command([executable], cwd, env)
 
-        async def resolved(arguments: Sequence[str]) -> Resolved:
+    def __init__(self, backend: ExecutionBackend, executable: str, *, cwd: str,
+                 env: Mapping[str, str], timeout_seconds: float, max_output_bytes: int) -> None:
+        check_limits(timeout_seconds, max_output_bytes)
+        check_command([executable], cwd, env)
+        self.backend = backend
+        self.executable = executable
+        self.cwd = cwd
+        self.env = dict(env)
+        self.timeout_seconds = timeout_seconds
+        self.max_output_bytes = max_output_bytes
+        self._resolved: Resolved | None = None
+        if isinstance(backend, LocalProcesses):
+            self._resolved = resolve_command([executable], cwd, self.env)
+
+    async def prepare(self, arguments: Sequence[str], capabilities: tuple[str, ...],
+                      title: str) -> Preparation:
+        """The preparation for ``executable *arguments``; ``{cwd}`` in ``title`` is filled in."""
+        if self._resolved is None:
+            argv, cwd = await resolve_on(self.backend, [self.executable, *arguments], self.cwd,
+                                         self.env)
+        else:
             check_arguments(arguments)
-            return (program, *arguments), directory
-
-        return resolved
-
-    async def resolve(arguments: Sequence[str]) -> Resolved:
-        return await resolve_on(backend, [executable, *arguments], cwd, env)
-
-    return resolve
+            (program, *_), cwd = self._resolved
+            argv = (program, *arguments)
+        spec = ProcessSpec(argv, cwd, self.env, self.timeout_seconds, self.max_output_bytes)
+        return process_preparation(self.backend, spec, capabilities,
+                                   title=f"{title.format(cwd=cwd)} ({self.backend.boundary})")
 
 
 def process_preparation(

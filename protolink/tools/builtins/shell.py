@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
 
 from protolink.core.tools import Preparation, PreparedTool, ToolContext
-from protolink.execution.process import ExecutionBackend, ProcessSpec
+from protolink.execution.process import ExecutionBackend
 from protolink.execution.local import LocalExecutionBackend
 
 from .process import (
     PROCESS_EXECUTE,
     PROCESS_RESULT_SCHEMA,
+    ConfiguredCommand,
     arguments_model,
-    bind_command,
-    check_limits,
-    process_preparation,
+    configured_environment,
 )
 
 SHELL_EXECUTE = "shell.execute"
@@ -42,21 +40,20 @@ def shell_tool(
     ``+`` is still the command. Pipelines, redirects and ordinary shell syntax work; state
     does not persist between calls. ``cwd`` is not an access boundary.
     """
-    check_limits(timeout_seconds, max_output_bytes)
-    environment = {"PATH": os.defpath} if env is None else dict(env)
     backend = backend if backend is not None else LocalExecutionBackend()
-    complete = bind_command(backend, shell, cwd, environment)
+    command = ConfiguredCommand(
+        backend, shell, cwd=cwd, env=configured_environment(env),
+        timeout_seconds=timeout_seconds, max_output_bytes=max_output_bytes,
+    )
     arguments = arguments_model(
         "RunShellArguments",
         command=(str, Field(min_length=1, description=(
-            "POSIX shell command; pipelines and redirects work. Runs in a fresh shell each call."))),
+            "POSIX shell command; pipelines and redirects work. A fresh shell runs each call."))),
     )
 
     async def prepare(args: Any, context: ToolContext) -> Preparation:
-        argv, directory = await complete(["-c", "--", args.command])
-        spec = ProcessSpec(argv, directory, environment, timeout_seconds, max_output_bytes)
-        return process_preparation(backend, spec, (PROCESS_EXECUTE, SHELL_EXECUTE),
-                                   title=f"Run a shell command in {directory} ({backend.boundary})")
+        return await command.prepare(["-c", "--", args.command], (PROCESS_EXECUTE, SHELL_EXECUTE),
+                                     title="Run a shell command in {cwd}")
 
     return PreparedTool(
         name="run_shell",
