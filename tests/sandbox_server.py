@@ -68,14 +68,17 @@ def unused_uid() -> int:
 
 @contextlib.asynccontextmanager
 async def sandbox_server(
-    roots: Sequence[tuple[Path, bool]], *, uid: int | None = None, args: Sequence[str] = (), token: str | None = None
+    roots: Sequence[tuple[Path, bool]], *, uid: int | None = None, args: Sequence[str] = (),
+    token: str | None = None, listen: str | None = None,
 ) -> AsyncIterator[RunningServer]:
-    """Start a server over ``roots`` ((path, writable) pairs) on a Unix socket; stop and reap it after."""
+    """Start a server over ``roots`` ((path, writable) pairs), on a Unix socket unless ``listen``
+    says otherwise; stop it after, and kill whatever its command uid left behind."""
     uid = unused_uid() if uid is None else uid
     home = Path(tempfile.mkdtemp(prefix="protolink-sandbox-server-"))
-    address = f"unix://{home / 'sandbox.sock'}"
+    listen = listen or f"unix://{home / 'sandbox.sock'}"
+    address = listen.removeprefix("tcp://")
     log = home / "server.log"
-    command = [sys.executable, "-m", "sandbox", "--listen", address, "--boundary", "test-host",
+    command = [sys.executable, "-m", "sandbox", "--listen", listen, "--boundary", "test-host",
                "--command-uid", str(uid), "--command-gid", str(uid), *args]
     for path, writable in roots:
         command += ["--root", f"{path}:{'rw' if writable else 'ro'}"]
@@ -89,6 +92,10 @@ async def sandbox_server(
             await backend.aclose()
     finally:
         await stop(process)
+        for pid, (owner, _) in _processes().items():
+            if owner == uid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -1,0 +1,312 @@
+"""The real sandbox server, run on this host as a subprocess, driven through SandboxBackend.
+
+Tests run as root, so the server drops commands and workers to a uid of their own, exactly
+as it does in a container. The behavioural suites also run through this server (backend
+``server``); these tests cover what only the sandbox promises: identities, strays, supervised
+workers, malformed requests, authentication and a dead server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from protolink.core.resources import ResourceRevision
+from protolink.execution.documents import DocumentLimits
+from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
+from protolink.sandbox import connect
+from protolink.sandbox.errors import SandboxAuthenticationError, SandboxLimitError, SandboxUnavailableError
+from tests.sandbox_server import HOST_PYTHON, RunningServer, sandbox_server, unused_uid
+
+ENV = {"PATH": "/usr/bin:/bin"}
+#: Generous bound on waiting for something the kernel does asynchronously (a kill, an exit).
+SETTLE_SECONDS = 30
+
+
+class Silent:
+    async def emit(self, type: str, **data: Any) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def roots() -> Iterator[tuple[Path, Path]]:
+    base = Path(tempfile.mkdtemp(prefix="protolink-sandbox-server-test-")).resolve()
+    base.chmod(0o755)  # the command user must reach the roots (pytest's own tmp dirs are private)
+    writable, read_only = base / "rw", base / "ro"
+    writable.mkdir()
+    read_only.mkdir()
+    (read_only / "readme.txt").write_text("read me\n")
+    yield writable, read_only
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+async def server(roots: tuple[Path, Path]) -> AsyncIterator[RunningServer]:
+    writable, read_only = roots
+    uid = unused_uid()
+    os.chown(writable, uid, uid)
+    async with sandbox_server([(writable, True), (read_only, False)], uid=uid) as running:
+        yield running
+
+
+async def run(server: RunningServer, script: str, cwd: Path, timeout: float = 60) -> ProcessResult:
+    spec = ProcessSpec(("/bin/sh", "-c", script), str(cwd), ENV, timeout, 1 << 20)
+    return await server.backend.execute(spec, Silent())
+
+
+async def settle(condition, what: str) -> None:
+    """Wait until ``condition()`` holds; fail after SETTLE_SECONDS (a bound, not a timing claim)."""
+    for _ in range(SETTLE_SECONDS * 20):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    pytest.fail(f"still waiting for {what} after {SETTLE_SECONDS} s")
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def workers(server: RunningServer) -> list[int]:
+    return [pid for pid in server.processes_of_uid() if b"sandbox.worker" in cmdline(pid)]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def slow_pdf(pages: int, operators: int = 100_000) -> bytes:
+    """A small PDF whose pages each take pypdf about a second of CPU and yield no text."""
+    content = b"BT /F1 12 Tf " + b"() Tj " * operators + b"ET"
+    kids = b" ".join(b"%d 0 R" % (5 + i) for i in range(pages))
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents 3 0 R >>"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        *[page] * pages,
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+async def test_info_and_health_describe_the_sandbox(server, roots):
+    info = await server.backend.info()
+    assert info.boundary == server.backend.boundary == "sandbox:test-host"
+    assert {(root.path, root.writable) for root in info.roots} == {(str(roots[0]), True), (str(roots[1]), False)}
+    assert info.limits["max_message_bytes"] > 0 and info.limits["max_concurrency"] > 0
+    assert await server.backend.health()
+
+
+def test_the_socket_is_owner_only(server):
+    mode = os.stat(server.address.removeprefix("unix://")).st_mode
+    assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+
+
+async def test_commands_run_as_the_command_user_with_no_extra_groups(server, roots):
+    result = await run(server, "id -u; id -g; id -G; umask; touch made-here; stat -c %u made-here", roots[0])
+    assert result.exit_code == 0, result
+    uid = str(server.uid)
+    assert result.stdout.split() == [uid, uid, uid, "0022", uid]
+
+
+def test_the_server_refuses_to_run_commands_as_root(tmp_path):
+    refused = subprocess.run(
+        [sys.executable, "-m", "sandbox", "--listen", f"unix://{tmp_path / 's.sock'}", "--command-uid", "0"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert refused.returncode != 0 and "uid or gid 0" in refused.stderr
+
+
+async def test_a_daemon_that_leaves_its_group_dies_with_its_command(server, roots):
+    pidfile = roots[0] / "daemon.pid"
+    script = (
+        f"{HOST_PYTHON} -c \"import os\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        open('{pidfile}', 'w').write(str(os.getpid()))\n"
+        "        fd = os.open('/dev/null', os.O_RDWR)\n"
+        "        [os.dup2(fd, n) for n in (0, 1, 2)]\n"
+        "        os.execv('/bin/sleep', ['sleep', '300'])\n"
+        "    os._exit(0)\n"
+        "os.wait()\"; "
+        f"while [ ! -s {pidfile} ]; do sleep 0.01; done"
+    )
+    result = await run(server, script, roots[0])
+    assert result.exit_code == 0, result
+    daemon = int(pidfile.read_text())
+    await settle(lambda: not alive(daemon), f"the daemon {daemon} to be killed")
+
+
+async def test_canceling_a_call_kills_its_process_group_in_the_sandbox(server, roots):
+    pidfile = roots[0] / "sleeper.pid"
+    task = asyncio.ensure_future(run(server, f"sleep 300 & echo $! > {pidfile}; wait", roots[0], timeout=600))
+    await settle(lambda: pidfile.exists() and pidfile.read_text().strip(), "the command to start")
+    sleeper = int(pidfile.read_text())
+    task.cancel()
+    with pytest.raises(ProcessCancelledError) as canceled:
+        await task
+    assert canceled.value.result.canceled
+    await settle(lambda: not alive(sleeper), f"the group's sleeper {sleeper} to be killed")
+
+
+async def test_a_document_past_its_wall_time_is_stopped_and_the_next_call_works(server, roots):
+    slow = roots[0] / "slow.pdf"
+    slow.write_bytes(slow_pdf(pages=200))
+    with pytest.raises(TimeoutError, match="worker was stopped"):
+        await server.backend.read_document(str(slow), roots=[str(roots[0])], limits=DocumentLimits(timeout_seconds=1))
+    ok = roots[0] / "ok.txt"
+    ok.write_text("fine\n")
+    extraction = await server.backend.read_document(str(ok), roots=[str(roots[0])], limits=DocumentLimits())
+    assert extraction.sections[0].text == "fine\n"
+
+
+async def test_a_worker_killed_mid_call_is_a_typed_error_and_is_replaced(server, roots):
+    slow = roots[0] / "slower.pdf"
+    slow.write_bytes(slow_pdf(pages=200))
+    call = asyncio.ensure_future(
+        server.backend.read_document(str(slow), roots=[str(roots[0])], limits=DocumentLimits(timeout_seconds=600)))
+    busy: list[int] = []
+
+    def a_worker_is_parsing() -> bool:
+        busy[:] = [pid for pid in workers(server) if cpu_seconds(pid) > 1.0]
+        return bool(busy)
+
+    await settle(a_worker_is_parsing, "a worker to parse the document")
+    os.kill(busy[0], signal.SIGKILL)
+    with pytest.raises(SandboxLimitError, match="killed by signal 9"):
+        await call
+    listing = await server.backend.list_files(str(roots[0]), roots=[str(roots[0])], pattern="*.pdf",
+                                              recursive=False, max_results=10)
+    assert {entry.path for entry in listing.items} >= {str(slow)}
+
+
+async def test_commands_cannot_read_the_workers_memory_or_environment(server, roots):
+    await server.backend.list_files(str(roots[0]), roots=[str(roots[0])], pattern="*", recursive=False,
+                                    max_results=1)
+    worker = workers(server)[0]
+    result = await run(server, f"cat /proc/{worker}/environ; cat /proc/{worker}/mem", roots[0])
+    assert result.exit_code != 0
+    assert result.stderr.count("Permission denied") == 2, result
+
+
+@pytest.mark.parametrize("method, payload", [
+    ("Execute", b"\xff\xff\xff garbage"),
+    ("ReadText", b"\x0a\x05/ws/\xff"),  # path field holding invalid UTF-8
+    ("ReplaceFile", b"\x12"),  # a truncated field
+    ("ReadDocument", b""),  # empty: no limits at all
+    ("Execute", b""),  # empty: no argv
+])
+async def test_malformed_requests_are_invalid_argument_and_the_server_lives_on(server, method, payload):
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        path = f"/protolink.sandbox.v1.Sandbox/{method}"
+        if method == "Execute":
+            call = channel.unary_stream(path)(payload, timeout=30)
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                async for _ in call:
+                    pass
+        else:
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await channel.unary_unary(path)(payload, timeout=30)
+    assert failed.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "Traceback" not in (failed.value.details() or "")
+    assert await server.backend.health()
+
+
+async def test_unmounted_roots_and_writes_to_read_only_roots_are_refused(server, roots):
+    with pytest.raises(ValueError, match="not mounted"):
+        await server.backend.read_text("/etc/hostname", roots=["/etc"], offset=0, max_chars=10, max_file_bytes=100)
+    read_only = roots[1]
+    chunk = await server.backend.read_text(str(read_only / "readme.txt"), roots=[str(read_only)], offset=0,
+                                           max_chars=100, max_file_bytes=100)
+    assert chunk.content == "read me\n"
+    absent = ResourceRevision(str(read_only / "new.txt"), False, parent_identity=(0, 0))
+    with pytest.raises(PermissionError, match="read-only"):
+        await server.backend.replace_file(absent, b"x", None, roots=[str(read_only)])
+    assert not (read_only / "new.txt").exists()
+
+
+async def test_many_concurrent_commands_all_complete(server, roots):
+    results = await asyncio.gather(*(run(server, f"echo {index}", roots[0]) for index in range(64)))
+    assert [result.stdout for result in results] == [f"{index}\n" for index in range(64)]
+
+
+async def test_a_request_over_the_message_limit_is_refused_before_it_is_sent(server, roots):
+    absent = ResourceRevision(str(roots[0] / "huge.bin"), False, parent_identity=(0, 0))
+    with pytest.raises(ValueError, match="accepts at most"):
+        await server.backend.replace_file(absent, b"\0" * (64 << 20), None, roots=[str(roots[0])])
+    assert not (roots[0] / "huge.bin").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def test_tcp_requires_the_token_and_the_token_file_is_consumed(tmp_path):
+    token = secrets.token_urlsafe(24)
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    port = _free_port()
+    async with sandbox_server([], listen=f"tcp://127.0.0.1:{port}", token=token,
+                              args=["--token-file", str(token_file)]) as running:
+        assert not token_file.exists()
+        assert await running.backend.health()
+        for wrong in (None, token + "x"):
+            with pytest.raises(SandboxAuthenticationError):
+                await connect(f"127.0.0.1:{port}", token=wrong, timeout=5)
+
+
+async def test_a_dead_server_is_a_typed_error_not_a_hang(roots):
+    writable = roots[0] / "dying"
+    writable.mkdir()
+    uid = unused_uid()
+    os.chown(writable, uid, uid)
+    async with sandbox_server([(writable, True)], uid=uid) as running:
+        call = asyncio.ensure_future(run(running, "sleep 300", writable, timeout=600))
+        await settle(lambda: any(b"sleep" in cmdline(pid) for pid in running.processes_of_uid()),
+                     "the command to start")
+        running.process.kill()  # the reaping init; the server dies with it
+        with pytest.raises(SandboxUnavailableError):
+            await call
+        with pytest.raises(SandboxUnavailableError):
+            await running.backend.list_files(str(writable), roots=[str(writable)], pattern="*", recursive=False,
+                                             max_results=1)
