@@ -38,8 +38,10 @@ class _Worker:
         self.process.stdin.write(frame)
         await self.process.stdin.drain()
         status, length = frames.REPLY.unpack(await self.process.stdout.readexactly(frames.REPLY.size))
-        if status not in (frames.OK, frames.ERROR) or length > max_reply_bytes:
-            raise _Broken(f"a reply of {length} bytes with status {status}")
+        if status not in (frames.OK, frames.ERROR):
+            raise _Broken(f"a reply with status {status}")
+        if length > max_reply_bytes:
+            raise _TooLarge(length)
         return status, await self.process.stdout.readexactly(length)
 
     async def stop(self) -> int:
@@ -53,6 +55,14 @@ class _Worker:
 
 class _Broken(Exception):
     """The worker broke the pipe protocol."""
+
+
+class _TooLarge(Exception):
+    """The worker's answer is larger than a message may be."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self.length = length
 
 
 class WorkerPool:
@@ -78,7 +88,7 @@ class WorkerPool:
         TimeoutError past ``seconds`` of wall time, SandboxLimitError when the worker died."""
         frame = frames.request_frame(method, payload, seconds)
         async with self._slots:
-            worker = self._idle.pop() if self._idle else await self._spawn()
+            worker = await self._idle_or_new()
             self._busy.add(worker)
             healthy = False
             try:
@@ -88,6 +98,9 @@ class WorkerPool:
                 healthy = failure is None or failure.error.kind != errors_pb2.ERROR_KIND_LIMIT_EXCEEDED
             except TimeoutError:
                 raise TimeoutError(f"{what} did not finish within {seconds:g} seconds; its worker was stopped") from None
+            except _TooLarge as large:
+                raise SandboxLimitError(f"the answer of {what} is {large.length} bytes, over this sandbox's "
+                                        f"message limit of {self._max_message_bytes}") from None
             except (asyncio.IncompleteReadError, ConnectionError, _Broken, DecodeError):
                 raise SandboxLimitError(f"{what} was stopped: {await _death(worker)}") from None
             finally:
@@ -105,6 +118,15 @@ class WorkerPool:
         workers = [*self._idle, *self._busy]
         self._idle.clear()
         await asyncio.gather(*(worker.stop() for worker in workers))
+
+    async def _idle_or_new(self) -> _Worker:
+        # A worker may have died while idle (a command of the same uid can kill it).
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.process.returncode is None:
+                return worker
+            await worker.stop()
+        return await self._spawn()
 
     async def _spawn(self) -> _Worker:
         process = await asyncio.create_subprocess_exec(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -24,11 +25,13 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 
 from protolink.core.resources import ResourceRevision
 from protolink.execution.documents import DocumentLimits
 from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
 from protolink.sandbox import connect
+from protolink.sandbox._pb import documents_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.errors import SandboxAuthenticationError, SandboxLimitError, SandboxUnavailableError
 from tests.sandbox_server import HOST_PYTHON, RunningServer, sandbox_server, unused_uid
 
@@ -310,3 +313,63 @@ async def test_a_dead_server_is_a_typed_error_not_a_hang(roots):
         with pytest.raises(SandboxUnavailableError):
             await running.backend.list_files(str(writable), roots=[str(writable)], pattern="*", recursive=False,
                                              max_results=1)
+
+
+def _valid_requests(root: str) -> dict[str, Message]:
+    limits = documents_pb2.DocumentLimits(max_file_bytes=1000, max_output_chars=100, max_sections=5,
+                                          max_archive_bytes=1000, timeout_seconds=5)
+    return {
+        "Info": sandbox_pb2.InfoRequest(),
+        "Execute": process_pb2.ExecuteRequest(argv=["/bin/true"], cwd=root, timeout_seconds=5, max_output_bytes=100),
+        "ResolveCommand": process_pb2.ResolveCommandRequest(argv=["true"], cwd=root, env={"PATH": "/bin"}),
+        "ReadText": workspace_pb2.ReadTextRequest(path=f"{root}/fuzz.txt", roots=[root], max_chars=10,
+                                                  max_file_bytes=100),
+        "ListFiles": workspace_pb2.ListFilesRequest(path=root, roots=[root], pattern="*", max_results=5),
+        "SearchFiles": workspace_pb2.SearchFilesRequest(path=root, roots=[root], query="x", pattern="*",
+                                                        max_results=5, max_file_bytes=100),
+        "SnapshotFile": workspace_pb2.SnapshotFileRequest(path=f"{root}/fuzz.txt", roots=[root], max_file_bytes=100),
+        "ReplaceFile": workspace_pb2.ReplaceFileRequest(
+            expected=workspace_pb2.Revision(resource_id=f"{root}/fuzz-new.txt", exists=False,
+                                            parent_identity=workspace_pb2.Identity(device=1, inode=2)),
+            data=b"x", roots=[root]),
+        "ReadDocument": documents_pb2.ReadDocumentRequest(path=f"{root}/fuzz.txt", roots=[root], limits=limits),
+        "SearchDocument": documents_pb2.SearchDocumentRequest(path=f"{root}/fuzz.txt", query="x", roots=[root],
+                                                              limits=limits, max_results=5),
+    }
+
+
+def _mutated(rng: random.Random, payload: bytes) -> bytes:
+    data = bytearray(payload)
+    for _ in range(rng.randint(1, 4)):
+        choice = rng.random()
+        if choice < 0.4 and data:
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        elif choice < 0.6:
+            data.insert(rng.randint(0, len(data)), rng.randrange(256))
+        elif choice < 0.8 and data:
+            del data[rng.randint(0, len(data) - 1):]
+        else:
+            data = bytearray(rng.randbytes(rng.randint(0, 64)))
+    return bytes(data)
+
+
+async def test_random_and_mutated_requests_get_typed_answers_and_the_server_lives_on(server, roots):
+    root = str(roots[0])
+    (roots[0] / "fuzz.txt").write_text("x marks the spot\n")
+    rng = random.Random(20261130)
+    requests = _valid_requests(root)
+    faults = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE}
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        for _ in range(400):
+            method = rng.choice(sorted(requests))
+            payload = _mutated(rng, requests[method].SerializeToString())
+            path = f"/protolink.sandbox.v1.Sandbox/{method}"
+            try:
+                if method == "Execute":
+                    async for _ in channel.unary_stream(path)(payload, timeout=60):
+                        pass
+                else:
+                    await channel.unary_unary(path)(payload, timeout=60)
+            except grpc.aio.AioRpcError as error:
+                assert error.code() not in faults, (method, payload, error)
+    assert await server.backend.health()
