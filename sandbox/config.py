@@ -7,16 +7,10 @@ import os
 import socket
 from dataclasses import dataclass
 
+from protolink.sandbox.roots import Root
+
 MiB = 1024 * 1024
 NOBODY = 65534
-
-
-@dataclass(frozen=True)
-class Root:
-    """A directory mounted at the same absolute path as on the host."""
-
-    path: str
-    writable: bool
 
 
 @dataclass(frozen=True)
@@ -92,10 +86,10 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
 
 
 def _root(text: str) -> Root:
-    path, _, access = text.rpartition(":")
-    if access not in ("rw", "ro") or not path.startswith("/") or os.path.normpath(path) != path:
+    root = Root.parse(text)
+    if not text.endswith((":ro", ":rw")) or not root.path.startswith("/") or os.path.normpath(root.path) != root.path:
         raise argparse.ArgumentTypeError(f"{text!r}: expected /CANONICAL/PATH:rw or /CANONICAL/PATH:ro")
-    return Root(path, access == "rw")
+    return root
 
 
 def _positive(text: str) -> int:

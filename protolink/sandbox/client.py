@@ -32,8 +32,9 @@ from protolink.execution.processes import Emitter
 from . import messages
 from ._pb import documents_pb2, process_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
 from .errors import SandboxError, SandboxProtocolError, SandboxUnavailableError, from_rpc_error
+from .roots import Root
 
-__all__ = ["SandboxBackend", "SandboxInfo", "SandboxRoot", "connect"]
+__all__ = ["SandboxBackend", "SandboxInfo", "connect"]
 
 MiB = 1024 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 32 * MiB
@@ -50,21 +51,13 @@ R = TypeVar("R", bound=Message)
 
 
 @dataclass(frozen=True)
-class SandboxRoot:
-    """A directory mounted in the sandbox at the same absolute path as on the host."""
-
-    path: str
-    writable: bool
-
-
-@dataclass(frozen=True)
 class SandboxInfo:
     """What the server reports about itself: its boundary, version, limits and roots."""
 
     boundary: str
     server_version: str
     limits: Mapping[str, int | float]
-    roots: tuple[SandboxRoot, ...]
+    roots: tuple[Root, ...]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -361,7 +354,7 @@ def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:
     if not boundary.startswith("sandbox:") or len(boundary) > MAX_BOUNDARY_CHARS or not boundary.isprintable():
         raise SandboxProtocolError("the sandbox reported an invalid boundary name")
     limits = {field.name: value for field, value in response.limits.ListFields()}
-    roots = tuple(SandboxRoot(root.path, root.writable) for root in response.roots)
+    roots = tuple(Root(root.path, root.writable) for root in response.roots)
     return SandboxInfo(boundary, response.server_version[:MAX_BOUNDARY_CHARS], limits, roots)
 
 

@@ -39,6 +39,7 @@ from .disk import DiskWatch
 from .errors import SandboxError, SandboxUnavailableError
 from .hostdirs import private_subdir
 from .provision import DEFAULT_IMAGE
+from .roots import Root
 
 if TYPE_CHECKING:
     from .client import SandboxBackend
@@ -58,20 +59,6 @@ TCP_PORT = 7000
 RESERVED_PATHS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt/protolink", "/proc", "/run",
                   "/sbin", "/sys", "/usr", "/var/lib", "/var/run")
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
-
-
-@dataclass(frozen=True)
-class Root:
-    """A host directory mounted at the same absolute path inside the sandbox."""
-
-    path: str
-    writable: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> Root:
-        """``PATH``, ``PATH:ro`` or ``PATH:rw`` (the command line and ``PROTOLINK_SANDBOX_ROOTS``)."""
-        path, _, mode = text.rpartition(":") if text.endswith((":ro", ":rw")) else (text, "", "ro")
-        return cls(path, writable=mode == "rw")
 
 
 def _resolve_roots(roots: Iterable[str | os.PathLike[str] | Root], writable: Iterable[str | os.PathLike[str]]) -> tuple[Root, ...]:
