@@ -28,7 +28,6 @@ import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
