@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -19,11 +20,12 @@ from protolink.sandbox._pb import documents_pb2, process_pb2, workspace_pb2
 
 @dataclass(frozen=True)
 class Operation:
-    """One RPC served by a worker: how to parse its request and how to answer it."""
+    """One RPC served by a worker: how to parse its request, how to answer it, what to call it."""
 
     request: type[Message]
-    run: Callable[[Message], Message]
-    #: Document extraction: hard limits and the request's own timeout apply.
+    run: Callable[[Any], Message]
+    what: str
+    #: Document extraction: the request's own timeout applies.
     document: bool = False
 
 
@@ -80,12 +82,13 @@ def _search_document(request: documents_pb2.SearchDocumentRequest) -> documents_
 
 
 OPERATIONS: dict[str, Operation] = {
-    "ResolveCommand": Operation(process_pb2.ResolveCommandRequest, _resolve_command),
-    "ReadText": Operation(workspace_pb2.ReadTextRequest, _read_text),
-    "ListFiles": Operation(workspace_pb2.ListFilesRequest, _list_files),
-    "SearchFiles": Operation(workspace_pb2.SearchFilesRequest, _search_files),
-    "SnapshotFile": Operation(workspace_pb2.SnapshotFileRequest, _snapshot_file),
-    "ReplaceFile": Operation(workspace_pb2.ReplaceFileRequest, _replace_file),
-    "ReadDocument": Operation(documents_pb2.ReadDocumentRequest, _read_document, document=True),
-    "SearchDocument": Operation(documents_pb2.SearchDocumentRequest, _search_document, document=True),
+    "ResolveCommand": Operation(process_pb2.ResolveCommandRequest, _resolve_command, "command resolution"),
+    "ReadText": Operation(workspace_pb2.ReadTextRequest, _read_text, "reading the file"),
+    "ListFiles": Operation(workspace_pb2.ListFilesRequest, _list_files, "listing"),
+    "SearchFiles": Operation(workspace_pb2.SearchFilesRequest, _search_files, "the file search"),
+    "SnapshotFile": Operation(workspace_pb2.SnapshotFileRequest, _snapshot_file, "the file snapshot"),
+    "ReplaceFile": Operation(workspace_pb2.ReplaceFileRequest, _replace_file, "the file replacement"),
+    "ReadDocument": Operation(documents_pb2.ReadDocumentRequest, _read_document, "document extraction", document=True),
+    "SearchDocument": Operation(documents_pb2.SearchDocumentRequest, _search_document, "document extraction",
+                                document=True),
 }

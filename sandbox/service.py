@@ -140,12 +140,11 @@ class SandboxService:
         operation = OPERATIONS[method]
         message = _parse(operation.request, request)
         self._check_roots(message)
+        seconds = self._config.operation_seconds
         if operation.document:
             limits = messages.document_limits(message.limits)  # type: ignore[attr-defined]
-            seconds, what = min(limits.timeout_seconds, self._config.max_document_seconds), "document extraction"
-        else:
-            seconds, what = self._config.operation_seconds, f"{method}"
-        return await self._workers.call(method, request, seconds=seconds, what=what)
+            seconds = min(limits.timeout_seconds, self._config.max_document_seconds)
+        return await self._workers.call(method, request, seconds=seconds, what=operation.what)
 
     def _check_roots(self, message: Message) -> None:
         """Requested roots must be mounted roots or beneath one; writes need a writable one."""
