@@ -37,10 +37,10 @@ try:
     socket.create_connection(("example.com", 443), timeout=3)
     print("network: reachable")
 except OSError as error:
-    print(f"network: {error.strerror or error}")'
+    print(f"network: {{error.strerror or error}}")'
 touch /etc/owned 2>/dev/null && echo "system: writable" || echo "system: read-only"
 test -e /var/run/docker.sock && echo "docker socket: visible" || echo "docker socket: absent"
-test -e {home} && echo "host home: visible" || echo "host home: absent"
+test -e {here} && echo "this example's directory: visible" || echo "this example's directory: absent"
 """
 
 
@@ -77,22 +77,22 @@ async def main() -> None:
             for tool in document_tools(roots=[workspace], backend=backend):
                 agent.add_tool(tool)
 
-            seen = await agent.call_tool("run_shell", command=LOOK_AROUND.format(home=Path.home()))
-            print("what the commands saw:\n" + seen["stdout"])
+            seen = await agent.call_tool("run_shell", command=LOOK_AROUND.format(here=Path(__file__).resolve().parent))
+            print("what the commands saw:\n" + seen.stdout)
 
             await agent.call_tool("run_shell", command="git init -q -b main . && git add -A")
             await agent.call_tool("edit_file", path=str(workspace / "notes.md"),
                                   old_text="from the host.", new_text="from the host, and the host from them.")
             await agent.call_tool("git", operation="add", paths=["notes.md"])
             committed = await agent.call_tool("git", operation="commit", message="Notes written in a sandbox")
-            print("git commit:", committed["stdout"].strip())
+            print("git commit:", committed.stdout.strip())
             log = await agent.call_tool("git", operation="log")
-            print("git log:", log["stdout"].splitlines()[0])
+            print("git log:", log.stdout.splitlines()[0])
 
-            found = await agent.call_tool("search_files", path=str(workspace), query="sandbox")
-            print("search_files:", [match["path"] for match in found["matches"]])
+            found = await agent.call_tool("search_files", path=str(workspace), query="away from the host")
+            print("search_files:", [f"{Path(hit['path']).name}:{hit['line']}" for hit in found["items"]])
             table = await agent.call_tool("read_document", path=str(workspace / "figures.csv"))
-            print("read_document:", table)
+            print("read_document:", [section["cells"] for section in table["sections"]])
         print("\nsandbox removed")
 
 

@@ -73,6 +73,16 @@ def docker_client():
     client.close()
 
 
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client) -> str:
+    """The sandbox image of this checkout, built first when its inputs changed (with progress)."""
+    import sys
+
+    from protolink.sandbox.provision import ensure_image
+
+    return ensure_image(progress=lambda line: print(line, file=sys.__stderr__, flush=True))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _leak_baseline is None:
         return

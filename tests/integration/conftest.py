@@ -1,8 +1,7 @@
-"""Fixtures for tests against real sandbox containers: the image, and running one command."""
+"""Fixtures for tests against real sandbox containers: running one command."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -18,14 +17,6 @@ Run = Callable[..., Awaitable[ProcessResult]]
 class _Silent:
     async def emit(self, type: str, **data: Any) -> None:
         return None
-
-
-@pytest.fixture(scope="session")
-def sandbox_image(docker_client) -> str:
-    """The sandbox image of this checkout, built (incrementally) first."""
-    from protolink.sandbox.provision import ensure_image
-
-    return ensure_image(progress=lambda line: print(line, file=sys.__stderr__, flush=True))
 
 
 @pytest.fixture(scope="session")

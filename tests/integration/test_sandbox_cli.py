@@ -19,6 +19,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_up_status_exec_down(docker_client, sandbox_image, tmp_path):
     name = f"protolink-cli-test-{uuid.uuid4().hex[:8]}"
     (tmp_path / "hello.txt").write_text("hello from the host\n")
+    tmp_path.chmod(0o755)  # readable by the sandbox's command uid
     up = cli("up", "--name", name, "--root", f"{tmp_path}:ro")
     try:
         assert up.returncode == 0, up.stderr
