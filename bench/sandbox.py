@@ -32,6 +32,7 @@ from search import build_tree
 
 from protolink import Agent, AgentCard, CapabilityPolicy
 from protolink.execution.local import LocalExecutionBackend
+from protolink.execution.process import ProcessSpec
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.provision import ensure_image
 from protolink.tools import document_tools, filesystem_tools, process_tool
@@ -46,6 +47,11 @@ CAP = 64 << 10
 PAGES = 200
 REPEATS = 5
 ENV = {"PATH": "/usr/bin:/bin"}
+
+
+class Quiet:
+    async def emit(self, type: str, **data: Any) -> None:
+        return None
 
 
 def agent_for(backend: Any, root: Path) -> Agent:
@@ -123,6 +129,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="protolink-bench-") as temporary:
         root = Path(temporary).resolve()
         os.chmod(root, 0o755)
+        (root / "tree").mkdir()
         build_tree(root / "tree")
         make_pdf(root / "report.pdf")
         local = agent_for(LocalExecutionBackend(), root)
@@ -146,13 +153,18 @@ async def main() -> None:
             row("  sandbox/local (target <= 1.5)", f"{box_true / local_true:.2f}")
             row("  docker exec/sandbox (target >= 30)", f"{docker_exec / box_true:.0f}x")
             row("  docker run --rm/sandbox", f"{docker_run / box_true:.0f}x")
+            spec = ProcessSpec(("/bin/true",), str(root), ENV, 60, 65536)
+            box_raw = await median_of(ROUND_TRIPS, lambda: backend.execute(spec, Quiet()))
+            local_raw = await median_of(ROUND_TRIPS, lambda: LocalExecutionBackend().execute(spec, Quiet()))
+            row("  backend.execute alone: sandbox, local", f"{box_raw * 1e3:.2f} ms", f"{local_raw * 1e3:.2f} ms",
+                f"ratio {box_raw / local_raw:.2f}")
 
             # 3. Concurrency.
             started = time.perf_counter()
             outcomes = await asyncio.gather(*(true_once(boxed, root) for _ in range(CONCURRENT)),
                                             return_exceptions=True)
             wall = time.perf_counter() - started
-            errors = sum(1 for item in outcomes if isinstance(item, BaseException) or item["exit_code"] != 0)
+            errors = sum(1 for item in outcomes if isinstance(item, BaseException) or item.exit_code != 0)
             print()
             row(f"{CONCURRENT} concurrent /bin/true in one sandbox", f"{CONCURRENT / wall:.0f}/s", f"{errors} errors")
             row("  target", ">= 400/s", "0 errors")
@@ -171,8 +183,8 @@ async def main() -> None:
                                 if Path(f"/proc/{pid}").exists())
             client_growth = rss_kib("self", "VmHWM") - client_before
             print()
-            row("1 GiB stdout, 64 KiB cap", f"{wall:.2f} s", f"kept {len(flood['stdout'])} B",
-                f"truncated={flood['truncated']}")
+            row("1 GiB stdout, 64 KiB cap", f"{wall:.2f} s", f"kept {len(flood.stdout)} B",
+                f"truncated={flood.truncated}")
             row("  peak memory growth: server, client", f"{server_growth / 1024:.1f} MB", f"{client_growth / 1024:.1f} MB")
             row("  target", "< 50 MB", "< 50 MB")
 
