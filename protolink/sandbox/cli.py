@@ -19,7 +19,7 @@ from typing import Any
 
 from .docker import GiB, MiB, DockerSandbox, Root, roots_from_env
 from .errors import SandboxError
-from .hostdirs import runtime_dir
+from .hostdirs import runtime_dir, write_private
 from .provision import DEFAULT_IMAGE, ensure_engine, ensure_image
 from .reaper import CREATED_LABEL, OWNER_LABEL, remove_host_dirs
 
@@ -102,9 +102,7 @@ async def _up(args: argparse.Namespace) -> int:
     token_file = None
     if sandbox.token is not None:
         token_file = _token_file(args.name)
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(sandbox.token)
+        write_private(token_file, sandbox.token)
     address = await sandbox.detach()
     for root in sandbox.roots:
         _say(f"root {root.path} ({'read-write' if root.writable else 'read-only'})")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import reaper
 from .disk import DiskWatch
 from .errors import SandboxError, SandboxUnavailableError
-from .hostdirs import private_subdir
+from .hostdirs import private_subdir, write_private
 from .provision import DEFAULT_IMAGE
 from .roots import Root
 
@@ -304,9 +304,7 @@ class DockerSandbox:
         self._host_dirs.append(host_dir)
         if self.tcp:
             # Read once by the server (uid 0 in the container) and deleted; commands cannot open it.
-            fd = os.open(host_dir / "token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(self._token or "")
+            write_private(host_dir / "token", self._token or "")
             mounts.append(Mount(SECRET_DIR, str(host_dir), type="bind"))
         else:
             mounts.append(Mount(SOCKET_DIR, str(host_dir), type="bind"))

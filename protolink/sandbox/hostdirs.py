@@ -36,3 +36,10 @@ def runtime_dir() -> Path:
 def private_subdir(prefix: str) -> Path:
     """A new 0700 directory inside :func:`runtime_dir`."""
     return Path(tempfile.mkdtemp(prefix=prefix, dir=runtime_dir()))
+
+
+def write_private(path: Path | str, text: str) -> None:
+    """Write ``text`` to a file only its owner can read (mode 0600 from creation)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)

@@ -165,3 +165,22 @@ async def test_starting_a_sandbox_reaps_and_reports_orphans(docker_client, sandb
         assert orphan.short_id in [gone.container_id for gone in sandbox.reaped]
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(orphan.id)
+
+
+async def test_tcp_mode_needs_the_token_and_commands_cannot_read_it(docker_client, sandbox_image, run, tmp_path):
+    from protolink.sandbox import connect
+    from protolink.sandbox.errors import SandboxAuthenticationError
+
+    tmp_path.chmod(0o755)
+    sandbox = DockerSandbox([tmp_path], image=sandbox_image, tcp="127.0.0.1:0")
+    async with sandbox as backend:
+        seen = await run(backend, ["/bin/sh", "-c", "env; cat /run/protolink-secret/token; ls /run/protolink-secret"])
+        assert sandbox.token and sandbox.token not in seen.stdout + seen.stderr
+        assert seen.stderr.count("Permission denied") == 2
+        for token in (None, "wrong"):
+            with pytest.raises(SandboxAuthenticationError):
+                await asyncio.wait_for(connect(sandbox.address, token=token, timeout=5), HANG_GUARD)
+        other = await connect(sandbox.address, token=sandbox.token, timeout=5)
+        assert await other.health()
+        await other.aclose()
+    assert _containers(docker_client, sandbox.session) == []
