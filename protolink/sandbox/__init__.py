@@ -14,6 +14,9 @@ _EXPORTS = {
     "connect": "protolink.sandbox.client",
     "SandboxBackend": "protolink.sandbox.client",
     "SandboxInfo": "protolink.sandbox.client",
+    "DockerSandbox": "protolink.sandbox.docker",
+    "Root": "protolink.sandbox.docker",
+    "reap": "protolink.sandbox.reaper",
 }
 
 __all__ = sorted(_EXPORTS)
