@@ -89,12 +89,13 @@ def _docker_socket() -> str | None:
 
 
 def command_identity(uid: int | None = None, gid: int | None = None) -> tuple[int, int]:
-    """Commands run as the host user when it is not root, else as nobody; never as uid 0."""
-    host_uid = os.getuid()
-    if uid is None:
-        uid = host_uid if host_uid != 0 else NOBODY
-        gid = gid if gid is not None else (os.getgid() if host_uid != 0 else NOBODY)
-    gid = uid if gid is None else gid
+    """The uid/gid commands run as: 65534 (nobody) unless given; never 0.
+
+    Not the host user's uid even when it is not root: the socket directory belongs to the
+    host user, and commands must not be able to open or replace the socket.
+    """
+    uid = NOBODY if uid is None else uid
+    gid = (NOBODY if uid == NOBODY else uid) if gid is None else gid
     if uid == 0 or gid == 0:
         raise ValueError("sandbox commands never run as uid or gid 0")
     return uid, gid
@@ -135,8 +136,8 @@ class DockerSandbox:
 
     ``memory`` (bytes, swap included), ``pids`` and ``cpus`` bound the whole container;
     ``tmpfs_bytes`` bounds /tmp; ``disk_bytes`` bounds how much the writable roots may grow.
-    Commands run as ``command_uid``/``command_gid`` (default: the host user, or 65534 when the
-    host user is root; never 0). ``runtime="runsc"`` runs the container under gVisor.
+    Commands run as ``command_uid``/``command_gid`` (default 65534, nobody; never 0): writable
+    roots must be writable by that uid. ``runtime="runsc"`` runs the container under gVisor.
     ``tcp="HOST:PORT"`` publishes the server on the engine's host (port 0 picks one) instead of
     a Unix socket, with a fresh token, for remote engines: the container then has a network.
     ``expiry_seconds`` bounds how long the reaper lets the container live; ``owner`` defaults
