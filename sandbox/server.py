@@ -63,7 +63,7 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.keepalive_time_ms", 20_000),
         ("grpc.keepalive_timeout_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 0),
     ]

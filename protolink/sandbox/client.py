@@ -368,8 +368,12 @@ def _channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.keepalive_time_ms", 10_000),
-        ("grpc.keepalive_timeout_ms", 5_000),
+        # While calls are in flight, a peer that stops answering pings (a frozen or vanished
+        # sandbox) fails them within seconds instead of at their deadlines.
+        ("grpc.keepalive_time_ms", 2_000),
+        ("grpc.keepalive_timeout_ms", 2_000),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.ping_timeout_ms", 2_000),
         ("grpc.enable_retries", 0),
         # A sandbox that is starting is found within tens of milliseconds, not seconds.
         ("grpc.initial_reconnect_backoff_ms", 20),

@@ -374,3 +374,25 @@ async def test_random_and_mutated_requests_get_typed_answers_and_the_server_live
             except grpc.aio.AioRpcError as error:
                 assert error.code() not in faults, (method, payload, error)
     assert await server.backend.health()
+
+
+async def test_a_frozen_server_is_a_typed_error_not_a_hang(roots):
+    writable = roots[0] / "frozen"
+    writable.mkdir()
+    uid = unused_uid()
+    os.chown(writable, uid, uid)
+    async with sandbox_server([(writable, True)], uid=uid) as running:
+        call = asyncio.ensure_future(run(running, "sleep 300", writable, timeout=600))
+        await settle(lambda: any(b"sleep" in cmdline(pid) for pid in running.processes_of_uid()),
+                     "the command to start")
+        server = _children(running.process.pid)[0]
+        os.kill(server, signal.SIGSTOP)  # alive, holding its socket open, answering nothing
+        try:
+            with pytest.raises(SandboxUnavailableError):
+                await call
+        finally:
+            os.kill(server, signal.SIGCONT)
+
+
+def _children(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
