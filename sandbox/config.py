@@ -100,8 +100,11 @@ def _positive(text: str) -> int:
 
 
 def _take_token(path: str) -> str:
-    with open(path, encoding="utf-8") as file:
-        token = file.read().strip()
+    try:
+        with open(path, encoding="utf-8") as file:
+            token = file.read().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SystemExit(f"cannot read the token file {path}: {error}") from None
     try:
         os.unlink(path)
     except OSError:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import traceback
 from collections.abc import Callable
 
 from .privileges import become_subreaper, die_with_parent, make_non_dumpable
@@ -28,17 +30,26 @@ def run_under_reaper(serve: Callable[[], int]) -> int:
         for signum in _FORWARDED:
             signal.signal(signum, signal.SIG_DFL)
         die_with_parent(parent)
-        code = 1
-        try:
-            code = serve()
-        finally:
-            os._exit(code)
+        os._exit(_exit_code(serve))
     for signum in _FORWARDED:
         signal.signal(signum, lambda received, frame: _forward(child, received))
     while True:
         pid, status = os.wait()
         if pid == child:
             return os.waitstatus_to_exitcode(status)
+
+
+def _exit_code(serve: Callable[[], int]) -> int:
+    """Run ``serve``; its exit code, with a failure reported on stderr (the child never returns)."""
+    try:
+        return serve()
+    except SystemExit as stop:
+        if isinstance(stop.code, int):
+            return stop.code
+        print(f"sandbox: {stop.code}", file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    return 1
 
 
 def _forward(child: int, signum: int) -> None:

@@ -83,8 +83,10 @@ async def serve(config: ServerConfig) -> None:
     server.add_generic_rpc_handlers((SandboxService(config, workers, reaper).handler(),))
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
-    if server.add_insecure_port(config.address) == 0 and config.tcp:
-        raise SystemExit(f"cannot listen on {config.listen}")
+    try:
+        server.add_insecure_port(config.address)
+    except RuntimeError:
+        raise SystemExit(f"cannot listen on {config.listen}") from None
     if not config.tcp:
         os.chmod(config.address.removeprefix("unix://"), 0o600)
     stop = asyncio.Event()

@@ -31,7 +31,7 @@ from .operations import OPERATIONS
 from .reaper import StrayReaper
 from .workers import OperationFailed, WorkerPool
 
-SERVICE = "protolink.sandbox.v1.Sandbox"
+SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].full_name
 #: A quiet command still sends an event this often, so either side notices a dead peer.
 KEEPALIVE_SECONDS = 5.0
 #: Text per Output event; larger chunks are split.

@@ -73,6 +73,7 @@ class WorkerPool:
             sys.executable, "-I", "-m", "sandbox.worker",
             "--uid", str(uid), "--gid", str(gid),
             "--memory-bytes", str(memory_bytes), "--max-request-bytes", str(max_message_bytes),
+            "--server", str(os.getpid()),
         ]
         self._max_message_bytes = max_message_bytes
         self._slots = asyncio.Semaphore(max_workers)
