@@ -19,6 +19,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import pytest
 from google.protobuf.message import Message
 
 from protolink.core.resources import ResourceRevision
-from protolink.execution.documents import DocumentLimits
+from protolink.execution.documents import DocumentError, DocumentLimits
 from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
 from protolink.sandbox import connect
 from protolink.sandbox._pb import documents_pb2, process_pb2, sandbox_pb2, workspace_pb2
@@ -116,6 +117,10 @@ def slow_pdf(pages: int, operators: int = 100_000) -> bytes:
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
         *[page] * pages,
     ]
+    return _pdf(objects)
+
+
+def _pdf(objects: list[bytes]) -> bytes:
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -396,3 +401,33 @@ async def test_a_frozen_server_is_a_typed_error_not_a_hang(roots):
 
 def _children(pid: int) -> list[int]:
     return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def bomb_pdf(expanded_bytes: int) -> bytes:
+    """A PDF whose one content stream inflates from a few KiB to ``expanded_bytes``."""
+    content = zlib.compress(b"BT /F1 12 Tf (" + b"a" * expanded_bytes + b") Tj ET", 9)
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        page,
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(content) + content + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    return _pdf(objects)
+
+
+async def test_a_document_that_explodes_in_memory_hits_the_worker_limit_and_the_server_lives_on(roots):
+    writable = roots[0] / "bomb"
+    writable.mkdir()
+    uid = unused_uid()
+    os.chown(writable, uid, uid)
+    (writable / "bomb.pdf").write_bytes(bomb_pdf(70_000_000))
+    (writable / "ok.txt").write_text("ok\n")
+    async with sandbox_server([(writable, True)], uid=uid, args=["--worker-memory-bytes", str(300 << 20)]) as running:
+        with pytest.raises((DocumentError, SandboxLimitError)):
+            await running.backend.read_document(str(writable / "bomb.pdf"), roots=[str(writable)],
+                                                limits=DocumentLimits())
+        fine = await running.backend.read_document(str(writable / "ok.txt"), roots=[str(writable)],
+                                                   limits=DocumentLimits())
+        assert fine.sections[0].text == "ok\n"
