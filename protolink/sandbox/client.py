@@ -151,10 +151,8 @@ class SandboxBackend:
         self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
     ) -> tuple[tuple[str, ...], str]:
         """Resolve argv[0] and the working directory inside the sandbox, as its commands see them."""
-        if not argv:
-            raise ValueError("argv must contain at least the executable")
-        response = await self._unary(self._stub.ResolveCommand, messages.resolve_request(argv, cwd, env),
-                                     self._operation_seconds)
+        request = self._request(messages.resolve_request, argv, cwd, env)
+        response = await self._unary(self._stub.ResolveCommand, request, self._operation_seconds)
         return self._checked(messages.resolved_command, response, argv)
 
     async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
