@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
+import stat
 from dataclasses import dataclass
 
 from protolink.sandbox.roots import Root
@@ -100,15 +102,25 @@ def _positive(text: str) -> int:
 
 
 def _take_token(path: str) -> str:
+    """The token in the regular file ``path``, which is then removed (best effort).
+
+    Anything else (a device such as /dev/null, a symlink, a directory) is refused and left alone.
+    """
     try:
-        with open(path, encoding="utf-8") as file:
-            token = file.read().strip()
-    except (OSError, UnicodeDecodeError) as error:
-        raise SystemExit(f"cannot read the token file {path}: {error}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise SystemExit(f"cannot read the token file {path}: {error.strerror}") from None
     try:
-        os.unlink(path)
-    except OSError:
-        pass  # a read-only mount: the file stays readable by root alone
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise SystemExit(f"the token file {path} is not a regular file")
+        token = os.read(fd, 4096).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
     if len(token) < 16:
         raise SystemExit("the token must be at least 16 characters")
+    with contextlib.suppress(OSError):  # a read-only mount: the file stays, readable by root alone
+        current = os.lstat(path)
+        if (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino):
+            os.unlink(path)
     return token
