@@ -27,7 +27,7 @@ import secrets
 import shutil
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
@@ -254,7 +254,7 @@ class DockerSandbox:
         """Leave the running container to outlive this object (an appliance); returns its address.
 
         The host-side disk watch stops with this object: a detached sandbox's writable roots
-        keep only the per-file limit. ``protolink-sandbox down`` (or :func:`remove`) removes it.
+        keep only the per-file limit. ``protolink-sandbox down`` removes it.
         """
         if self._state != "running" or self.address is None:
             raise RuntimeError("only a running DockerSandbox can be detached")
