@@ -102,22 +102,32 @@ def _kill_if_still(candidate: _Process, uid: int, groups: set[int]) -> int:
 
 
 def _processes() -> Iterator[_Process]:
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (process := _read(int(name))) is not None:
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (process := _read(int(entry.name))) is not None:
             yield process
 
 
 def _read(pid: int) -> _Process | None:
+    """From /proc/PID/status alone (one read): uids, parent and process group."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            stat = stat_file.read()
-        with open(f"/proc/{pid}/status", "rb") as status_file:
-            status = status_file.read()
+        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return None  # gone, or a kernel thread we may not read
-    fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces and ')'
-    for line in status.splitlines():
-        if line.startswith(b"Uid:"):
-            uids = frozenset(int(value) for value in line.split()[1:])
-            return _Process(pid, int(fields[1]), int(fields[2]), uids)
-    return None
+        return None  # gone
+    try:
+        status = os.read(fd, 8192)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    ppid, pgrp, uids = (_field(status, name) for name in (b"PPid", b"NSpgid", b"Uid"))
+    if not (ppid and pgrp and uids):
+        return None
+    return _Process(pid, int(ppid[0]), int(pgrp[0]), frozenset(map(int, uids)))
+
+
+def _field(status: bytes, name: bytes) -> list[bytes]:
+    start = status.find(b"\n" + name + b":")
+    if start < 0:
+        return []
+    start += len(name) + 2
+    return status[start : status.find(b"\n", start)].split()
