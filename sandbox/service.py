@@ -70,10 +70,17 @@ class CommandProcesses(LocalProcesses):
 
 
 class _Outputs:
-    """The Emitter LocalProcesses writes output events to: queued as Output events."""
+    """The Emitter LocalProcesses writes output events to: queued as Output events, with
+    keepalives between them."""
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[process_pb2.ExecuteEvent | None] = asyncio.Queue()
+
+    async def keep_alive(self) -> None:
+        """Queue a Keepalive event every KEEPALIVE_SECONDS until canceled."""
+        while True:
+            await asyncio.sleep(KEEPALIVE_SECONDS)
+            self.queue.put_nowait(process_pb2.ExecuteEvent(keepalive=process_pb2.Keepalive()))
 
     async def emit(self, type: str, **data: Any) -> None:
         if type != "process.output":
@@ -130,21 +137,14 @@ class SandboxService:
         async with self._reaper.command():
             run = asyncio.ensure_future(self._processes.execute(spec, outputs))
             run.add_done_callback(lambda _: outputs.queue.put_nowait(None))
-            next_event = asyncio.ensure_future(outputs.queue.get())
+            keepalive = asyncio.ensure_future(outputs.keep_alive())
             try:
                 yield _event(started=process_pb2.Started())
-                while True:
-                    done, _ = await asyncio.wait({next_event}, timeout=KEEPALIVE_SECONDS)
-                    if not done:
-                        yield _event(keepalive=process_pb2.Keepalive())
-                        continue
-                    if (event := next_event.result()) is None:
-                        break
+                while (event := await outputs.queue.get()) is not None:
                     yield event.SerializeToString()
-                    next_event = asyncio.ensure_future(outputs.queue.get())
                 result = run.result()
             finally:
-                next_event.cancel()
+                keepalive.cancel()
                 if not run.done():
                     run.cancel()  # the call was canceled: the group is killed and reaped
                 await _settled(run)
