@@ -13,6 +13,7 @@ of hanging: unary calls have deadlines, process streams carry keepalives and dea
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 32 * MiB
 EXECUTE_GRACE_SECONDS = 30.0
 #: A process stream that sends nothing (not even a keepalive) for this long is dead.
 IDLE_SECONDS = 20.0
+#: The longest a workspace call may take, whatever the server reports.
+MAX_OPERATION_SECONDS = 300.0
 #: Extra time a workspace or document call may take beyond the server's own limit.
 CALL_GRACE_SECONDS = 10.0
 HEALTH_SECONDS = 2.0
@@ -99,7 +102,8 @@ class SandboxBackend:
     """ExecutionBackend, WorkspaceBackend and DocumentBackend inside a sandbox; see the module.
 
     Create it with :func:`connect` (or ``DockerSandbox``); close it with :meth:`aclose` or
-    ``async with``. A closed backend refuses further calls.
+    ``async with``. A closed backend refuses further calls. ``info_at_connect`` is what the
+    server reported when the connection was made; ``boundary`` names the sandbox in previews.
     """
 
     def __init__(
@@ -247,7 +251,8 @@ class SandboxBackend:
 
     @property
     def _operation_seconds(self) -> float:
-        return float(self.info_at_connect.limits.get("max_operation_seconds", 300.0)) + CALL_GRACE_SECONDS
+        reported = float(self.info_at_connect.limits.get("max_operation_seconds", MAX_OPERATION_SECONDS))
+        return min(reported, MAX_OPERATION_SECONDS) + CALL_GRACE_SECONDS
 
     def _check_open(self) -> None:
         if self._closed:
@@ -352,6 +357,8 @@ def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:
     if not boundary.startswith("sandbox:") or len(boundary) > MAX_BOUNDARY_CHARS or not boundary.isprintable():
         raise SandboxProtocolError("the sandbox reported an invalid boundary name")
     limits = {field.name: value for field, value in response.limits.ListFields()}
+    if not all(math.isfinite(value) and value > 0 for value in limits.values()):
+        raise SandboxProtocolError("the sandbox reported an invalid limit")
     roots = tuple(Root(root.path, root.writable) for root in response.roots)
     return SandboxInfo(boundary, response.server_version[:MAX_BOUNDARY_CHARS], limits, roots)
 

@@ -149,6 +149,13 @@ async def test_an_invalid_boundary_is_refused_at_connect(fake, boundary):
         await connect(address)
 
 
+async def test_invalid_limits_are_refused_at_connect(fake):
+    script, address = fake
+    script.info = sandbox_pb2.InfoResponse(boundary="sandbox:fake", limits=sandbox_pb2.Limits(max_message_bytes=-1))
+    with pytest.raises(SandboxProtocolError, match="limit"):
+        await connect(address)
+
+
 async def test_nothing_listening_is_unavailable_without_a_hang(tmp_path):
     with pytest.raises(SandboxUnavailableError):
         await connect(f"unix://{tmp_path / 'nobody.sock'}", timeout=0.5)
