@@ -9,6 +9,7 @@ workers, malformed requests, authentication and a dead server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import secrets
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,24 @@ async def server(roots: tuple[Path, Path]) -> AsyncIterator[RunningServer]:
     os.chown(writable, uid, uid)
     async with sandbox_server([(writable, True), (read_only, False)], uid=uid) as running:
         yield running
+
+
+@contextlib.asynccontextmanager
+async def own_server(parent: Path, name: str, args: Sequence[str] = ()) -> AsyncIterator[tuple[RunningServer, Path]]:
+    """A server of its own (for tests that harm it) over a fresh writable root ``parent/name``."""
+    writable = parent / name
+    writable.mkdir()
+    uid = unused_uid()
+    os.chown(writable, uid, uid)
+    async with sandbox_server([(writable, True)], uid=uid, args=args) as running:
+        yield running, writable
+
+
+async def sleeping(server: RunningServer, cwd: Path) -> asyncio.Future[ProcessResult]:
+    """A long command, once it runs."""
+    call = asyncio.ensure_future(run(server, "sleep 300", cwd, timeout=600))
+    await settle(lambda: any(b"sleep" in cmdline(pid) for pid in server.processes_of_uid()), "the command to start")
+    return call
 
 
 async def run(server: RunningServer, script: str, cwd: Path, timeout: float = 60) -> ProcessResult:
@@ -305,14 +324,8 @@ async def test_tcp_requires_the_token_and_the_token_file_is_consumed(tmp_path):
 
 
 async def test_a_dead_server_is_a_typed_error_not_a_hang(roots):
-    writable = roots[0] / "dying"
-    writable.mkdir()
-    uid = unused_uid()
-    os.chown(writable, uid, uid)
-    async with sandbox_server([(writable, True)], uid=uid) as running:
-        call = asyncio.ensure_future(run(running, "sleep 300", writable, timeout=600))
-        await settle(lambda: any(b"sleep" in cmdline(pid) for pid in running.processes_of_uid()),
-                     "the command to start")
+    async with own_server(roots[0], "dying") as (running, writable):
+        call = await sleeping(running, writable)
         running.process.kill()  # the reaping init; the server dies with it
         with pytest.raises(SandboxUnavailableError):
             await call
@@ -382,14 +395,8 @@ async def test_random_and_mutated_requests_get_typed_answers_and_the_server_live
 
 
 async def test_a_frozen_server_is_a_typed_error_not_a_hang(roots):
-    writable = roots[0] / "frozen"
-    writable.mkdir()
-    uid = unused_uid()
-    os.chown(writable, uid, uid)
-    async with sandbox_server([(writable, True)], uid=uid) as running:
-        call = asyncio.ensure_future(run(running, "sleep 300", writable, timeout=600))
-        await settle(lambda: any(b"sleep" in cmdline(pid) for pid in running.processes_of_uid()),
-                     "the command to start")
+    async with own_server(roots[0], "frozen") as (running, writable):
+        call = await sleeping(running, writable)
         server = _children(running.process.pid)[0]
         os.kill(server, signal.SIGSTOP)  # alive, holding its socket open, answering nothing
         try:
@@ -418,13 +425,9 @@ def bomb_pdf(expanded_bytes: int) -> bytes:
 
 
 async def test_a_document_that_explodes_in_memory_hits_the_worker_limit_and_the_server_lives_on(roots):
-    writable = roots[0] / "bomb"
-    writable.mkdir()
-    uid = unused_uid()
-    os.chown(writable, uid, uid)
-    (writable / "bomb.pdf").write_bytes(bomb_pdf(70_000_000))
-    (writable / "ok.txt").write_text("ok\n")
-    async with sandbox_server([(writable, True)], uid=uid, args=["--worker-memory-bytes", str(300 << 20)]) as running:
+    async with own_server(roots[0], "bomb", args=["--worker-memory-bytes", str(300 << 20)]) as (running, writable):
+        (writable / "bomb.pdf").write_bytes(bomb_pdf(70_000_000))
+        (writable / "ok.txt").write_text("ok\n")
         with pytest.raises((DocumentError, SandboxLimitError)):
             await running.backend.read_document(str(writable / "bomb.pdf"), roots=[str(writable)],
                                                 limits=DocumentLimits())
