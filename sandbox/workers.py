@@ -9,6 +9,7 @@ caller gets a typed error and the server lives on.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -16,9 +17,14 @@ import sys
 from google.protobuf.message import DecodeError
 
 from protolink.sandbox._pb import errors_pb2
-from protolink.sandbox.errors import KINDS, SandboxLimitError
+from protolink.sandbox.errors import KINDS, SandboxError, SandboxLimitError
 
 from . import frames
+
+#: How long a failed worker start waits before the next attempt.
+SPAWN_RETRY_SECONDS = 0.2
+
+log = logging.getLogger("sandbox")
 
 
 class OperationFailed(Exception):
@@ -66,7 +72,12 @@ class _TooLarge(Exception):
 
 
 class WorkerPool:
-    """Runs operations in worker processes, at most ``max_workers`` at once."""
+    """Runs operations in worker processes, at most ``max_workers`` of them.
+
+    A call takes whichever worker is idle first. When none is, the pool grows in the
+    background, one worker at a time, so a burst of short calls is served by the workers that
+    exist instead of waiting for new ones to load.
+    """
 
     def __init__(self, *, uid: int, gid: int, memory_bytes: int, max_workers: int, max_message_bytes: int) -> None:
         self._command = [
@@ -76,58 +87,87 @@ class WorkerPool:
             "--server", str(os.getpid()),
         ]
         self._max_message_bytes = max_message_bytes
-        self._slots = asyncio.Semaphore(max_workers)
-        self._idle: list[_Worker] = []
-        self._busy: set[_Worker] = set()
+        self._max_workers = max_workers
+        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._live: set[_Worker] = set()
+        self._growing: asyncio.Task[None] | None = None
+        self._spawn_error: OSError | None = None
 
     async def warm(self) -> None:
         """Start one worker ahead of the first call."""
-        self._idle.append(await self._spawn())
+        self._live.add(worker := await self._spawn())
+        self._idle.put_nowait(worker)
 
     async def call(self, method: str, payload: bytes, *, seconds: float, what: str) -> bytes:
         """The response payload of ``method``; OperationFailed with the operation's own error,
         TimeoutError past ``seconds`` of wall time, SandboxLimitError when the worker died."""
         frame = frames.request_frame(method, payload, seconds)
-        async with self._slots:
-            worker = await self._idle_or_new()
-            self._busy.add(worker)
-            healthy = False
-            try:
-                status, reply = await asyncio.wait_for(worker.ask(frame, self._max_message_bytes), seconds)
-                failure = _failure(reply) if status == frames.ERROR else None
-                # A worker that ran out of memory answers, then exits: it is not reused.
-                healthy = failure is None or failure.error.kind != errors_pb2.ERROR_KIND_LIMIT_EXCEEDED
-            except TimeoutError:
-                raise TimeoutError(f"{what} did not finish within {seconds:g} seconds; its worker was stopped") from None
-            except _TooLarge as large:
-                raise SandboxLimitError(f"the answer of {what} is {large.length} bytes, over this sandbox's "
-                                        f"message limit of {self._max_message_bytes}") from None
-            except (asyncio.IncompleteReadError, ConnectionError, _Broken, DecodeError):
-                raise SandboxLimitError(f"{what} was stopped: {await _death(worker)}") from None
-            finally:
-                self._busy.discard(worker)
-                if healthy and worker.process.returncode is None:
-                    self._idle.append(worker)
-                else:
-                    await asyncio.shield(worker.stop())
+        worker = await self._take()
+        healthy = False
+        try:
+            status, reply = await asyncio.wait_for(worker.ask(frame, self._max_message_bytes), seconds)
+            failure = _failure(reply) if status == frames.ERROR else None
+            # A worker that ran out of memory answers, then exits: it is not reused.
+            healthy = failure is None or failure.error.kind != errors_pb2.ERROR_KIND_LIMIT_EXCEEDED
+        except TimeoutError:
+            raise TimeoutError(f"{what} did not finish within {seconds:g} seconds; its worker was stopped") from None
+        except _TooLarge as large:
+            raise SandboxLimitError(f"the answer of {what} is {large.length} bytes, over this sandbox's "
+                                    f"message limit of {self._max_message_bytes}") from None
+        except (asyncio.IncompleteReadError, ConnectionError, _Broken, DecodeError):
+            raise SandboxLimitError(f"{what} was stopped: {await _death(worker)}") from None
+        finally:
+            if healthy and worker.process.returncode is None:
+                self._idle.put_nowait(worker)
+            else:
+                await asyncio.shield(self._retire(worker))
         if failure is not None:
             raise failure
         return reply
 
     async def aclose(self) -> None:
         """Kill and reap every worker."""
-        workers = [*self._idle, *self._busy]
-        self._idle.clear()
-        await asyncio.gather(*(worker.stop() for worker in workers))
+        if self._growing is not None:
+            self._growing.cancel()
+        await asyncio.gather(*(self._retire(worker) for worker in list(self._live)))
 
-    async def _idle_or_new(self) -> _Worker:
-        # A worker may have died while idle (a command of the same uid can kill it).
-        while self._idle:
-            worker = self._idle.pop()
-            if worker.process.returncode is None:
-                return worker
-            await worker.stop()
-        return await self._spawn()
+    async def _take(self) -> _Worker:
+        while True:
+            if self._idle.empty() and len(self._live) < self._max_workers and (
+                    self._growing is None or self._growing.done()):
+                self._growing = asyncio.ensure_future(self._grow())
+            growing = self._growing
+            getter = asyncio.ensure_future(self._idle.get())
+            try:
+                await asyncio.wait({getter, growing} if growing else {getter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not getter.done():
+                    getter.cancel()  # the item, if one was just put, stays queued
+                elif not getter.cancelled() and sys.exc_info()[0] is not None:
+                    self._idle.put_nowait(getter.result())  # canceled after all: give the worker back
+            if getter.done() and not getter.cancelled():
+                worker = getter.result()
+                if worker.process.returncode is None:
+                    return worker
+                await self._retire(worker)  # it died while idle (a command of its uid can kill it)
+            elif self._spawn_error is not None and not self._live:
+                raise SandboxError(f"cannot start a worker process: {self._spawn_error}")
+
+    async def _grow(self) -> None:
+        try:
+            worker = await self._spawn()
+        except OSError as error:  # e.g. a full process table: a fork bomb is running
+            self._spawn_error = error
+            log.warning("cannot start a worker process: %s", error)
+            await asyncio.sleep(SPAWN_RETRY_SECONDS)  # waiting callers retry at this pace
+            return
+        self._spawn_error = None
+        self._live.add(worker)
+        self._idle.put_nowait(worker)
+
+    async def _retire(self, worker: _Worker) -> None:
+        self._live.discard(worker)
+        await worker.stop()
 
     async def _spawn(self) -> _Worker:
         process = await asyncio.create_subprocess_exec(

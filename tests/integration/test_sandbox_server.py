@@ -295,6 +295,17 @@ async def test_many_concurrent_commands_all_complete(server, roots):
     assert [result.stdout for result in results] == [f"{index}\n" for index in range(64)]
 
 
+async def test_a_burst_of_file_operations_is_served_by_the_workers(server, roots):
+    for index in range(20):
+        (roots[0] / f"burst-{index}.txt").write_text(f"{index}\n")
+    chunks = await asyncio.gather(*(
+        server.backend.read_text(str(roots[0] / f"burst-{index % 20}.txt"), roots=[str(roots[0])], offset=0,
+                                 max_chars=10, max_file_bytes=100)
+        for index in range(200)))
+    assert [chunk.content for chunk in chunks] == [f"{index % 20}\n" for index in range(200)]
+    assert len(workers(server)) <= 8  # the server's default max_workers
+
+
 async def test_a_request_over_the_message_limit_is_refused_before_it_is_sent(server, roots):
     absent = ResourceRevision(str(roots[0] / "huge.bin"), False, parent_identity=(0, 0))
     with pytest.raises(ValueError, match="accepts at most"):
