@@ -93,14 +93,15 @@ async def serve(config: ServerConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await workers.warm()
     await server.start()
+    warming = asyncio.ensure_future(workers.warm())  # serve at once; the first file call may wait for it
     for name in ("", SERVICE):
         await health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving %s on %s", config.boundary, config.listen)
     try:
         await stop.wait()
     finally:
+        warming.cancel()
         await health_service.enter_graceful_shutdown()
         await server.stop(STOP_GRACE_SECONDS)
         await workers.aclose()

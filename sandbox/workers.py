@@ -23,6 +23,8 @@ from . import frames
 
 #: How long a failed worker start waits before the next attempt.
 SPAWN_RETRY_SECONDS = 0.2
+#: How long a call waits for a busy worker before the pool starts another.
+GROW_AFTER_SECONDS = 0.05
 
 log = logging.getLogger("sandbox")
 
@@ -95,8 +97,9 @@ class WorkerPool:
 
     async def warm(self) -> None:
         """Start one worker ahead of the first call."""
-        self._live.add(worker := await self._spawn())
-        self._idle.put_nowait(worker)
+        if not self._live and (self._growing is None or self._growing.done()):
+            self._growing = asyncio.ensure_future(self._grow())
+            await self._growing
 
     async def call(self, method: str, payload: bytes, *, seconds: float, what: str) -> bytes:
         """The response payload of ``method``; OperationFailed with the operation's own error,
@@ -133,13 +136,18 @@ class WorkerPool:
 
     async def _take(self) -> _Worker:
         while True:
-            if self._idle.empty() and len(self._live) < self._max_workers and (
-                    self._growing is None or self._growing.done()):
-                self._growing = asyncio.ensure_future(self._grow())
-            growing = self._growing
+            patience = GROW_AFTER_SECONDS if self._live else 0.0
             getter = asyncio.ensure_future(self._idle.get())
             try:
-                await asyncio.wait({getter, growing} if growing else {getter}, return_when=asyncio.FIRST_COMPLETED)
+                # Short calls free their workers sooner than a new one would load: grow only
+                # for a caller that has waited (at once when there is no worker at all).
+                done, _ = await asyncio.wait({getter}, timeout=patience)
+                if not done and len(self._live) < self._max_workers and (
+                        self._growing is None or self._growing.done()):
+                    self._growing = asyncio.ensure_future(self._grow())
+                growing = self._growing
+                waits = {getter} if growing is None or growing.done() else {getter, growing}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 if not getter.done():
                     getter.cancel()  # the item, if one was just put, stays queued
