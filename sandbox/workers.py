@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 from google.protobuf.message import DecodeError
 
@@ -23,8 +24,8 @@ from . import frames
 
 #: How long a failed worker start waits before the next attempt.
 SPAWN_RETRY_SECONDS = 0.2
-#: How long a call waits for a busy worker before the pool starts another.
-GROW_AFTER_SECONDS = 0.05
+#: How long one call must hold a worker, while another waits, before the pool starts another.
+GROW_AFTER_SECONDS = 0.1
 
 log = logging.getLogger("sandbox")
 
@@ -94,6 +95,7 @@ class WorkerPool:
         self._live: set[_Worker] = set()
         self._growing: asyncio.Task[None] | None = None
         self._spawn_error: OSError | None = None
+        self._busy: dict[_Worker, float] = {}  # worker -> when its current call started
 
     async def warm(self) -> None:
         """Start one worker ahead of the first call."""
@@ -106,6 +108,7 @@ class WorkerPool:
         TimeoutError past ``seconds`` of wall time, SandboxLimitError when the worker died."""
         frame = frames.request_frame(method, payload, seconds)
         worker = await self._take()
+        self._busy[worker] = time.monotonic()
         healthy = False
         try:
             status, reply = await asyncio.wait_for(worker.ask(frame, self._max_message_bytes), seconds)
@@ -120,6 +123,7 @@ class WorkerPool:
         except (asyncio.IncompleteReadError, ConnectionError, _Broken, DecodeError):
             raise SandboxLimitError(f"{what} was stopped: {await _death(worker)}") from None
         finally:
+            del self._busy[worker]
             if healthy and worker.process.returncode is None:
                 self._idle.put_nowait(worker)
             else:
@@ -139,11 +143,11 @@ class WorkerPool:
             patience = GROW_AFTER_SECONDS if self._live else 0.0
             getter = asyncio.ensure_future(self._idle.get())
             try:
-                # Short calls free their workers sooner than a new one would load: grow only
-                # for a caller that has waited (at once when there is no worker at all).
+                # Short calls free their workers sooner than a new one would load (a start costs
+                # a few hundred milliseconds of CPU): grow only when a worker has been held by
+                # one call for a while, or when there is none at all.
                 done, _ = await asyncio.wait({getter}, timeout=patience)
-                if not done and len(self._live) < self._max_workers and (
-                        self._growing is None or self._growing.done()):
+                if not done and self._should_grow():
                     self._growing = asyncio.ensure_future(self._grow())
                 growing = self._growing
                 waits = {getter} if growing is None or growing.done() else {getter, growing}
@@ -160,6 +164,12 @@ class WorkerPool:
                 await self._retire(worker)  # it died while idle (a command of its uid can kill it)
             elif self._spawn_error is not None and not self._live:
                 raise SandboxError(f"cannot start a worker process: {self._spawn_error}")
+
+    def _should_grow(self) -> bool:
+        if len(self._live) >= self._max_workers or not (self._growing is None or self._growing.done()):
+            return False
+        held_since = time.monotonic() - GROW_AFTER_SECONDS
+        return not self._live or any(started < held_since for started in self._busy.values())
 
     async def _grow(self) -> None:
         try:
