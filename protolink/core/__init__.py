@@ -1,32 +1,57 @@
-"""The agent runtime; it knows no particular tool."""
+"""The agent runtime; it knows no particular tool.
 
-from .agent import Agent
-from .approvals import ApprovalDecision, ApprovalHandler, ApprovalRequest
-from .cards import AgentCard
-from .errors import (
-    ApprovalDeniedError,
-    AuthorizationError,
-    BudgetExceededError,
-    DirectCallError,
-    PolicyDeniedError,
-    ProtoLinkError,
-    ResourceConflictError,
-    SerializationError,
-    StorageError,
-    ToolArgumentError,
-    ToolExecutionError,
-    ToolNotFoundError,
-)
-from .events import Event, EventBus, Subscription
-from .policy import CapabilityPolicy, Effect, Policy
-from .runs import RunContext
-from .tools import Action, Artifact, Preparation, PreparedTool, Tool, ToolContext
+Names load on first use, so importing one module (``protolink.core.errors``) stays cheap.
+"""
 
-__all__ = [
-    "Action", "Agent", "AgentCard", "ApprovalDecision", "ApprovalDeniedError", "ApprovalHandler",
-    "ApprovalRequest", "Artifact", "AuthorizationError", "BudgetExceededError", "CapabilityPolicy",
-    "DirectCallError", "Effect", "Event", "EventBus", "Policy", "PolicyDeniedError", "Preparation",
-    "PreparedTool", "ProtoLinkError", "ResourceConflictError", "RunContext", "SerializationError",
-    "StorageError", "Subscription", "Tool", "ToolArgumentError", "ToolContext", "ToolExecutionError",
-    "ToolNotFoundError",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "Action": "tools",
+    "Agent": "agent",
+    "AgentCard": "cards",
+    "ApprovalDecision": "approvals",
+    "ApprovalDeniedError": "errors",
+    "ApprovalHandler": "approvals",
+    "ApprovalRequest": "approvals",
+    "Artifact": "tools",
+    "AuthorizationError": "errors",
+    "BudgetExceededError": "errors",
+    "CapabilityPolicy": "policy",
+    "DirectCallError": "errors",
+    "Effect": "policy",
+    "Event": "events",
+    "EventBus": "events",
+    "Policy": "policy",
+    "PolicyDeniedError": "errors",
+    "Preparation": "tools",
+    "PreparedTool": "tools",
+    "ProtoLinkError": "errors",
+    "ResourceConflictError": "errors",
+    "RunContext": "runs",
+    "SerializationError": "errors",
+    "StorageError": "errors",
+    "Subscription": "events",
+    "Tool": "tools",
+    "ToolArgumentError": "errors",
+    "ToolContext": "tools",
+    "ToolExecutionError": "errors",
+    "ToolNotFoundError": "errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -62,3 +62,9 @@ def test_unknown_names_raise_attribute_error():
         protolink.tools.not_a_tool  # noqa: B018
     with pytest.raises(AttributeError):
         protolink.NotAThing  # noqa: B018
+
+
+def test_top_level_exports_match_the_core_package():
+    import protolink.core
+
+    assert set(protolink.core.__all__) <= set(protolink.__all__)
