@@ -36,8 +36,10 @@ sandbox-up: install engine
 sandbox-down: install
 	$(BIN)/protolink-sandbox down
 
-bench: install
-	$(BIN)/python bench/run.py
+## bench: every benchmark, one after another (figures are ratios printed side by side)
+bench: install image
+	for script in bench/process.py bench/search.py bench/documents.py bench/sandbox.py; do \
+		$(BIN)/python $$script || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info
