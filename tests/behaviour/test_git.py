@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from process_helpers import observed_agent, sh
@@ -232,3 +234,17 @@ async def test_preview_and_environment_disable_prompts_config_and_pager(backend,
     assert env["GIT_CONFIG_NOSYSTEM"] == "1" and env["GIT_CONFIG_GLOBAL"] == "/dev/null"
     assert env["GIT_TERMINAL_PROMPT"] == "0" and env["GIT_OPTIONAL_LOCKS"] == "0"
     assert request.action.process == {key: content[key] for key in content if key != "boundary"}
+
+
+async def test_repository_ownership_check_stays_on_the_host_and_is_off_inside_a_sandbox(backend, repo):
+    """On the host Git refuses a repository another user owns; a sandbox's commands run as its
+    own unprivileged user, which rarely owns the mounted repository, so there Git works."""
+    on_host = backend.boundary == "host"
+    owner = 4242 if on_host else 0  # never the uid the commands run as
+    for path in [repo, *repo.rglob("*")]:
+        os.lchown(path, owner, owner)
+    result = await git(agent_for(backend, repo), "status")
+    if on_host:
+        assert result.exit_code == 128 and "dubious ownership" in result.stderr
+    else:
+        assert (result.exit_code, result.stdout) == (0, "## main\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -157,3 +158,16 @@ async def test_many_files_past_the_disk_budget_stop_the_command(run, backend, sa
     for path in rw.iterdir():
         path.unlink()
     assert (await run(backend, ["/bin/echo", "next"])).stdout == "next\n"
+
+
+async def test_git_works_in_a_repository_the_command_user_does_not_own(run, backend, roots):
+    """A mounted checkout belongs to the host user, never to the sandbox's uid: git in a
+    shell command still works (the image trusts every directory; the container is the guard)."""
+    ro, _ = roots
+    repo = ro / "checkout"
+    if not repo.exists():
+        repo.mkdir()
+        subprocess.run(["git", "-C", str(repo), "init", "-q", "-b", "main"], check=True)
+        subprocess.run(["chmod", "-R", "a+rX", str(repo)], check=True)
+    result = await sh(run, backend, f"git -C {repo} status --short --branch")
+    assert (result.exit_code, result.stdout) == (0, "## No commits yet on main\n")

@@ -57,6 +57,10 @@ GLOBAL_OPTIONS = (
     "-c", "log.showSignature=false",
 )
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv")
+#: Beyond the host, commands run as a user of the backend's own (a sandbox's unprivileged uid)
+#: that rarely owns the mounted repository; Git's ownership check protects a host user from
+#: another user's repository configuration, which the boundary already contains there.
+FOREIGN_OWNER_OPTIONS = ("-c", "safe.directory=*")
 
 #: Environment forced over the configured one. An empty GIT_ASKPASS also stops Git from
 #: consulting core.askPass and SSH_ASKPASS; with terminal prompts off, nothing can prompt.
@@ -95,7 +99,9 @@ def git_tool(
 
     Without ``allow_write`` the write operations are absent from the advertised operation
     enum. Each call needs ``process.execute`` plus ``git.read`` or ``git.write``. ``env=None``
-    supplies only ``PATH=os.defpath``. The directory and executable are resolved at
+    supplies only ``PATH=os.defpath``. On a backend whose boundary is not the host (a
+    sandbox), Git's repository-ownership check is off: commands there run as the backend's own
+    unprivileged user. The directory and executable are resolved at
     registration on the host backend without launching a process. Invalid paths, revisions
     and unsupported option combinations fail before authorization.
     """
@@ -118,10 +124,12 @@ def git_tool(
         max_count=(int, Field(10, ge=1, le=100, description="log only: number of commits.")),
     )
 
+    ownership = FOREIGN_OWNER_OPTIONS if backend.boundary != "host" else ()
+
     async def prepare(args: Any, context: ToolContext) -> Preparation:
         options = {name: getattr(args, name) for name in _DEFAULTS}
         access = GIT_WRITE if args.operation in WRITE_OPERATIONS else GIT_READ
-        return await command.prepare(git_arguments(args.operation, **options),
+        return await command.prepare([*ownership, *git_arguments(args.operation, **options)],
                                      (PROCESS_EXECUTE, access), title=f"git {args.operation} in {{cwd}}")
 
     return PreparedTool(
