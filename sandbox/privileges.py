@@ -37,16 +37,21 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def drop_to(uid: int, gid: int) -> None:
+def drop_to(uid: int, gid: int, *, real_uid: int | None = None) -> None:
     """Become ``uid``/``gid`` for good, with no supplementary groups.
 
-    The kernel also marks the process non-dumpable on this credential change; it stays so
-    because nothing is executed afterwards.
+    ``real_uid`` (default ``uid``) becomes the real and saved uid while ``uid`` stays the
+    effective (and file system) uid: files are accessed and created as ``uid``, but processes
+    of ``uid`` cannot signal this one (the kernel compares the sender's uids with the target's
+    real and saved uids only). The kernel also marks the process non-dumpable on this
+    credential change, and clears its parent-death signal; it stays non-dumpable because
+    nothing is executed afterwards.
     """
+    real_uid = uid if real_uid is None else real_uid
     os.setgroups([])
     os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+    os.setresuid(real_uid, uid, real_uid)
+    if os.getresuid() != (real_uid, uid, real_uid) or os.getresgid() != (gid, gid, gid):
         raise PermissionError(f"could not drop to uid {uid} gid {gid}")
 
 

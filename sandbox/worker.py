@@ -24,6 +24,7 @@ from .operations import OPERATIONS
 from .privileges import die_with_parent, drop_to, limit, make_non_dumpable
 
 IN, OUT = 0, 1
+NOBODY = 65534
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("workers never run as uid or gid 0")
     _preload_parsers()
     make_non_dumpable()
-    die_with_parent(args.server)
     limit(resource.RLIMIT_AS, args.memory_bytes)
     limit(resource.RLIMIT_CORE, 0)
     os.umask(0o022)
     os.chdir("/")
-    drop_to(args.uid, args.gid)
+    # Commands run as --uid too: with a real uid of its own the worker is out of their reach
+    # (they could otherwise stop or kill it in the middle of someone's file operation).
+    drop_to(args.uid, args.gid, real_uid=shielding_uid(args.uid))
+    die_with_parent(args.server)  # after the drop, which clears the parent-death signal
     sys.stdout = sys.stderr  # stdout carries frames only
     while (request := _read_request(args.max_request_bytes)) is not None:
         status, payload, healthy = _perform(*request)
@@ -51,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         if not healthy:
             return 1
     return 0
+
+
+def shielding_uid(uid: int) -> int:
+    """The worker's real and saved uid: unprivileged, never the command uid, owning nothing."""
+    return NOBODY - 1 if uid != NOBODY - 1 else NOBODY - 2
 
 
 def _perform(method: str, payload: bytes, cpu_seconds: float) -> tuple[int, bytes, bool]:

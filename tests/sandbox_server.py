@@ -40,7 +40,7 @@ class RunningServer:
 
 
 def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (real uid, state letter) of every process that can be read."""
+    """pid -> (effective uid, state letter) of every process that can be read (workers have a real uid of their own)."""
     found = {}
     for name in os.listdir("/proc"):
         try:
@@ -49,7 +49,7 @@ def _processes() -> dict[int, tuple[int, str]]:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if "Uid" in fields:
-            found[int(name)] = (int(fields["Uid"].split()[0]), fields["State"].split()[0])
+            found[int(name)] = (int(fields["Uid"].split()[1]), fields["State"].split()[0])
     return found
 
 

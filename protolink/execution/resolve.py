@@ -99,7 +99,10 @@ def _check_text(what: str, value: str) -> None:
 
 
 def _is_executable_file(path: str) -> bool:
-    return os.path.isfile(path) and os.access(path, os.X_OK)
+    # Effective ids: the sandbox's workers resolve commands with the command user's effective
+    # uid but a real uid of their own.
+    effective = os.access in os.supports_effective_ids
+    return os.path.isfile(path) and os.access(path, os.X_OK, effective_ids=effective)
 
 
 @runtime_checkable
