@@ -11,6 +11,7 @@ uid is ours alone.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -18,6 +19,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import NamedTuple
 
 INTERVAL_SECONDS = 0.5
+#: Sweeps of /proc in one kill_strays call, at most (each signals what the previous missed).
+MAX_PASSES = 100
 
 
 class _Process(NamedTuple):
@@ -36,6 +39,10 @@ class StrayReaper:
         self._ticker: asyncio.Task[None] | None = None
         self._current: asyncio.Future[int] | None = None
         self._queued: asyncio.Future[int] | None = None
+        # A thread of its own, started now: when strays have filled the pids limit, no new
+        # thread can start, and that is when sweeps matter most.
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="protolink-strays")
+        self._thread.submit(lambda: None).result()
 
     @contextlib.asynccontextmanager
     async def command(self) -> AsyncIterator[None]:
@@ -59,7 +66,7 @@ class StrayReaper:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         self._current, self._queued = self._queued, None
-        return await asyncio.to_thread(kill_strays, self._uid, os.getpid())
+        return await asyncio.get_running_loop().run_in_executor(self._thread, kill_strays, self._uid, os.getpid())
 
     async def _tick(self) -> None:
         while self._running:
@@ -70,16 +77,19 @@ class StrayReaper:
 def kill_strays(uid: int, server: int, *, spare_children: bool = True) -> int:
     """SIGKILL every process of ``uid`` outside the groups led by ``server``'s children.
 
-    With ``spare_children`` false (at shutdown), every process of ``uid`` dies. Returns how
-    many were signalled.
+    With ``spare_children`` false (at shutdown), every process of ``uid`` dies. Strays may
+    fork while they are being killed (a fork bomb that calls setsid), so passes repeat until
+    one finds no stray it has not signalled yet. Returns how many were signalled.
     """
-    processes = list(_processes())
-    groups = {p.pid for p in processes if p.ppid == server and p.pgrp == p.pid} if spare_children else set()
-    killed = 0
-    for candidate in processes:
-        if uid in candidate.uids and candidate.pgrp not in groups:
-            killed += _kill_if_still(candidate, uid, groups)
-    return killed
+    signalled: set[int] = set()
+    for _ in range(MAX_PASSES):
+        processes = list(_processes())
+        groups = {p.pid for p in processes if p.ppid == server and p.pgrp == p.pid} if spare_children else set()
+        fresh = [p for p in processes if uid in p.uids and p.pgrp not in groups and p.pid not in signalled]
+        if not fresh:
+            break
+        signalled.update(p.pid for p in fresh if _kill_if_still(p, uid, groups))
+    return len(signalled)
 
 
 def _kill_if_still(candidate: _Process, uid: int, groups: set[int]) -> int:
