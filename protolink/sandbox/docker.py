@@ -8,8 +8,9 @@
 The container runs the sandbox server (``python -m sandbox``) of the image. Secure by default:
 no network, every capability dropped except SETUID, SETGID and KILL (the server needs them to run
 commands as an unprivileged uid and to kill them), ``no-new-privileges``, the seccomp profile in
-``seccomp.json``, a read-only root file system with a bounded ``noexec`` tmpfs at /tmp, pids,
-memory (swap included) and CPU limits, bounded logs, never privileged, never the Docker socket.
+``seccomp.json``, a read-only root file system with ``noexec`` tmpfs at /tmp and /dev/shm
+bounded in size and entries, pids, memory (swap included) and CPU limits, bounded logs, never
+privileged, never the Docker socket.
 Roots are mounted at their own absolute paths, read-only unless declared writable; writable
 roots share a disk budget (:mod:`protolink.sandbox.disk`). The host reaches the server through a
 Unix socket in a directory only the host user can open, or, for remote engines, over TCP with a
@@ -58,6 +59,11 @@ TCP_PORT = 7000
 RESERVED_PATHS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt/protolink", "/proc", "/run",
                   "/sbin", "/sys", "/usr", "/var/lib", "/var/run")
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+SHM_BYTES = 64 * MiB
+#: A tmpfs holds at most one entry per this many bytes of its size. ``size=`` alone does not
+#: bound entries: a flood of empty files fills the container's memory with inodes until the
+#: OOM killer picks the largest process, the server.
+TMPFS_BYTES_PER_ENTRY = 4096
 
 
 def _resolve_roots(roots: Iterable[str | os.PathLike[str] | Root], writable: Iterable[str | os.PathLike[str]]) -> tuple[Root, ...]:
@@ -338,7 +344,7 @@ class DockerSandbox:
             user="0:0",
             mounts=mounts,
             read_only=True,
-            tmpfs={"/tmp": f"size={self.tmpfs_bytes},mode=1777,noexec,nosuid,nodev"},
+            tmpfs={"/tmp": _tmpfs_options(self.tmpfs_bytes), "/dev/shm": _tmpfs_options(SHM_BYTES)},
             cap_drop=["ALL"],
             cap_add=["SETUID", "SETGID", "KILL"],
             security_opt=["no-new-privileges", f"seccomp={seccomp_profile()}"],
@@ -427,6 +433,11 @@ class DockerSandbox:
     async def disk_growth(self) -> int:
         """How many bytes the writable roots have grown since the sandbox started."""
         return 0 if self._watch is None else await self._watch.growth_bytes()
+
+
+def _tmpfs_options(size: int) -> str:
+    entries = max(1024, size // TMPFS_BYTES_PER_ENTRY)
+    return f"size={size},nr_inodes={entries},mode=1777,noexec,nosuid,nodev"
 
 
 def _cgroup_pids(container: Any) -> list[int]:
