@@ -1,0 +1,260 @@
+"""Resource attacks: bombs, spins, floods and daemons end as results; the sandbox serves on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from protolink.sandbox.docker import SHM_BYTES, TMPFS_BYTES_PER_ENTRY
+from protolink.sandbox.errors import SandboxUnavailableError
+
+from .conftest import LIMITS, Attacker, dedicated_sandbox, figure, still_serves
+
+pytestmark = pytest.mark.docker
+
+FORK_BOMB = """
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+"""
+#: Every child leaves its parent's session at once: no process group holds the bomb.
+SETSID_FORK_BOMB = """
+import os
+while True:
+    try:
+        if os.fork() == 0:
+            os.setsid()
+    except OSError:
+        pass
+"""
+
+
+async def pids_limit_hits(attacker: Attacker) -> int:
+    events = await attacker.run(["/bin/cat", "/sys/fs/cgroup/pids/pids.events"])
+    return int(events.stdout.split()[1])
+
+
+async def test_fork_bomb(attacker):
+    """A fork bomb (os.fork in a loop) run with execute_command.
+
+    The pids limit stops its growth; the timeout kills its process group; the next call works.
+    """
+    before = await pids_limit_hits(attacker)
+    result = await attacker.python(FORK_BOMB, timeout=3)
+    assert result.timed_out
+    assert await pids_limit_hits(attacker) > before
+    await still_serves(attacker)
+
+
+async def test_setsid_fork_bomb(attacker):
+    """A fork bomb whose every child calls setsid, escaping the command's process group.
+
+    The stray sweep kills every process outside a running command's group until none is left; the next call works.
+    """
+    try:
+        result = await attacker.python(SETSID_FORK_BOMB, timeout=3)
+    except SandboxUnavailableError:
+        pass  # the bomb starved the server of CPU long enough for the client's keepalive to give up
+    else:
+        assert result.timed_out
+    await still_serves(attacker)
+
+
+async def test_memory_bomb(attacker):
+    """A memory bomb: 32 MiB allocations in a loop, past the container's memory limit (swap included).
+
+    The kernel kills the process (memory == memory+swap, no swap to hide in); the call is a non-zero result.
+    """
+    result = await attacker.python("chunks = []\nwhile True:\n    chunks.append(bytearray(32 << 20))\n", timeout=60)
+    assert result.exit_code not in (0, None) and not result.timed_out
+    usage = await attacker.run(["/bin/cat", "/sys/fs/cgroup/memory/memory.max_usage_in_bytes"])
+    assert int(usage.stdout) <= LIMITS["memory"]
+    await still_serves(attacker)
+
+
+async def test_cpu_spin_past_timeout(attacker):
+    """A busy loop that never ends, with a 1 s timeout.
+
+    The process group is killed at the timeout: timed_out=True, nothing keeps spinning.
+    """
+    result = await attacker.python("while True:\n    pass\n", timeout=1)
+    assert result.timed_out and result.exit_code is not None and result.exit_code < 0
+    await still_serves(attacker)
+
+
+async def test_sigterm_ignoring_process(attacker):
+    """A process that ignores SIGTERM (and its children that do too) past its timeout.
+
+    After the grace period the whole group gets SIGKILL: timed_out, exit_code -9, nothing left.
+    """
+    code = ("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nos.fork()\n"
+            "while True:\n    time.sleep(0.1)\n")
+    result = await attacker.python(code, timeout=1)
+    assert result.timed_out and result.exit_code == -9
+    await still_serves(attacker)
+
+
+async def test_setsid_double_fork_daemon(attacker):
+    """A daemon that double-forks, calls setsid and closes its pipes, then keeps writing a file.
+
+    The command returns at once; the daemon is killed by the stray sweep and stops writing.
+    """
+    beat = attacker.ws / "heartbeat"
+    code = f"""
+import os, sys, time
+if os.fork():
+    sys.exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+for fd in (0, 1, 2):
+    os.close(fd)
+while True:
+    with open({str(beat)!r}, 'a') as out:
+        out.write('.')
+    time.sleep(0.05)
+"""
+    result = await attacker.python(code, timeout=30)
+    assert result.exit_code == 0 and not result.timed_out
+    size = beat.stat().st_size if beat.exists() else 0
+    await asyncio.sleep(0.5)
+    assert (beat.stat().st_size if beat.exists() else 0) == size
+    await still_serves(attacker)
+
+
+async def test_daemon_holding_the_output_pipes(attacker):
+    """A background process that calls setsid and keeps the command's stdout and stderr open for 1000 s.
+
+    The call returns once its own process exits (the pipes are drained for a bounded grace); the holder is killed.
+    """
+    result = await attacker.shell("setsid sleep 1000 & echo started")
+    assert result.stdout == "started\n" and not result.timed_out
+    await still_serves(attacker)
+
+
+@pytest.mark.parametrize("channel", ["stdout", "stderr", "both"])
+async def test_output_flood(attacker, channel):
+    """About 1 GiB of output on stdout, stderr or both at once, with a 64 KiB cap.
+
+    Output past the cap is read and discarded: truncated=True, at most 64 KiB kept, the command runs to its end.
+    """
+    flood = {"stdout": "head -c 1000000000 /dev/zero", "stderr": "head -c 1000000000 /dev/zero >&2",
+             "both": "head -c 500000000 /dev/zero & head -c 500000000 /dev/zero >&2; wait"}[channel]
+    started = asyncio.get_running_loop().time()
+    result = await attacker.run(["/bin/sh", "-c", flood], timeout=120, max_output_bytes=65536)
+    seconds = asyncio.get_running_loop().time() - started
+    assert result.exit_code == 0 and not result.timed_out and result.truncated
+    assert len(result.stdout.encode()) + len(result.stderr.encode()) <= 65536
+    figure(f"1 GB output flood on {channel}, 64 KiB kept", f"{seconds:.1f} s")
+    await still_serves(attacker)
+
+
+async def test_invalid_utf8_flood(attacker):
+    """Random bytes (invalid UTF-8, terminal escapes, NULs) flooding stdout.
+
+    Decoded with replacement characters, capped; the stream and the result stay well-formed.
+    """
+    result = await attacker.run(["/bin/sh", "-c", "head -c 50000000 /dev/urandom"], timeout=60, max_output_bytes=4096)
+    assert result.truncated and len(result.stdout.encode()) <= 4096 * 3  # U+FFFD is three bytes
+    assert "\ufffd" in result.stdout
+    await still_serves(attacker)
+
+
+async def test_filling_tmp(attacker):
+    """Filling /tmp (a tmpfs) with one file as large as dd can write.
+
+    Writing fails with ENOSPC at the tmpfs size; the file is removed and the next call works.
+    """
+    result = await attacker.shell("dd if=/dev/zero of=/tmp/fill bs=1M count=1000 2>&1; du -k /tmp/fill; rm -f /tmp/fill")
+    assert "No space left on device" in result.stdout
+    written_kib = int(result.stdout.split()[-2])
+    assert written_kib * 1024 <= LIMITS["tmpfs_bytes"]
+    await still_serves(attacker)
+
+
+@pytest.mark.parametrize("directory", ["/tmp", "/dev/shm"])
+async def test_entry_flood_in_memory_file_systems(attacker, directory):
+    """A flood of empty files ("a billion files") in /tmp or /dev/shm, both tmpfs, for up to 30 s.
+
+    Each tmpfs holds at most one entry per 4 KiB of its size: the flood ends with ENOSPC instead of filling the container's memory with inodes.
+    """
+    code = ("import itertools, os, sys\nos.mkdir(sys.argv[1])\n"
+            "for i in itertools.count():\n    open(f'{sys.argv[1]}/{i}', 'w').close()\n")
+    flood = f"{directory}/flood"
+    result = await attacker.python(code, flood, timeout=30)
+    assert not result.timed_out and "No space left on device" in result.stderr
+    count = await attacker.run(["/bin/sh", "-c", f"ls -f {flood} | wc -l; rm -rf {flood}"])
+    limit = (LIMITS["tmpfs_bytes"] if directory == "/tmp" else SHM_BYTES) // TMPFS_BYTES_PER_ENTRY
+    assert int(count.stdout.split()[0]) <= limit
+    figure(f"empty files in {directory} before ENOSPC", count.stdout.split()[0])
+    await still_serves(attacker)
+
+
+@pytest.fixture(scope="module")
+async def budgeted(sandbox_image, tmp_path_factory):
+    """A sandbox of its own whose writable root has a 16 MiB disk budget."""
+    root = tmp_path_factory.mktemp("budget")
+    root.parent.chmod(0o755)
+    root.chmod(0o755)
+    os.chown(root, 65534, 65534)
+    async with dedicated_sandbox(sandbox_image, writable=[root], disk_bytes=16 << 20) as box:
+        yield box, root
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(path.lstat().st_size for path in root.rglob("*"))
+
+
+async def test_disk_budget_one_large_file(budgeted):
+    """One file written past the writable root's 16 MiB disk budget.
+
+    The write fails inside the sandbox (RLIMIT_FSIZE); the host file never exceeds the budget.
+    """
+    box, root = budgeted
+    attacker = Attacker(box.backend, root)
+    result = await attacker.shell("dd if=/dev/zero of=big bs=1M count=64")
+    assert result.exit_code != 0
+    assert (root / "big").stat().st_size <= 16 << 20
+    (root / "big").unlink()
+    await still_serves(attacker)
+
+
+async def test_disk_budget_many_files(budgeted):
+    """Many 1 MiB files in the writable root, 400 MiB in all, each under the per-file limit.
+
+    The host's disk watch sees the budget spent and kills the command; far less than 400 MiB lands on the host.
+    """
+    box, root = budgeted
+    attacker = Attacker(box.backend, root)
+    script = "i=0; while [ $i -lt 400 ]; do dd if=/dev/zero of=f$i bs=1M count=1 2>/dev/null; i=$((i+1)); done"
+    result = await attacker.run(["/bin/sh", "-c", script], timeout=120)
+    written = _tree_bytes(root)
+    assert result.exit_code != 0 and not result.timed_out
+    assert written < 400 << 20
+    figure("disk budget 16 MiB, many 1 MiB files: written before stopped", f"{written / (1 << 20):.0f} MiB")
+    for path in root.glob("f*"):
+        path.unlink()
+    await still_serves(attacker)
+
+
+async def test_disk_budget_entry_flood(budgeted):
+    """A flood of empty files and directories in the writable root (inodes, not bytes), for up to 60 s.
+
+    Each entry counts against the disk budget; the disk watch kills the command long before the host runs out of inodes.
+    """
+    box, root = budgeted
+    attacker = Attacker(box.backend, root)
+    code = ("import os, itertools\nos.mkdir('flood')\n"
+            "for i in itertools.count():\n    open(f'flood/{i}', 'w').close()\n")
+    result = await attacker.python(code, timeout=60)
+    entries = sum(1 for _ in (root / "flood").iterdir())
+    assert result.exit_code != 0 and not result.timed_out
+    figure("disk budget 16 MiB, empty-file flood: entries before stopped", str(entries))
+    await attacker.shell("rm -rf flood")
+    await still_serves(attacker)
