@@ -325,7 +325,7 @@ async def _follow(call: Any, output: _Output, execution: Emitter) -> dict[str, A
             raise from_rpc_error(error) from None
         if event is grpc.aio.EOF:
             break
-        kind = event.WhichOneof("event")
+        kind = _parsed(event).WhichOneof("event")
         if kind == "keepalive":
             continue
         if facts is not None or (kind == "started") == started or kind is None:
@@ -347,9 +347,17 @@ async def _follow(call: Any, output: _Output, execution: Emitter) -> dict[str, A
 
 async def _call(method: Any, request: Message, **options: Any) -> Any:
     try:
-        return await method(request, **options)
+        response = await method(request, **options)
     except grpc.aio.AioRpcError as error:
         raise from_rpc_error(error) from None
+    return _parsed(response)
+
+
+def _parsed(answer: Any) -> Any:
+    """grpc.aio hands over None (and logs) for an answer that does not parse."""
+    if answer is None:
+        raise SandboxProtocolError("the sandbox sent an answer that does not parse")
+    return answer
 
 
 def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:
