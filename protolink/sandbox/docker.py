@@ -232,6 +232,8 @@ class DockerSandbox:
 
             try:
                 self._docker = await _in_thread(docker.from_env)
+                if self.runtime is not None:
+                    await _in_thread(self._check_runtime)
                 self.reaped = await _in_thread(reaper.reap, self._docker)
                 for gone in self.reaped:
                     log.warning("reaped sandbox container %s (%s): %s", gone.name, gone.container_id, gone.reason)
@@ -276,21 +278,37 @@ class DockerSandbox:
                 await self._backend.aclose()
             except Exception:
                 log.exception("closing the sandbox backend failed")
+        failure = None
         if remove and self._container is not None:
-            await asyncio.to_thread(self._remove_container)
+            failure = await asyncio.to_thread(self._remove_container)
         if remove:
             for path in self._host_dirs:
                 await asyncio.to_thread(shutil.rmtree, path, True)
         if self._docker is not None:
             await asyncio.to_thread(self._docker.close)
+        if failure is not None:
+            raise failure
 
-    def _remove_container(self) -> None:
+    def _remove_container(self) -> SandboxUnavailableError | None:
+        """Remove the container; the error to raise once the rest is cleaned up if the engine is gone."""
         import docker.errors
 
         try:
             self._container.remove(force=True, v=True)
         except docker.errors.NotFound:
             pass
+        except (docker.errors.DockerException, OSError) as error:  # requests' errors are OSErrors
+            return SandboxUnavailableError(
+                f"could not remove sandbox container {self.name}: {error}; the reaper removes it once this "
+                "process has exited or its expiry has passed")
+        return None
+
+    def _check_runtime(self) -> None:
+        runtimes = sorted(self._docker.info().get("Runtimes") or {})
+        if self.runtime not in runtimes:
+            raise SandboxUnavailableError(
+                f"the Docker Engine has no runtime {self.runtime!r} (it has: {', '.join(runtimes) or 'none'}); "
+                "install it and register it in the engine's daemon.json (gVisor: see SECURITY.md)")
 
     def _server_command(self) -> list[str]:
         command = ["--boundary", self.name, "--command-uid", str(self.command_uid),
