@@ -1,0 +1,358 @@
+"""The channel: commands cannot reach, kill, stop or replace the server; and a server that answers
+with garbage, oversized or endless messages leaves the host client bounded, with typed errors.
+
+The first tests attack the real server from inside the shared sandbox. The others put a fake
+server (or no gRPC at all) behind the client's Unix socket and drive the agent's tools at it; they
+need no Docker Engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import resource
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from protolink.sandbox import client, connect
+from protolink.sandbox._pb import process_pb2, sandbox_pb2, workspace_pb2
+from protolink.sandbox.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
+
+from .conftest import HANG_GUARD, Attacker, still_serves
+
+SERVICE = "protolink.sandbox.v1.Sandbox"
+
+WORKERS = r"""
+import json, os
+workers = []
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        if b'sandbox.worker' in open(f'/proc/{pid}/cmdline', 'rb').read():
+            workers.append(int(pid))
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.docker
+async def test_kill_the_server_and_its_workers(attacker):
+    """A command sends SIGKILL to every process it may signal (kill -1), to pid 1, to the server and to every worker.
+
+    Every signal to the server, init and workers fails with EPERM (they run under other uids); only the command itself dies.
+    """
+    await attacker.call("list_files", path=str(attacker.ws))  # a worker exists
+    code = WORKERS + r"""
+server = [int(p) for p in filter(str.isdigit, os.listdir('/proc'))
+          if open(f'/proc/{p}/cmdline', 'rb').read().split(b'\0')[2:4] == [b'-m', b'sandbox']]
+answers = {}
+for name, pid in [('init', 1)] + [('server', pid) for pid in server] + [('worker', pid) for pid in workers]:
+    try:
+        os.kill(pid, 9)
+        answers[f'{name} {pid}'] = 0
+    except OSError as error:
+        answers[f'{name} {pid}'] = error.errno
+print(json.dumps(answers))
+"""
+    answers = await attacker.probe(code)
+    assert any(key.startswith("worker") for key in answers) and any(key.startswith("server") for key in answers)
+    assert set(answers.values()) == {errno.EPERM}, answers
+    everything = await attacker.shell("kill -KILL -1; echo unreachable")
+    assert everything.exit_code == -9 and everything.stdout == ""
+    await still_serves(attacker)
+
+
+@pytest.mark.docker
+async def test_stop_the_workers(attacker):
+    """A command sends SIGSTOP to every worker process, which would freeze every later file and document call.
+
+    Refused with EPERM (workers have a real uid of their own); the next file calls are served at once.
+    """
+    await attacker.call("list_files", path=str(attacker.ws))
+    code = WORKERS + r"""
+answers = {}
+for pid in workers:
+    try:
+        os.kill(pid, 19)
+        answers[pid] = 0
+    except OSError as error:
+        answers[pid] = error.errno
+print(json.dumps(answers))
+"""
+    answers = await attacker.probe(code)
+    assert answers and set(answers.values()) == {errno.EPERM}
+    for _ in range(3):
+        await attacker.call("list_files", path=str(attacker.ws))
+    await still_serves(attacker)
+
+
+@pytest.mark.docker
+async def test_reach_or_replace_the_server(attacker):
+    """A command tries to open, unlink or shadow the server's Unix socket and to overwrite the server's code.
+
+    The socket directory is the host user's, mode 0700 (EACCES); the server's code is on the read-only root file system (EROFS).
+    """
+    code = r"""
+import json, os, socket
+answers = {}
+def attempt(name, call):
+    try:
+        call()
+        answers[name] = 0
+    except OSError as error:
+        answers[name] = error.errno
+attempt('list', lambda: os.listdir('/run/protolink'))
+attempt('connect', lambda: socket.socket(socket.AF_UNIX).connect('/run/protolink/sandbox.sock'))
+attempt('unlink', lambda: os.unlink('/run/protolink/sandbox.sock'))
+attempt('shadow', lambda: socket.socket(socket.AF_UNIX).bind('/run/protolink/other.sock'))
+attempt('code', lambda: open('/opt/protolink/lib/python3.11/site-packages/sandbox/service.py', 'a'))
+attempt('sitecustomize', lambda: open('/opt/protolink/lib/python3.11/site-packages/sitecustomize.py', 'w'))
+print(json.dumps(answers))
+"""
+    answers = await attacker.probe(code)
+    assert answers == {"list": errno.EACCES, "connect": errno.EACCES, "unlink": errno.EACCES,
+                       "shadow": errno.EACCES, "code": errno.EROFS, "sitecustomize": errno.EROFS}
+    await still_serves(attacker)
+
+
+@pytest.mark.docker
+async def test_event_flood(attacker):
+    """A command writes its output one byte per system call, alternating channels, two million times.
+
+    The server batches what it reads into capped events; the call ends with its 4 KiB of output and truncated=True.
+    """
+    code = ("import os\nfor i in range(1_000_000):\n    os.write(1, b'x')\n    os.write(2, b'y')\n")
+    result = await attacker.python(code, timeout=120, max_output_bytes=4096)
+    assert result.exit_code == 0 and result.truncated
+    assert len(result.stdout) + len(result.stderr) == 4096
+    await still_serves(attacker)
+
+
+# Fake servers -------------------------------------------------------------------------------
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class FakeSandbox:
+    """A gRPC server speaking the Sandbox service with scripted, hostile answers."""
+
+    def __init__(self) -> None:
+        self.read_text: Callable[[], bytes] = lambda: b""
+        self.execute: Callable[[], AsyncIterator[bytes]] = self._nothing
+
+    @staticmethod
+    async def _nothing() -> AsyncIterator[bytes]:
+        return
+        yield b""  # pragma: no cover
+
+    async def _info(self, request: bytes, context: Any) -> bytes:
+        return sandbox_pb2.InfoResponse(boundary="sandbox:fake", server_version="0").SerializeToString()
+
+    async def _resolve_command(self, request: bytes, context: Any) -> bytes:
+        asked = process_pb2.ResolveCommandRequest.FromString(request)
+        return process_pb2.ResolveCommandResponse(argv=asked.argv, cwd=asked.cwd).SerializeToString()
+
+    async def _read_text(self, request: bytes, context: Any) -> bytes:
+        return self.read_text()
+
+    async def _execute(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+        async for item in self.execute():
+            yield item
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            "Info": grpc.unary_unary_rpc_method_handler(self._info),
+            "ResolveCommand": grpc.unary_unary_rpc_method_handler(self._resolve_command),
+            "ReadText": grpc.unary_unary_rpc_method_handler(self._read_text),
+            "Execute": grpc.unary_stream_rpc_method_handler(self._execute),
+        })
+
+
+@contextlib.asynccontextmanager
+async def fake_server(path: Path, fake: FakeSandbox) -> AsyncIterator[grpc.aio.Server]:
+    server = grpc.aio.server(options=[("grpc.max_send_message_length", 256 << 20)])
+    server.add_generic_rpc_handlers((fake.handler(),))
+    server.add_insecure_port(f"unix://{path}")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(None)
+
+
+@pytest.fixture
+async def faked(tmp_path: Path) -> AsyncIterator[tuple[FakeSandbox, Attacker, Path]]:
+    """The agent's tools on a backend connected to a fake server at ``tmp_path/fake.sock``."""
+    fake, path = FakeSandbox(), tmp_path / "fake.sock"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    async with fake_server(path, fake):
+        backend = await connect(f"unix://{path}", timeout=5)
+        try:
+            yield fake, Attacker(backend, ws), path
+        finally:
+            await backend.aclose()
+
+
+def event(**fields: Any) -> bytes:
+    return process_pb2.ExecuteEvent(**fields).SerializeToString()
+
+
+async def test_oversized_answer(faked):
+    """A server answering read_file with a 64 MiB message (twice the client's 32 MiB limit).
+
+    SandboxProtocolError; the client refuses the message instead of buffering it into a result.
+    """
+    fake, attacker, _ = faked
+    fake.read_text = lambda: workspace_pb2.ReadTextResponse(path=str(attacker.ws / "a.txt"),
+                                                            content="x" * (64 << 20)).SerializeToString()
+    with pytest.raises(SandboxProtocolError):
+        await attacker.call("read_file", path=str(attacker.ws / "a.txt"))
+
+
+async def test_garbage_answer(faked):
+    """A server answering read_file with bytes that are not a protobuf message, then with a valid message describing another file.
+
+    SandboxProtocolError both times: nothing unparsed or outside the request becomes a result.
+    """
+    fake, attacker, _ = faked
+    fake.read_text = lambda: b"\xff\xfe garbage \x00\x01" * 100
+    with pytest.raises(SandboxProtocolError):
+        await attacker.call("read_file", path=str(attacker.ws / "a.txt"))
+    fake.read_text = lambda: workspace_pb2.ReadTextResponse(path="/etc/shadow", content="root:x").SerializeToString()
+    with pytest.raises(SandboxProtocolError):
+        await attacker.call("read_file", path=str(attacker.ws / "a.txt"))
+
+
+async def test_garbage_event(faked):
+    """A server whose command stream carries an event that is not a protobuf message.
+
+    SandboxProtocolError for that call.
+    """
+    fake, attacker, _ = faked
+
+    async def garbage() -> AsyncIterator[bytes]:
+        yield event(started=process_pb2.Started())
+        yield b"\xff\xfe not an event"
+
+    fake.execute = garbage
+    with pytest.raises(SandboxProtocolError):
+        await attacker.shell("anything")
+
+
+async def test_endless_output_stream(faked):
+    """A server streaming about 1 GiB of output events (64 KiB each) for a command with a 64 KiB cap.
+
+    The client keeps 64 KiB and discards the rest as it arrives: truncated=True, bounded memory.
+    """
+    fake, attacker, _ = faked
+    chunk = event(output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, text="x" * 65536))
+
+    async def flood() -> AsyncIterator[bytes]:
+        yield event(started=process_pb2.Started())
+        for _ in range(16384):
+            yield chunk
+        yield event(finished=process_pb2.Finished(exit_code=0))
+
+    fake.execute = flood
+    before = _peak_rss_mib()
+    result = await attacker.shell("anything")
+    assert result.truncated and len(result.stdout) == 65536
+    assert _peak_rss_mib() - before < 200
+
+
+async def test_oversized_event(faked):
+    """A server sending one output event of 48 MiB (over the client's message limit) in a command's stream.
+
+    SandboxProtocolError for that call.
+    """
+    fake, attacker, _ = faked
+
+    async def huge() -> AsyncIterator[bytes]:
+        yield event(started=process_pb2.Started())
+        yield event(output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, text="x" * (48 << 20)))
+
+    fake.execute = huge
+    with pytest.raises(SandboxProtocolError):
+        await attacker.shell("anything")
+
+
+async def test_endless_keepalives(faked, monkeypatch):
+    """A server that answers a command with keepalives forever and never a result.
+
+    The call's deadline (its timeout plus a grace) ends it with SandboxUnavailableError; no hang.
+    """
+    fake, attacker, _ = faked
+    monkeypatch.setattr(client, "EXECUTE_GRACE_SECONDS", 1.0)
+
+    async def forever() -> AsyncIterator[bytes]:
+        yield event(started=process_pb2.Started())
+        while True:
+            yield event(keepalive=process_pb2.Keepalive())
+            await asyncio.sleep(0.05)
+
+    fake.execute = forever
+    with pytest.raises(SandboxUnavailableError):
+        await attacker.run(["/bin/true"], timeout=1)
+
+
+class RawServer:
+    """A Unix socket that is not gRPC at all: it answers every connection with ``reply`` (or nothing)."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        self.reply = reply
+        self.connections = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            if self.reply is not None:
+                writer.write(self.reply)
+                await writer.drain()
+            await reader.read(1 << 20)
+            await asyncio.sleep(HANG_GUARD)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+#: An HTTP/2 SETTINGS frame, then a DATA frame header claiming 16 MiB on stream 1 and a trickle.
+OVERSIZED_FRAME = (b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + b"\xff\xff\xff\x00\x00\x00\x00\x00\x01" + b"x" * 1024)
+
+
+@pytest.mark.parametrize("reply", [b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n" + os.urandom(4096),
+                                   OVERSIZED_FRAME, None],
+                         ids=["garbage", "oversized-frame", "silent"])
+async def test_server_replaced_by_a_non_grpc_peer(tmp_path, reply):
+    """The server goes away and its socket is taken over by a peer that answers garbage, an HTTP/2 frame claiming 16 MiB, or nothing.
+
+    Calls through the tools fail with SandboxUnavailableError or SandboxProtocolError within their deadlines; nothing hangs.
+    """
+    path = tmp_path / "fake.sock"
+    async with fake_server(path, FakeSandbox()) as server:
+        backend = await connect(f"unix://{path}", timeout=5)
+        await server.stop(None)
+    path.unlink(missing_ok=True)
+    raw = RawServer(reply)
+    peer = await asyncio.start_unix_server(raw.handle, path=str(path))
+    attacker = Attacker(backend, tmp_path)
+    (tmp_path / "a.txt").write_text("a\n")
+    try:
+        with pytest.raises((SandboxUnavailableError, SandboxProtocolError)):
+            await attacker.call("read_file", path=str(tmp_path / "a.txt"))
+        with pytest.raises(SandboxError):
+            await attacker.run(["/bin/true"], timeout=2)
+        assert raw.connections > 0
+    finally:
+        peer.close()
+        await backend.aclose()
