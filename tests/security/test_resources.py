@@ -258,3 +258,24 @@ async def test_disk_budget_entry_flood(budgeted):
     figure("disk budget 16 MiB, empty-file flood: entries before stopped", str(entries))
     await attacker.shell("rm -rf flood")
     await still_serves(attacker)
+
+
+async def test_cpu_hog_beside_other_calls(attacker):
+    """100 processes spinning on the CPU for 10 s while the agent reads a file and runs another command.
+
+    The other calls are answered (slowly: commands share the container's CPU quota with the server) or fail with SandboxUnavailableError if keepalives go unanswered; the hog ends at its timeout and nothing is left.
+    """
+    hog = asyncio.ensure_future(attacker.python(
+        "import os\nfor _ in range(100):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass\n", timeout=10))
+    await asyncio.sleep(2)
+    (attacker.ws / "during.txt").write_text("during\n")
+    started = asyncio.get_running_loop().time()
+    try:
+        read = await attacker.call("read_file", path=str(attacker.ws / "during.txt"))
+        outcome = f"read_file answered after {asyncio.get_running_loop().time() - started:.1f} s"
+        assert read["content"] == "during\n"
+    except SandboxUnavailableError:
+        outcome = f"read_file failed with SandboxUnavailableError after {asyncio.get_running_loop().time() - started:.1f} s"
+    figure("read_file beside 100 spinning processes", outcome)
+    assert (await hog).timed_out
+    await still_serves(attacker)
