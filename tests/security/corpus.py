@@ -2,7 +2,7 @@
 
 A corpus test's docstring is two paragraphs: the attack tried, then the outcome the test asserts.
 ``python -m tests.security.corpus`` prints the Markdown table that SECURITY.md holds between its
-``corpus`` markers; test_security_md.py fails when the two differ.
+``corpus`` markers (``--write`` puts it there); test_security_md.py fails when the two differ.
 """
 
 from __future__ import annotations
@@ -61,5 +61,17 @@ def documented_table(text: str) -> str:
     return text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
 
 
+def write() -> None:
+    """Replace the table in SECURITY.md with the current one."""
+    text = SECURITY_MD.read_text()
+    head, rest = text.split(BEGIN, 1)
+    SECURITY_MD.write_text(f"{head}{BEGIN}\n{table()}\n{END}{rest.split(END, 1)[1]}")
+
+
 if __name__ == "__main__":
-    print(table())
+    import sys
+
+    if sys.argv[1:] == ["--write"]:
+        write()
+    else:
+        print(table())
