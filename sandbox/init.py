@@ -23,7 +23,10 @@ def run_under_reaper(serve: Callable[[], int]) -> int:
     """Run ``serve`` in a child process; reap orphans here until it exits; return its code."""
     make_non_dumpable()
     if os.getpid() != 1:
-        become_subreaper()
+        try:
+            become_subreaper()
+        except OSError:  # gVisor has no subreapers: orphans go to PID 1 (tini), which reaps them
+            pass
     parent = os.getpid()
     child = os.fork()
     if child == 0:
