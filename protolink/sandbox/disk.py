@@ -10,9 +10,10 @@ the host and would hide the directory's own files). So the budget is enforced in
 * :class:`DiskWatch`: polls the file system's free space every ``poll_seconds`` (one
   ``statvfs``) and, when the space used since the last measurement could exceed what is left of
   the budget, or every ``walk_seconds`` anyway, measures the roots' usage exactly (a walk that
-  counts allocated blocks, each inode once, without crossing into other file systems). When the
-  roots have grown past the budget and are still growing, it calls ``stop`` (which kills the
-  commands running in the sandbox).
+  counts allocated blocks, each inode once, without crossing into other file systems; where a
+  tree is too deep to measure, the file system's own growth stands in for it). When the roots
+  have grown past the budget and are still growing, it calls ``stop`` (which kills the commands
+  running in the sandbox).
 
 Residual risk, stated plainly: between two polls and during one walk, a command can write past
 the budget at the disk's speed before it is stopped; the overshoot is bounded by that window
@@ -22,50 +23,93 @@ the budget at the disk's speed before it is stopped; the overshoot is bounded by
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
 #: What one directory entry costs beyond its data blocks (an inode and its name), so a flood
 #: of empty files counts against the budget too.
 ENTRY_COST = 256
+#: Directory levels beneath a root that are measured (the walk holds one descriptor per level).
+MAX_DEPTH = 256
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def usage_bytes(roots: Sequence[str]) -> int:
-    """Bytes allocated beneath ``roots``: data blocks plus :data:`ENTRY_COST` per entry."""
-    total = 0
+class Usage(NamedTuple):
+    """What a walk of the roots found: bytes allocated, and whether every entry was measured."""
+
+    bytes: int
+    complete: bool
+
+
+def usage_bytes(roots: Sequence[str]) -> Usage:
+    """Bytes allocated beneath ``roots``: data blocks plus :data:`ENTRY_COST` per entry.
+
+    Each directory is opened relative to its parent's descriptor, so no path ever grows long (a
+    tree deeper than PATH_MAX is measured like any other). The result is incomplete when a
+    directory is more than :data:`MAX_DEPTH` levels down or cannot be opened or listed.
+    """
+    total, complete = 0, True
     seen: set[tuple[int, int]] = set()
     for root in roots:
         try:
-            device = os.lstat(root).st_dev
+            root_fd = os.open(root, _DIRECTORY)
         except OSError:
             continue
-        pending = [root]
-        while pending:
-            try:
-                entries = os.scandir(pending.pop())
-            except OSError:
-                continue  # vanished or unreadable meanwhile
-            with entries:
-                for entry in entries:
-                    try:
-                        info = entry.stat(follow_symlinks=False)
-                    except OSError:
+        device = os.fstat(root_fd).st_dev
+        stack: list[tuple[int, Iterator[str]]] = []
+        try:
+            complete = _enter(stack, root_fd) and complete
+            while stack:
+                fd, names = stack[-1]
+                name = next(names, None)
+                if name is None:
+                    os.close(stack.pop()[0])
+                    continue
+                try:
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    continue  # removed meanwhile
+                if info.st_dev != device:
+                    continue
+                if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
+                    if (info.st_dev, info.st_ino) in seen:
                         continue
-                    if info.st_dev != device:
-                        continue
-                    if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
-                        if (info.st_dev, info.st_ino) in seen:
-                            continue
-                        seen.add((info.st_dev, info.st_ino))
-                    total += info.st_blocks * 512 + ENTRY_COST
-                    if stat.S_ISDIR(info.st_mode):
-                        pending.append(entry.path)
-    return total
+                    seen.add((info.st_dev, info.st_ino))
+                total += info.st_blocks * 512 + ENTRY_COST
+                if not stat.S_ISDIR(info.st_mode):
+                    continue
+                if len(stack) > MAX_DEPTH:
+                    complete = False
+                    continue
+                try:
+                    child = os.open(name, _DIRECTORY, dir_fd=fd)
+                except OSError as error:
+                    # Removed or replaced meanwhile is fine; anything else (no descriptor left) is not.
+                    complete = complete and error.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+                    continue
+                complete = _enter(stack, child) and complete
+        finally:
+            for fd, _ in stack:
+                os.close(fd)
+    return Usage(total, complete)
+
+
+def _enter(stack: list[tuple[int, Iterator[str]]], fd: int) -> bool:
+    """Push the directory open at ``fd`` with its entries; False when it cannot be listed."""
+    try:
+        names = os.listdir(fd)
+    except OSError:
+        stack.append((fd, iter(())))
+        return False
+    stack.append((fd, iter(names)))
+    return True
 
 
 def _fs_used(path: str) -> int:
@@ -87,6 +131,7 @@ class DiskWatch:
         self.roots = tuple(roots)
         self.budget_bytes = budget_bytes
         self.baseline_bytes = 0
+        self._fs_start = 0
         self.exceeded = 0  # how many times commands were stopped
         self._stop = stop
         self._poll = poll_seconds
@@ -94,12 +139,21 @@ class DiskWatch:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.baseline_bytes = await asyncio.to_thread(usage_bytes, self.roots)
+        self._fs_start = await asyncio.to_thread(_fs_used, self.roots[0])
+        self.baseline_bytes = (await asyncio.to_thread(usage_bytes, self.roots)).bytes
         self._task = asyncio.create_task(self._run(), name="protolink-disk-watch")
 
     async def growth_bytes(self) -> int:
-        """How much the roots have grown since :meth:`start`."""
-        return await asyncio.to_thread(usage_bytes, self.roots) - self.baseline_bytes
+        """How much the roots have grown since :meth:`start`.
+
+        When part of the tree cannot be measured (see :func:`usage_bytes`), the file system's own
+        growth since the start stands in as an upper bound: it includes the host's other writes.
+        """
+        usage = await asyncio.to_thread(usage_bytes, self.roots)
+        growth = usage.bytes - self.baseline_bytes
+        if not usage.complete:
+            growth = max(growth, await asyncio.to_thread(_fs_used, self.roots[0]) - self._fs_start)
+        return growth
 
     async def aclose(self) -> None:
         if self._task is not None:

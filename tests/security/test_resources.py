@@ -260,6 +260,24 @@ async def test_disk_budget_entry_flood(budgeted):
     await still_serves(attacker)
 
 
+async def test_disk_budget_deep_tree(budgeted):
+    """1 MiB files written (and synced) at the bottom of a directory chain 1,100 levels deep (a path of 5,500 characters, past the host's PATH_MAX), 400 MiB in all.
+
+    The host's disk watch opens each level relative to the last, so the tree is measured (or, past its depth limit, the file system's growth stands in): the command is killed long before 400 MiB land.
+    """
+    box, root = budgeted
+    attacker = Attacker(box.backend, root)
+    code = ("import os\nos.mkdir('deep')\nos.chdir('deep')\nfor _ in range(1100):\n    os.mkdir('dddd')\n"
+            "    os.chdir('dddd')\nfor index in range(400):\n    with open(f'f{index}', 'wb') as out:\n"
+            "        out.write(b'x' * (1 << 20))\n        os.fsync(out.fileno())\n")
+    result = await attacker.python(code, timeout=120)
+    assert result.exit_code != 0 and not result.timed_out
+    written = await attacker.shell("du -sm deep | cut -f1; rm -rf deep")
+    assert int(written.stdout) < 400
+    figure("disk budget 16 MiB, 1 MiB files 1,100 levels deep: written before stopped", f"{written.stdout.strip()} MiB")
+    await still_serves(attacker)
+
+
 async def test_cpu_hog_beside_other_calls(attacker):
     """100 processes spinning on the CPU for 10 s while the agent reads a file and runs another command.
 
