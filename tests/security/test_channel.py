@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 import pytest
 
+from protolink.core.errors import ToolExecutionError
 from protolink.sandbox import client, connect
 from protolink.sandbox._pb import process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
@@ -90,6 +91,51 @@ print(json.dumps(answers))
     assert answers and set(answers.values()) == {errno.EPERM}
     for _ in range(3):
         await attacker.call("list_files", path=str(attacker.ws))
+    await still_serves(attacker)
+
+
+@pytest.mark.docker
+async def test_limit_the_helpers(attacker):
+    """A command lowers the resource limits of every sandbox helper process (prlimit: no open files, no CPU time, no memory).
+
+    Refused with EPERM for the server, its workers and any other helper: none of them has the command user as real and saved uid.
+    """
+    await attacker.call("list_files", path=str(attacker.ws))
+    code = r"""
+import json, os, resource
+me, answers = os.getpid(), {}
+for pid in map(int, filter(str.isdigit, os.listdir('/proc'))):
+    try:
+        command = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')
+        if pid == me or command[2:3] != [b'-m']:
+            continue
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (0, 0))
+        answers[f'{command[3].decode()} {pid}'] = 0
+    except OSError as error:
+        answers[f'{command[3].decode()} {pid}'] = error.errno
+print(json.dumps(answers))
+"""
+    answers = await attacker.probe(code)
+    assert any(key.startswith("sandbox.worker") for key in answers) and any(key.startswith("sandbox ") for key in answers)
+    assert set(answers.values()) == {errno.EPERM}, answers
+    await still_serves(attacker)
+
+
+@pytest.mark.docker
+async def test_kill_loop_during_launches(attacker):
+    """For 5 s a command sends SIGKILL to everything it may signal (kill(-1) in a tight loop) while the agent launches 40 other commands.
+
+    Commands of the same user may die (they share a uid by design), but the server, its workers and helpers survive: afterwards every call is served.
+    """
+    killer = asyncio.ensure_future(attacker.python(
+        "import os, time\nend = time.monotonic() + 5\nwhile time.monotonic() < end:\n    try:\n"
+        "        os.kill(-1, 9)\n    except OSError:\n        pass\n", timeout=30))
+    await asyncio.sleep(0.5)
+    outcomes = await asyncio.gather(*(attacker.run(["/bin/echo", str(index)]) for index in range(40)),
+                                    return_exceptions=True)
+    assert (await killer).exit_code == 0
+    assert not [outcome for outcome in outcomes if isinstance(outcome, BaseException)
+                and not isinstance(outcome, ToolExecutionError)]
     await still_serves(attacker)
 
 
