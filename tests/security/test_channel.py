@@ -30,65 +30,58 @@ from .conftest import HANG_GUARD, Attacker, still_serves
 
 SERVICE = "protolink.sandbox.v1.Sandbox"
 
-WORKERS = r"""
-import json, os
-workers = []
-for pid in filter(str.isdigit, os.listdir('/proc')):
+#: Applies ``sys.argv[1]`` ("kill SIGNAL" or "prlimit") to PID 1 and every sandbox helper (a
+#: Python process run with ``-m``: the server, its workers, any other); prints name pid -> errno.
+TAMPER = r"""
+import json, os, resource, sys
+action, me, answers = sys.argv[1].split(), os.getpid(), {}
+targets = {'init 1': 1}
+for pid in map(int, filter(str.isdigit, os.listdir('/proc'))):
     try:
         command = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')
-        if command[2:4] == [b'-m', b'sandbox.worker']:
-            workers.append(int(pid))
     except OSError:
-        pass
+        continue
+    if pid != me and command[2:3] == [b'-m']:
+        targets[f'{command[3].decode()} {pid}'] = pid
+for name, pid in targets.items():
+    try:
+        if action[0] == 'kill':
+            os.kill(pid, int(action[1]))
+        else:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (0, 0))
+        answers[name] = 0
+    except OSError as error:
+        answers[name] = error.errno
+print(json.dumps(answers))
 """
+
+
+async def tamper(attacker: Attacker, action: str) -> dict[str, int]:
+    await attacker.call("list_files", path=str(attacker.ws))  # a worker exists
+    answers = await attacker.probe(TAMPER, action)
+    assert {name.split()[0] for name in answers} >= {"init", "sandbox", "sandbox.worker"}, answers
+    return answers
 
 
 @pytest.mark.docker
-async def test_kill_the_server_and_its_workers(attacker):
-    """A command sends SIGKILL to every process it may signal (kill -1), to pid 1, to the server and to every worker.
+async def test_kill_the_server_and_its_helpers(attacker):
+    """A command sends SIGKILL to pid 1, the server and every helper (workers included), then to everything it may signal (kill -1).
 
-    Every signal to the server, init and workers fails with EPERM (they run under other uids); kill -1 reaches none of them.
+    Every signal to them fails with EPERM (they run under other real uids); kill -1 reaches none of them.
     """
-    await attacker.call("list_files", path=str(attacker.ws))  # a worker exists
-    code = WORKERS + r"""
-server = [int(p) for p in filter(str.isdigit, os.listdir('/proc'))
-          if open(f'/proc/{p}/cmdline', 'rb').read().split(b'\0')[2:4] == [b'-m', b'sandbox']]
-answers = {}
-for name, pid in [('init', 1)] + [('server', pid) for pid in server] + [('worker', pid) for pid in workers]:
-    try:
-        os.kill(pid, 9)
-        answers[f'{name} {pid}'] = 0
-    except OSError as error:
-        answers[f'{name} {pid}'] = error.errno
-print(json.dumps(answers))
-"""
-    answers = await attacker.probe(code)
-    assert any(key.startswith("worker") for key in answers) and any(key.startswith("server") for key in answers)
-    assert set(answers.values()) == {errno.EPERM}, answers
+    assert set((await tamper(attacker, "kill 9")).values()) == {errno.EPERM}
     everything = await attacker.shell("kill -KILL -1; echo survived")  # kill(-1) spares its caller
     assert everything.stdout == "survived\n"
     await still_serves(attacker)
 
 
 @pytest.mark.docker
-async def test_stop_the_workers(attacker):
-    """A command sends SIGSTOP to every worker process, which would freeze every later file and document call.
+async def test_stop_the_helpers(attacker):
+    """A command sends SIGSTOP to the server and every helper, which would freeze every later file and document call.
 
     Refused with EPERM (workers have a real uid of their own); the next file calls are served at once.
     """
-    await attacker.call("list_files", path=str(attacker.ws))
-    code = WORKERS + r"""
-answers = {}
-for pid in workers:
-    try:
-        os.kill(pid, 19)
-        answers[pid] = 0
-    except OSError as error:
-        answers[pid] = error.errno
-print(json.dumps(answers))
-"""
-    answers = await attacker.probe(code)
-    assert answers and set(answers.values()) == {errno.EPERM}
+    assert set((await tamper(attacker, "kill 19")).values()) == {errno.EPERM}
     for _ in range(3):
         await attacker.call("list_files", path=str(attacker.ws))
     await still_serves(attacker)
@@ -96,28 +89,11 @@ print(json.dumps(answers))
 
 @pytest.mark.docker
 async def test_limit_the_helpers(attacker):
-    """A command lowers the resource limits of every sandbox helper process (prlimit: no open files, no CPU time, no memory).
+    """A command lowers the resource limits of the server and every helper process (prlimit: no open files).
 
-    Refused with EPERM for the server, its workers and any other helper: none of them has the command user as real and saved uid.
+    Refused with EPERM: none of them has the command user as real and saved uid.
     """
-    await attacker.call("list_files", path=str(attacker.ws))
-    code = r"""
-import json, os, resource
-me, answers = os.getpid(), {}
-for pid in map(int, filter(str.isdigit, os.listdir('/proc'))):
-    try:
-        command = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')
-        if pid == me or command[2:3] != [b'-m']:
-            continue
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (0, 0))
-        answers[f'{command[3].decode()} {pid}'] = 0
-    except OSError as error:
-        answers[f'{command[3].decode()} {pid}'] = error.errno
-print(json.dumps(answers))
-"""
-    answers = await attacker.probe(code)
-    assert any(key.startswith("sandbox.worker") for key in answers) and any(key.startswith("sandbox ") for key in answers)
-    assert set(answers.values()) == {errno.EPERM}, answers
+    assert set((await tamper(attacker, "prlimit")).values()) == {errno.EPERM}
     await still_serves(attacker)
 
 
