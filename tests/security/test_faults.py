@@ -30,7 +30,7 @@ from protolink.sandbox._pb import documents_pb2, process_pb2, sandbox_pb2, works
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.errors import SandboxUnavailableError
 
-from .conftest import HANG_GUARD, NOBODY, Attacker, dedicated_sandbox, figure, still_serves
+from .conftest import HANG_GUARD, NOBODY, RUNTIME, Attacker, dedicated_sandbox, figure, still_serves
 
 pytestmark = pytest.mark.docker
 
@@ -125,7 +125,7 @@ async def test_engine_gone_at_close(sandbox_image, docker_client, box_root, tmp_
 
     Calls keep working (they do not use the engine); closing raises SandboxUnavailableError, removes the host directories and leaves the container to the reaper, which removes it.
     """
-    sandbox = DockerSandbox(writable=[box_root], image=sandbox_image)
+    sandbox = DockerSandbox(writable=[box_root], image=sandbox_image, runtime=RUNTIME)
     await sandbox.start()
     container_id = sandbox.container_id
     try:
@@ -156,7 +156,7 @@ import asyncio, sys
 from protolink.sandbox.docker import DockerSandbox
 
 async def main():
-    sandbox = DockerSandbox([], image=sys.argv[1])
+    sandbox = DockerSandbox([], image=sys.argv[1], runtime=sys.argv[2] or None)
     await sandbox.start()
     print(sandbox.container_id, flush=True)
     await asyncio.sleep(3600)
@@ -170,7 +170,7 @@ async def test_host_process_dies_mid_session(sandbox_image, docker_client, box_r
 
     Its container outlives it; the next sandbox to start reaps it (its owner is gone) and reports it in .reaped.
     """
-    host = await asyncio.create_subprocess_exec(sys.executable, "-c", HOST_SCRIPT, sandbox_image,
+    host = await asyncio.create_subprocess_exec(sys.executable, "-c", HOST_SCRIPT, sandbox_image, RUNTIME or "",
                                                 stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).parents[2])
     assert host.stdout is not None
     try:
