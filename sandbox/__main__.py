@@ -19,9 +19,13 @@ def main(argv: list[str] | None = None) -> int:
         # gRPC's fork handlers crash children that fail to exec after a setuid (SIGSEGV instead
         # of an error); commands and workers never use gRPC, so they are not needed.
         os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
-        from .server import serve  # grpc is imported after the fork, in the serving process
+        from .launcher import Launcher
 
-        asyncio.run(serve(config))
+        launcher = Launcher(config.command_uid, config.command_gid, max_answer_bytes=6 * config.max_message_bytes)
+        launcher.fork()  # while this process has one thread
+        from .server import serve  # grpc is imported after the forks, in the serving process
+
+        asyncio.run(serve(config, launcher))
         return 0
 
     code = run_under_reaper(serve)

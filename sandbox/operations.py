@@ -13,9 +13,9 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from protolink.execution import documents, fsread, fssearch, fswrite, resolve
+from protolink.execution import documents, fsread, fssearch, fswrite
 from protolink.sandbox import messages
-from protolink.sandbox._pb import documents_pb2, process_pb2, workspace_pb2
+from protolink.sandbox._pb import documents_pb2, workspace_pb2
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,6 @@ class Operation:
     what: str
     #: Document extraction: the request's own timeout applies.
     document: bool = False
-
-
-def _resolve_command(request: process_pb2.ResolveCommandRequest) -> process_pb2.ResolveCommandResponse:
-    argv, cwd = resolve.resolve_command(list(request.argv), request.cwd, dict(request.env))
-    return process_pb2.ResolveCommandResponse(argv=argv, cwd=cwd)
 
 
 def _read_text(request: workspace_pb2.ReadTextRequest) -> workspace_pb2.ReadTextResponse:
@@ -82,7 +77,6 @@ def _search_document(request: documents_pb2.SearchDocumentRequest) -> documents_
 
 
 OPERATIONS: dict[str, Operation] = {
-    "ResolveCommand": Operation(process_pb2.ResolveCommandRequest, _resolve_command, "command resolution"),
     "ReadText": Operation(workspace_pb2.ReadTextRequest, _read_text, "reading the file"),
     "ListFiles": Operation(workspace_pb2.ListFilesRequest, _list_files, "listing"),
     "SearchFiles": Operation(workspace_pb2.SearchFilesRequest, _search_files, "the file search"),

@@ -10,6 +10,8 @@ import signal
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+NOBODY = 65534
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -28,6 +30,16 @@ def make_non_dumpable() -> None:
 def become_subreaper() -> None:
     """Orphaned descendants are reparented to us instead of to init."""
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def forbid_new_privileges() -> None:
+    """This process and everything it executes can never gain privileges (setuid bits, file capabilities)."""
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+
+
+def shielding_uid(uid: int) -> int:
+    """The real and saved uid of a helper that acts as ``uid``: unprivileged, never ``uid``, owning nothing."""
+    return NOBODY - 1 if uid != NOBODY - 1 else NOBODY - 2
 
 
 def die_with_parent(parent: int) -> None:

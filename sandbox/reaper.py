@@ -1,11 +1,11 @@
 """Kills processes of the command user that no running command or worker accounts for.
 
-Every command and every worker is a direct child of the server and leads its own session and
-process group. Any process of the command uid outside the groups those children lead is a
-stray: a daemon that called setsid, double-forked or outlived its command. Strays are killed
-after each command and every :data:`INTERVAL_SECONDS` while commands run. The host backend
-cannot do this (other processes of the user are not its own); inside the sandbox the command
-uid is ours alone.
+Every worker and the spawner are children of the server, every command a child of the spawner,
+and each leads its own session and process group. Any process of the command uid outside the
+groups those children lead is a stray: a daemon that called setsid, double-forked or outlived
+its command. Strays are killed after each command and every :data:`INTERVAL_SECONDS` while
+commands run. The host backend cannot do this (other processes of the user are not its own);
+inside the sandbox the command uid is ours alone.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import concurrent.futures
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import NamedTuple
 
 INTERVAL_SECONDS = 0.5
@@ -31,10 +31,14 @@ class _Process(NamedTuple):
 
 
 class StrayReaper:
-    """Sweeps strays of ``uid`` while commands run and once after each command."""
+    """Sweeps strays of ``uid`` while commands run and once after each command.
 
-    def __init__(self, uid: int) -> None:
+    ``spawner`` gives the spawner's pid (None while there is none): its children are commands.
+    """
+
+    def __init__(self, uid: int, spawner: Callable[[], int | None]) -> None:
         self._uid = uid
+        self._spawner = spawner
         self._running = 0
         self._ticker: asyncio.Task[None] | None = None
         self._current: asyncio.Future[int] | None = None
@@ -66,7 +70,10 @@ class StrayReaper:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         self._current, self._queued = self._queued, None
-        return await asyncio.get_running_loop().run_in_executor(self._thread, kill_strays, self._uid, os.getpid())
+        parents = {os.getpid()}
+        if (spawner := self._spawner()) is not None:
+            parents.add(spawner)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, kill_strays, self._uid, parents)
 
     async def _tick(self) -> None:
         while self._running:
@@ -74,17 +81,17 @@ class StrayReaper:
             await self.sweep()
 
 
-def kill_strays(uid: int, server: int, *, spare_children: bool = True) -> int:
-    """SIGKILL every process of ``uid`` outside the groups led by ``server``'s children.
+def kill_strays(uid: int, parents: Collection[int]) -> int:
+    """SIGKILL every process of ``uid`` outside the groups led by children of ``parents``.
 
-    With ``spare_children`` false (at shutdown), every process of ``uid`` dies. Strays may
+    With no ``parents`` (at shutdown), every process of ``uid`` dies. Strays may
     fork while they are being killed (a fork bomb that calls setsid), so passes repeat until
     one finds no stray it has not signalled yet. Returns how many were signalled.
     """
     signalled: set[int] = set()
     for _ in range(MAX_PASSES):
         processes = list(_processes())
-        groups = {p.pid for p in processes if p.ppid == server and p.pgrp == p.pid} if spare_children else set()
+        groups = {p.pid for p in processes if p.ppid in parents and p.pgrp == p.pid}
         fresh = [p for p in processes if uid in p.uids and p.pgrp not in groups and p.pid not in signalled]
         if not fresh:
             break

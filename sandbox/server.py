@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .config import ServerConfig
+from .launcher import Launcher
 from .reaper import StrayReaper, kill_strays
 from .service import SERVICE, SandboxService
 from .workers import WorkerPool
@@ -69,18 +70,19 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
     ]
 
 
-async def serve(config: ServerConfig) -> None:
+async def serve(config: ServerConfig, launcher: Launcher) -> None:
     """Serve until SIGTERM or SIGINT; then stop accepting, kill every command and worker."""
     os.umask(0o077)  # the socket is created owner-only; commands and workers set their own umask
     workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
                          max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
-    reaper = StrayReaper(config.command_uid)
+    launcher.start()
+    reaper = StrayReaper(config.command_uid, lambda: launcher.pid)
     server = grpc.aio.server(
         options=server_options(config),
         interceptors=[TokenCheck(config.token)] if config.token else [],
         maximum_concurrent_rpcs=config.max_concurrency * 4,
     )
-    server.add_generic_rpc_handlers((SandboxService(config, workers, reaper).handler(),))
+    server.add_generic_rpc_handlers((SandboxService(config, workers, reaper, launcher).handler(),))
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
     try:
@@ -105,4 +107,5 @@ async def serve(config: ServerConfig) -> None:
         await health_service.enter_graceful_shutdown()
         await server.stop(STOP_GRACE_SECONDS)
         await workers.aclose()
-        await asyncio.to_thread(kill_strays, config.command_uid, os.getpid(), spare_children=False)
+        await launcher.aclose()
+        await asyncio.to_thread(kill_strays, config.command_uid, ())

@@ -1,9 +1,10 @@
 """The Sandbox service: a thin adapter from RPCs to :mod:`protolink.execution`.
 
 ``Execute`` runs the command through :class:`~protolink.execution.processes.LocalProcesses`
-(as the command user, in its own session) and streams its output. Workspace and document
-operations run in worker processes (:mod:`sandbox.workers`) after the requested roots are
-checked against the mounted ones. Requests arrive as bytes and are parsed here, so a
+(started as the command user by the spawner, :mod:`sandbox.launcher`, in its own session) and
+streams its output; ``ResolveCommand`` is answered by the spawner too, with the command user's
+permissions. Workspace and document operations run in worker processes (:mod:`sandbox.workers`)
+after the requested roots are checked against the mounted ones. Requests arrive as bytes and are parsed here, so a
 malformed one is answered with ``INVALID_ARGUMENT``; any failure becomes a status plus a
 typed wire error (:mod:`protolink.sandbox.errors`), never a traceback.
 """
@@ -11,13 +12,9 @@ typed wire error (:mod:`protolink.sandbox.errors`), never a traceback.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
-import os
-import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
-from types import MappingProxyType
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -25,12 +22,13 @@ from google.protobuf.message import DecodeError, Message
 
 import protolink
 from protolink.execution.process import ProcessResult, ProcessSpec
-from protolink.execution.processes import Emitter, LocalProcesses
+from protolink.execution.processes import Leader, LocalProcesses
 from protolink.sandbox import messages
 from protolink.sandbox._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.errors import ERROR_METADATA_KEY, KINDS, to_status
 
 from .config import ServerConfig
+from .launcher import Launcher
 from .operations import OPERATIONS
 from .reaper import StrayReaper
 from .workers import OperationFailed, WorkerPool
@@ -46,27 +44,19 @@ M = TypeVar("M", bound=Message)
 
 
 class CommandProcesses(LocalProcesses):
-    """LocalProcesses whose commands run as the command user, with no supplementary groups,
-    no inheritable capabilities and no way to gain privileges.
+    """LocalProcesses whose commands are resolved and started by the spawner, as the command
+    user; supervision (output, caps, timeouts, group kills) stays in the server."""
 
-    CPython cannot use vfork for a child that changes credentials, and forking the whole gRPC
-    server costs about ten times the launch itself; so the child execs ``setpriv``, which drops
-    to the command user and execs the command. Where setpriv is missing, the child changes its
-    credentials itself. (setpriv execs like ``execvp``: a file the kernel cannot execute runs
-    under /bin/sh, and a command that cannot start is a result with exit code 126 or 127.)
-    """
+    def __init__(self, launcher: Launcher) -> None:
+        self._launcher = launcher
 
-    def __init__(self, uid: int, gid: int, setpriv: str | None = shutil.which("setpriv", path=os.defpath)) -> None:
-        if setpriv is None:
-            self._launcher: tuple[str, ...] = ()
-            self.popen_options = MappingProxyType({"user": uid, "group": gid, "extra_groups": [], "umask": 0o022})
-        else:
-            self._launcher = (setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
-                              "--no-new-privs", "--")
-            self.popen_options = MappingProxyType({"umask": 0o022})
+    async def resolve_command(
+        self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
+    ) -> tuple[tuple[str, ...], str]:
+        return await self._launcher.resolve_command(argv, cwd, env)
 
-    async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
-        return await super().execute(dataclasses.replace(spec, argv=(*self._launcher, *spec.argv)), execution)
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+        return await self._launcher.launch(spec, stdout, stderr)
 
 
 class _Outputs:
@@ -95,17 +85,18 @@ class _Outputs:
 class SandboxService:
     """The RPC implementations; :meth:`handler` exposes them to a grpc.aio server."""
 
-    def __init__(self, config: ServerConfig, workers: WorkerPool, reaper: StrayReaper) -> None:
+    def __init__(self, config: ServerConfig, workers: WorkerPool, reaper: StrayReaper, launcher: Launcher) -> None:
         self._config = config
         self._workers = workers
         self._reaper = reaper
-        self._processes = CommandProcesses(config.command_uid, config.command_gid)
+        self._processes = CommandProcesses(launcher)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """Every method of the Sandbox service, taking and returning raw bytes."""
         methods: dict[str, grpc.RpcMethodHandler] = {
             "Info": grpc.unary_unary_rpc_method_handler(_guarded(self.info)),
             "Execute": grpc.unary_stream_rpc_method_handler(_guarded_stream(self.execute)),
+            "ResolveCommand": grpc.unary_unary_rpc_method_handler(_guarded(self.resolve_command)),
         }
         for name in OPERATIONS:
             methods[name] = grpc.unary_unary_rpc_method_handler(_guarded(functools.partial(self.perform, name)))
@@ -128,6 +119,11 @@ class SandboxService:
             roots=[sandbox_pb2.Root(path=root.path, writable=root.writable) for root in config.roots],
         )
         return response.SerializeToString()
+
+    async def resolve_command(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        message = _parse(process_pb2.ResolveCommandRequest, request)
+        argv, cwd = await self._processes.resolve_command(list(message.argv), message.cwd, dict(message.env))
+        return process_pb2.ResolveCommandResponse(argv=argv, cwd=cwd).SerializeToString()
 
     async def execute(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         spec = messages.process_spec(_parse(process_pb2.ExecuteRequest, request))

@@ -21,10 +21,9 @@ from protolink.sandbox import errors
 
 from . import frames
 from .operations import OPERATIONS
-from .privileges import die_with_parent, drop_to, limit, make_non_dumpable
+from .privileges import die_with_parent, drop_to, limit, make_non_dumpable, shielding_uid
 
 IN, OUT = 0, 1
-NOBODY = 65534
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,11 +53,6 @@ def main(argv: list[str] | None = None) -> int:
         if not healthy:
             return 1
     return 0
-
-
-def shielding_uid(uid: int) -> int:
-    """The worker's real and saved uid: unprivileged, never the command uid, owning nothing."""
-    return NOBODY - 1 if uid != NOBODY - 1 else NOBODY - 2
 
 
 def _perform(method: str, payload: bytes, cpu_seconds: float) -> tuple[int, bytes, bool]:

@@ -17,7 +17,9 @@ After the leader is gone, output already written is read for at most
 pipes open longer, and their later output is discarded.
 
 The pipes and the leader's exit are watched by the event loop itself (a pidfd on Linux), so
-a running process costs no thread.
+a running process costs no thread. :meth:`LocalProcesses.launch` is the one step that starts
+the leader; the sandbox server overrides it to start commands through a helper process that
+already has the command user's identity, and supervises them with everything else here.
 """
 
 from __future__ import annotations
@@ -28,8 +30,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from protolink.core.errors import ToolExecutionError
@@ -53,12 +54,23 @@ class Emitter(Protocol):
     async def emit(self, type: str, **data: Any) -> None: ...
 
 
+class Leader(Protocol):
+    """A started process: the leader of its own session and process group."""
+
+    pid: int
+    #: Completed once the leader has been reaped; never canceled by waiting for it.
+    exited: asyncio.Future[None]
+
+    @property
+    def exit_code(self) -> int | None:
+        """The leader's exit code (negative: the signal that ended it) once reaped, else None."""
+
+    def close(self) -> None:
+        """Stop watching for the exit (the result is being built without it)."""
+
+
 class LocalProcesses:
     """Host process execution: the ExecutionBackend half of LocalExecutionBackend."""
-
-    #: Extra :class:`subprocess.Popen` options for every command (the sandbox server sets the
-    #: command user and group here).
-    popen_options: Mapping[str, Any] = MappingProxyType({})
 
     async def resolve_command(
         self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
@@ -66,9 +78,17 @@ class LocalProcesses:
         """Resolve argv[0] and the working directory where the process will run (this host)."""
         return await asyncio.to_thread(resolve_command, argv, cwd, env)
 
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+        """Start ``spec`` as the leader of a new session, stdin on /dev/null, stdout and stderr
+        on the given pipe ends (the caller closes its own copies). OSError when it cannot
+        start; when canceled, nothing it started is left running."""
+        popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr)
+        return _PopenLeader(popen, asyncio.get_running_loop())
+
     async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
         """Run ``spec`` to completion, timeout or cancellation; see the module docstring."""
-        child = _Child(spec, OutputCollector(spec.max_output_bytes), self.popen_options)
+        child = _Child(spec, OutputCollector(spec.max_output_bytes))
+        await child.start(self.launch)
         pump = asyncio.create_task(_emit_output(child.outbox, execution))
         try:
             child.timed_out = not await completed_within(child.exited, spec.timeout_seconds)
@@ -84,22 +104,45 @@ class LocalProcesses:
 
 
 class _Child:
-    """One started process: its pipes, exit watch, collected output and cleanup."""
+    """One process: its pipes, exit watch, collected output and cleanup."""
 
-    def __init__(self, spec: ProcessSpec, collector: OutputCollector,
-                 options: Mapping[str, Any]) -> None:
+    def __init__(self, spec: ProcessSpec, collector: OutputCollector) -> None:
+        self.spec = spec
         self.collector = collector
         self.outbox: _Outbox = asyncio.Queue()
         self.timed_out = False
         self._loop = asyncio.get_running_loop()
         self._started = time.monotonic()
-        self._popen, self._pipes = _spawn(spec, options)
+        self._pipes: dict[int, Channel] = {}
         self.closed: asyncio.Future[None] = self._loop.create_future()
-        for fd in self._pipes:
-            self._loop.add_reader(fd, self._read, fd)
-        self.exited, self._unwatch = _watch_exit(self._popen, self._loop)
         self._stopping: asyncio.Future[None] | None = None
         self._finished_output = False
+
+    async def start(self, launch: Callable[[ProcessSpec, int, int], Awaitable[Leader]]) -> None:
+        """Launch the process with both output pipes and watch them; ToolExecutionError when
+        it cannot start."""
+        stdout_read, stdout_write = os.pipe()
+        stderr_read, stderr_write = os.pipe()
+        try:
+            self._leader = await launch(self.spec, stdout_write, stderr_write)
+        except BaseException as error:
+            os.close(stdout_read)
+            os.close(stderr_read)
+            if isinstance(error, OSError):
+                reason = error.strerror or str(error)
+                raise ToolExecutionError(f"could not start {self.spec.argv[0]!r}: {reason}") from None
+            raise
+        finally:
+            os.close(stdout_write)
+            os.close(stderr_write)
+        self._pipes = {stdout_read: "stdout", stderr_read: "stderr"}
+        for fd in self._pipes:
+            os.set_blocking(fd, False)
+            self._loop.add_reader(fd, self._read, fd)
+
+    @property
+    def exited(self) -> asyncio.Future[None]:
+        return self._leader.exited
 
     def stop(self, *, terminate: bool) -> asyncio.Future[None]:
         """Kill and reap the group, drain, close the pipes. Started once; later calls join it."""
@@ -109,13 +152,13 @@ class _Child:
 
     async def _stop(self, terminate: bool) -> None:
         if terminate:
-            await terminate_group(self._popen.pid, self.exited)
+            await terminate_group(self._leader.pid, self.exited)
         else:
-            signal_group(self._popen.pid, signal.SIGKILL)
+            signal_group(self._leader.pid, signal.SIGKILL)
         await completed_within(self.closed, DRAIN_GRACE_SECONDS)
         for fd in list(self._pipes):
             self._close_pipe(fd)
-        self._unwatch()
+        self._leader.close()
 
     def finish_output(self) -> None:
         """Flush the decoders into the event queue and end it."""
@@ -126,7 +169,7 @@ class _Child:
     def result(self, *, canceled: bool = False) -> ProcessResult:
         self._flush()
         return ProcessResult(
-            exit_code=self._popen.returncode,
+            exit_code=self._leader.exit_code,
             stdout=self.collector.stdout,
             stderr=self.collector.stderr,
             truncated=self.collector.truncated,
@@ -164,63 +207,55 @@ class _Child:
             self.closed.set_result(None)
 
 
-def _spawn(spec: ProcessSpec, options: Mapping[str, Any]
-           ) -> tuple[subprocess.Popen[bytes], dict[int, Channel]]:
-    """Start the leader of a new session with both output pipes; return it and the read ends."""
-    stdout_read, stdout_write = os.pipe()
-    stderr_read, stderr_write = os.pipe()
-    try:
-        popen = subprocess.Popen(
-            spec.argv, stdin=subprocess.DEVNULL, stdout=stdout_write, stderr=stderr_write,
-            cwd=spec.cwd, env=dict(spec.env), start_new_session=True, **options,
-        )
-    except OSError as error:
-        os.close(stdout_read)
-        os.close(stderr_read)
-        reason = error.strerror or str(error)
-        raise ToolExecutionError(f"could not start {spec.argv[0]!r}: {reason}") from None
-    finally:
-        os.close(stdout_write)
-        os.close(stderr_write)
-    for fd in (stdout_read, stderr_read):
-        os.set_blocking(fd, False)
-    return popen, {stdout_read: "stdout", stderr_read: "stderr"}
+def start_process(argv: Sequence[str], cwd: str, env: Mapping[str, str], stdout: int, stderr: int,
+                  **options: Any) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as the leader of a new session, stdin on /dev/null, stdout and stderr on
+    the given descriptors; ``options`` are extra :class:`subprocess.Popen` arguments (the
+    sandbox's spawner sets the umask). CPython starts it with vfork as long as no option
+    changes the user or groups."""
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd, env=dict(env),
+                            start_new_session=True, **options)
 
 
-def _watch_exit(popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop
-                ) -> tuple[asyncio.Future[None], Callable[[], None]]:
-    """A future completed once the leader is reaped, and a function to stop watching early."""
-    exited: asyncio.Future[None] = loop.create_future()
+class _PopenLeader:
+    """A child of this process, watched by the event loop through a pidfd (or a waiter thread)."""
 
-    def reaped() -> None:
-        if not exited.done():
-            exited.set_result(None)
+    def __init__(self, popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop) -> None:
+        self.pid = popen.pid
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self._popen = popen
+        self._loop = loop
+        try:
+            self._pidfd: int | None = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):
+            # No pidfd (not Linux, or an old kernel): a daemon thread waits for this one child.
+            self._pidfd = None
+            threading.Thread(target=self._wait, name=f"protolink-wait-{popen.pid}", daemon=True).start()
+        else:
+            loop.add_reader(self._pidfd, self._ready)
 
-    try:
-        pidfd = os.pidfd_open(popen.pid)
-    except (AttributeError, OSError):
-        # No pidfd (not Linux, or an old kernel): a daemon thread waits for this one child.
-        def wait() -> None:
-            popen.wait()
-            loop.call_soon_threadsafe(reaped)
+    @property
+    def exit_code(self) -> int | None:
+        return self._popen.returncode
 
-        threading.Thread(target=wait, name=f"protolink-wait-{popen.pid}", daemon=True).start()
-        return exited, lambda: None
+    def close(self) -> None:
+        if self._pidfd is not None:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
 
-    def unwatch() -> None:
-        if pidfd in watching:
-            watching.clear()
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
+    def _ready(self) -> None:
+        self.close()
+        self._popen.poll()
+        self._reaped()
 
-    def ready() -> None:
-        unwatch()
-        popen.poll()
-        reaped()
+    def _wait(self) -> None:
+        self._popen.wait()
+        self._loop.call_soon_threadsafe(self._reaped)
 
-    watching = {pidfd}
-    loop.add_reader(pidfd, ready)
-    return exited, unwatch
+    def _reaped(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
 
 
 async def _emit_output(outbox: _Outbox, execution: Emitter) -> None:

@@ -172,6 +172,34 @@ async def test_commands_run_as_the_command_user_with_no_extra_groups(server, roo
     assert result.stdout.split() == [uid, uid, uid, "0022", uid]
 
 
+async def test_commands_have_the_command_uid_as_real_effective_saved_and_file_system_uid(server, roots):
+    result = await run(server, "grep -E '^(Uid|Gid|Groups|NoNewPrivs):' /proc/self/status", roots[0])
+    fields = {line.split(":")[0]: line.split(":")[1].split() for line in result.stdout.splitlines()}
+    assert fields == {"Uid": [str(server.uid)] * 4, "Gid": [str(server.uid)] * 4, "Groups": [], "NoNewPrivs": ["1"]}
+
+
+def spawner(server: RunningServer) -> int:
+    """The server's spawner: the child of the server that acts as the command user and is no worker."""
+    (serving,) = _children(server.process.pid)
+    return next(pid for pid in _children(serving) if pid in server.processes_of_uid() and pid not in workers(server))
+
+
+async def test_commands_cannot_signal_the_spawner_that_starts_them(server, roots):
+    result = await run(server, f"kill -STOP {spawner(server)}; kill -KILL {spawner(server)}", roots[0])
+    assert result.stderr.count("Operation not permitted") == 2, result
+    assert (await run(server, "echo next", roots[0])).stdout == "next\n"
+
+
+async def test_a_spawner_that_dies_is_replaced_and_the_next_command_runs(roots):
+    async with own_server(roots[0], "respawn") as (running, writable):
+        first = spawner(running)
+        os.kill(first, signal.SIGKILL)
+        await settle(lambda: not Path(f"/proc/{first}").exists(), f"the spawner {first} to be reaped")
+        result = await run(running, "id -u; echo next", writable)
+        assert result.stdout == f"{running.uid}\nnext\n"
+        assert spawner(running) != first
+
+
 def test_the_server_refuses_to_run_commands_as_root(tmp_path):
     refused = subprocess.run(
         [sys.executable, "-m", "sandbox", "--listen", f"unix://{tmp_path / 's.sock'}", "--command-uid", "0"],

@@ -1,11 +1,24 @@
-"""LocalProcesses details: no pidfd (a waiter thread reaps), spawn failures, Popen options."""
+"""LocalProcesses details: no pidfd (a waiter thread reaps), spawn failures, another launcher."""
 
+import asyncio
 import os
 
 import pytest
 
 from protolink.execution.process import ProcessSpec
-from protolink.execution.processes import LocalProcesses
+from protolink.execution.processes import LocalProcesses, start_process
+
+
+class Exited:
+    """A leader that has already been reaped."""
+
+    def __init__(self, pid, code):
+        self.pid, self.exit_code = pid, code
+        self.exited = asyncio.get_running_loop().create_future()
+        self.exited.set_result(None)
+
+    def close(self):
+        pass
 
 
 class Events:
@@ -44,9 +57,12 @@ async def test_a_command_that_cannot_start_is_a_clear_error(tmp_path):
     assert len(os.listdir("/proc/self/fd")) == before
 
 
-async def test_popen_options_apply_to_every_command(tmp_path):
+async def test_a_launcher_of_its_own_starts_every_command(tmp_path):
     class Private(LocalProcesses):
-        popen_options = {"umask": 0o077}
+        async def launch(self, spec, stdout, stderr):
+            popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr, umask=0o077)
+            popen.wait()
+            return Exited(popen.pid, popen.returncode)
 
     spec = ProcessSpec(("/bin/sh", "-c", "echo x > made"), str(tmp_path), {}, 5, 100)
     assert (await Private().execute(spec, Events())).exit_code == 0

@@ -21,7 +21,7 @@ def test_every_rpc_of_the_contract_is_served():
     from sandbox.config import ServerConfig
     from sandbox.service import SERVICE, SandboxService
 
-    handler = SandboxService(ServerConfig(listen="unix:///x", roots=(), boundary="sandbox:x"), None, None).handler()
+    handler = SandboxService(ServerConfig(listen="unix:///x", roots=(), boundary="sandbox:x"), None, None, None).handler()
     for method in sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].methods:
         details = SimpleNamespace(method=f"/{SERVICE}/{method.name}", invocation_metadata=())
         assert handler.service(details) is not None, method.name
