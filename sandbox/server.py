@@ -21,6 +21,9 @@ from .workers import WorkerPool
 
 #: How long in-flight calls may finish when the server is asked to stop.
 STOP_GRACE_SECONDS = 2.0
+#: The first worker starts (a few hundred milliseconds of CPU) once no call has run for this
+#: long, so it does not slow the first commands; a file call that comes first starts it at once.
+WARM_WHEN_QUIET_SECONDS = 0.2
 
 log = logging.getLogger("sandbox")
 
@@ -70,6 +73,11 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
     ]
 
 
+async def _warm_when_quiet(service: SandboxService, workers: WorkerPool) -> None:
+    await service.activity.quiet(WARM_WHEN_QUIET_SECONDS)
+    await workers.warm()
+
+
 async def serve(config: ServerConfig, launcher: Launcher) -> None:
     """Serve until SIGTERM or SIGINT; then stop accepting, kill every command and worker."""
     os.umask(0o077)  # the socket is created owner-only; commands and workers set their own umask
@@ -82,7 +90,8 @@ async def serve(config: ServerConfig, launcher: Launcher) -> None:
         interceptors=[TokenCheck(config.token)] if config.token else [],
         maximum_concurrent_rpcs=config.max_concurrency * 4,
     )
-    server.add_generic_rpc_handlers((SandboxService(config, workers, reaper, launcher).handler(),))
+    service = SandboxService(config, workers, reaper, launcher)
+    server.add_generic_rpc_handlers((service.handler(),))
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
     try:
@@ -96,10 +105,10 @@ async def serve(config: ServerConfig, launcher: Launcher) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await server.start()
-    warming = asyncio.ensure_future(workers.warm())  # serve at once; the first file call may wait for it
     for name in ("", SERVICE):
         await health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving %s on %s", config.boundary, config.listen)
+    warming = asyncio.ensure_future(_warm_when_quiet(service, workers))
     try:
         await stop.wait()
     finally:

@@ -12,9 +12,11 @@ typed wire error (:mod:`protolink.sandbox.errors`), never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -82,24 +84,59 @@ class _Outputs:
             self.queue.put_nowait(process_pb2.ExecuteEvent(output=output))
 
 
+class Activity:
+    """Whether calls are running, and since when none has: background work waits for quiet."""
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._since = time.monotonic()
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        self._running += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._since = time.monotonic()
+                self._idle.set()
+
+    async def quiet(self, seconds: float) -> None:
+        """Return once no call has run for ``seconds``."""
+        while True:
+            await self._idle.wait()
+            remaining = self._since + seconds - time.monotonic()
+            if remaining <= 0:
+                return
+            await asyncio.sleep(remaining)
+
+
 class SandboxService:
-    """The RPC implementations; :meth:`handler` exposes them to a grpc.aio server."""
+    """The RPC implementations; :meth:`handler` exposes them to a grpc.aio server.
+
+    ``activity`` tells when calls run (the server warms its first worker in a quiet moment).
+    """
 
     def __init__(self, config: ServerConfig, workers: WorkerPool, reaper: StrayReaper, launcher: Launcher) -> None:
         self._config = config
         self._workers = workers
         self._reaper = reaper
         self._processes = CommandProcesses(launcher)
+        self.activity = Activity()
 
     def handler(self) -> grpc.GenericRpcHandler:
         """Every method of the Sandbox service, taking and returning raw bytes."""
         methods: dict[str, grpc.RpcMethodHandler] = {
-            "Info": grpc.unary_unary_rpc_method_handler(_guarded(self.info)),
-            "Execute": grpc.unary_stream_rpc_method_handler(_guarded_stream(self.execute)),
-            "ResolveCommand": grpc.unary_unary_rpc_method_handler(_guarded(self.resolve_command)),
+            "Info": grpc.unary_unary_rpc_method_handler(self._guarded(self.info)),
+            "Execute": grpc.unary_stream_rpc_method_handler(self._guarded_stream(self.execute)),
+            "ResolveCommand": grpc.unary_unary_rpc_method_handler(self._guarded(self.resolve_command)),
         }
         for name in OPERATIONS:
-            methods[name] = grpc.unary_unary_rpc_method_handler(_guarded(functools.partial(self.perform, name)))
+            methods[name] = grpc.unary_unary_rpc_method_handler(self._guarded(functools.partial(self.perform, name)))
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
     async def info(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -163,6 +200,36 @@ class SandboxService:
             seconds = min(limits.timeout_seconds, self._config.max_document_seconds)
         return await self._workers.call(method, request, seconds=seconds, what=operation.what)
 
+    def _guarded(
+        self, handler: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]],
+    ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+        async def run(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            with self.activity.call():
+                try:
+                    return await handler(request, context)
+                except (grpc.aio.AbortError, asyncio.CancelledError):
+                    raise
+                except Exception as error:
+                    await _abort(context, error)
+                    raise  # unreachable: abort raises
+
+        return run
+
+    def _guarded_stream(
+        self, handler: Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]],
+    ) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+        async def run(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            with self.activity.call():
+                try:
+                    async for item in handler(request, context):
+                        yield item
+                except (grpc.aio.AbortError, asyncio.CancelledError):
+                    raise
+                except Exception as error:
+                    await _abort(context, error)
+
+        return run
+
     def _check_roots(self, message: Message) -> None:
         """Requested roots must be mounted roots or beneath one; writes need a writable one."""
         mounted = [root.path for root in self._config.roots]
@@ -205,33 +272,4 @@ async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> Non
         log.error("internal error", exc_info=error)
     await context.abort(code, wire.message, trailing_metadata=((ERROR_METADATA_KEY, wire.SerializeToString()),))
 
-
-def _guarded(
-    handler: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]],
-) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
-    async def run(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        try:
-            return await handler(request, context)
-        except (grpc.aio.AbortError, asyncio.CancelledError):
-            raise
-        except Exception as error:
-            await _abort(context, error)
-            raise  # unreachable: abort raises
-
-    return run
-
-
-def _guarded_stream(
-    handler: Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]],
-) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
-    async def run(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        try:
-            async for item in handler(request, context):
-                yield item
-        except (grpc.aio.AbortError, asyncio.CancelledError):
-            raise
-        except Exception as error:
-            await _abort(context, error)
-
-    return run
 
