@@ -137,6 +137,20 @@ def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Awaitable[T]:
     return _uncancellable(asyncio.to_thread(fn, *args, **kwargs))
 
 
+#: The API version each engine (``DOCKER_HOST``) answered with: asking costs a round trip per start.
+_api_versions: dict[str, str] = {}
+
+
+def _docker_client() -> Any:
+    """A docker SDK client for the environment's engine (blocking)."""
+    import docker
+
+    host = os.environ.get("DOCKER_HOST", "")
+    client = docker.from_env(version=_api_versions.get(host, "auto"))
+    _api_versions[host] = client.api.api_version
+    return client
+
+
 class DockerSandbox:
     """One sandbox container; ``async with`` it to get its :class:`SandboxBackend`.
 
@@ -231,7 +245,7 @@ class DockerSandbox:
             import docker.errors
 
             try:
-                self._docker = await _in_thread(docker.from_env)
+                self._docker = await _in_thread(_docker_client)
                 if self.runtime is not None:
                     await _in_thread(self._check_runtime)
                 self.reaped = await _in_thread(reaper.reap, self._docker)
@@ -417,7 +431,7 @@ class DockerSandbox:
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + 0.25
                 await self._raise_if_exited()
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.002)
         await self._raise_if_exited()
         raise SandboxUnavailableError(
             f"sandbox {self.name} did not answer within {self.start_timeout:g} s" + (f": {last_error}" if last_error else "")

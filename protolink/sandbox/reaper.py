@@ -111,14 +111,17 @@ def reap(client: Any, *, now: float | None = None) -> list[Reaped]:
 
     now = time.time() if now is None else now
     removed = []
-    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
-        reason = _reason(container.labels, now)
+    # One listing (labels included), not an inspection per container: this runs at every start.
+    for container in client.api.containers(all=True, filters={"label": OWNER_LABEL}):
+        container_labels = container.get("Labels") or {}
+        reason = _reason(container_labels, now)
         if reason is None:
             continue
         try:
-            container.remove(force=True)
+            client.api.remove_container(container["Id"], force=True)
         except docker.errors.NotFound:
             continue
-        remove_host_dirs(container.labels)
-        removed.append(Reaped(container.short_id, container.name, container.labels.get(OWNER_LABEL, ""), reason))
+        remove_host_dirs(container_labels)
+        name = (container.get("Names") or ["/"])[0].lstrip("/")
+        removed.append(Reaped(container["Id"][:12], name, container_labels.get(OWNER_LABEL, ""), reason))
     return removed
