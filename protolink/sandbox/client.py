@@ -316,30 +316,39 @@ async def _follow(call: Any, output: _Output, execution: Emitter) -> dict[str, A
     """Read one Execute stream to its end; the Finished facts. Order: started, output*, finished."""
     started = False
     facts: dict[str, Any] | None = None
-    while True:
-        try:
-            event = await asyncio.wait_for(call.read(), IDLE_SECONDS)
-        except TimeoutError:
-            raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
-        except grpc.aio.AioRpcError as error:
-            raise from_rpc_error(error) from None
-        if event is grpc.aio.EOF:
-            break
-        kind = _parsed(event).WhichOneof("event")
-        if kind == "keepalive":
-            continue
-        if facts is not None or (kind == "started") == started or kind is None:
-            raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
-        if kind == "started":
-            started = True
-        elif kind == "output":
-            channel = messages.CHANNELS.get(event.output.channel)
-            if channel is None:
-                raise SandboxProtocolError(f"the sandbox sent output on unknown channel {event.output.channel}")
-            if text := output.keep(channel, event.output.text):
-                await execution.emit("process.output", channel=channel, text=text)
-        else:
-            facts = SandboxBackend._checked(messages.finished_facts, event.finished)
+    loop = asyncio.get_running_loop()
+    try:
+        # One deadline for the whole stream, pushed back by every event (no task per read).
+        async with asyncio.timeout(IDLE_SECONDS) as idle:
+            while True:
+                try:
+                    event = await call.read()
+                except grpc.aio.AioRpcError as error:
+                    raise from_rpc_error(error) from None
+                if event is grpc.aio.EOF:
+                    break
+                kind = _parsed(event).WhichOneof("event")
+                if kind == "keepalive":
+                    idle.reschedule(loop.time() + IDLE_SECONDS)
+                    continue
+                if facts is not None or (kind == "started") == started or kind is None:
+                    raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
+                if kind == "started":
+                    started = True
+                elif kind == "output":
+                    channel = messages.CHANNELS.get(event.output.channel)
+                    if channel is None:
+                        raise SandboxProtocolError(f"the sandbox sent output on unknown channel {event.output.channel}")
+                    if text := output.keep(channel, event.output.text):
+                        idle.reschedule(None)  # however long the consumer takes
+                        await execution.emit("process.output", channel=channel, text=text)
+                else:
+                    facts = SandboxBackend._checked(messages.finished_facts, event.finished)
+                idle.reschedule(loop.time() + IDLE_SECONDS)
+    except TimeoutError:
+        if not idle.expired():
+            raise
+        raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
     if facts is None:
         raise SandboxProtocolError("the process stream ended without a result")
     return facts
