@@ -15,6 +15,8 @@ from pathlib import Path
 from .errors import SandboxError
 
 DEFAULT_IMAGE = "protolink/sandbox:latest"
+#: How scripts/build-images.sh names the sandbox image it built or found up to date.
+BUILT = "sandbox image: "
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 Progress = Callable[[str], None]
@@ -24,7 +26,8 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _run_script(name: str, progress: Progress) -> None:
+def _run_script(name: str, progress: Progress) -> list[str]:
+    """Run ``scripts/NAME``, streaming its lines to ``progress``; the last lines it printed."""
     script = SCRIPTS / name
     if not script.is_file():
         raise SandboxError(f"{script} is missing: run this from a protolink checkout")
@@ -38,6 +41,7 @@ def _run_script(name: str, progress: Progress) -> None:
             tail = [*tail[-19:], line]
     if process.returncode != 0:
         raise SandboxError(f"{name} failed (exit {process.returncode}):\n" + "\n".join(tail))
+    return tail
 
 
 def engine_answers() -> bool:
@@ -81,12 +85,14 @@ def ensure_image(image: str = DEFAULT_IMAGE, progress: Progress = _stderr) -> st
 
     For the default image in a checkout, ``scripts/build-images.sh`` runs every time: it is
     incremental (an image whose inputs did not change is not rebuilt), so the image always
-    holds the checkout's code. Any other image, or an installation without the scripts, must
-    already exist.
+    holds the checkout's code; the tag it reports (``protolink/sandbox:<inputs hash>``) is
+    returned, which another checkout's build cannot retag. Any other image, or an installation
+    without the scripts, must already exist.
     """
     if image == DEFAULT_IMAGE and (SCRIPTS / "build-images.sh").is_file():
-        _run_script("build-images.sh", progress)
-    elif not image_exists(image):
+        built = [line.rsplit(BUILT, 1)[1].strip() for line in _run_script("build-images.sh", progress) if BUILT in line]
+        return built[-1] if built else image
+    if not image_exists(image):
         hint = "build it with `make image` in a protolink checkout" if image == DEFAULT_IMAGE else "pull or build it"
         raise SandboxError(f"the sandbox image {image} does not exist: {hint}")
     return image
