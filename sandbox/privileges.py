@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
 import signal
+from collections.abc import Iterator
 
 _PR_SET_PDEATHSIG = 1
+_PR_GET_PDEATHSIG = 2
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
@@ -65,6 +68,35 @@ def drop_to(uid: int, gid: int, *, real_uid: int | None = None) -> None:
     os.setresuid(real_uid, uid, real_uid)
     if os.getresuid() != (real_uid, uid, real_uid) or os.getresgid() != (gid, gid, gid):
         raise PermissionError(f"could not drop to uid {uid} gid {gid}")
+
+
+@contextlib.contextmanager
+def acting_as(uid: int, gid: int) -> Iterator[None]:
+    """Create files as ``uid``/``gid`` for a moment: only the effective (and file system) ids
+    change, so the saved uid 0 brings the capabilities back afterwards, which is checked.
+
+    Changing the effective uid clears the parent-death signal; it is set again.
+    """
+    capabilities = _effective_capabilities()
+    death_signal = ctypes.c_int(0)
+    if _libc.prctl(_PR_GET_PDEATHSIG, ctypes.byref(death_signal), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_GET_PDEATHSIG) failed")
+    os.setresgid(-1, gid, -1)
+    os.setresuid(-1, uid, -1)
+    try:
+        yield
+    finally:
+        os.setresuid(-1, 0, -1)
+        os.setresgid(-1, 0, -1)
+        if death_signal.value:
+            _prctl(_PR_SET_PDEATHSIG, death_signal.value)
+        if _effective_capabilities() != capabilities:
+            raise PermissionError("the capabilities did not come back after acting as another user")
+
+
+def _effective_capabilities() -> str:
+    with open("/proc/self/status") as status:
+        return next(line for line in status if line.startswith("CapEff:"))
 
 
 def limit(kind: int, value: int) -> None:

@@ -15,6 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .config import ServerConfig
 from .launcher import Launcher
+from .privileges import acting_as
 from .reaper import StrayReaper, kill_strays
 from .service import SERVICE, SandboxService
 from .workers import WorkerPool
@@ -73,6 +74,32 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
     ]
 
 
+def _listen(server: grpc.aio.Server, config: ServerConfig) -> None:
+    """Bind the listening socket. A Unix socket is created, owner-only, by the owner of its
+    directory: the host user's directory only its owner can open, where uid 0 without
+    CAP_DAC_OVERRIDE could not create anything when that owner is not root."""
+    if config.tcp:
+        _bind(server, config)
+        return
+    path = config.address.removeprefix("unix://")
+    owner = os.stat(os.path.dirname(path))
+    if owner.st_uid == config.command_uid:
+        raise SystemExit(f"the socket directory {os.path.dirname(path)} belongs to the command user")
+    with acting_as(owner.st_uid, owner.st_gid):
+        _bind(server, config)
+        try:
+            os.chmod(path, 0o600)
+        except PermissionError:  # gVisor: a socket on a host mount refuses chmod; the host's
+            pass  # owner-only directory around it is what keeps others out
+
+
+def _bind(server: grpc.aio.Server, config: ServerConfig) -> None:
+    try:
+        server.add_insecure_port(config.address)
+    except RuntimeError:
+        raise SystemExit(f"cannot listen on {config.listen}") from None
+
+
 async def _warm_when_quiet(service: SandboxService, workers: WorkerPool) -> None:
     await service.activity.quiet(WARM_WHEN_QUIET_SECONDS)
     await workers.warm()
@@ -94,12 +121,7 @@ async def serve(config: ServerConfig, launcher: Launcher) -> None:
     server.add_generic_rpc_handlers((service.handler(),))
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
-    try:
-        server.add_insecure_port(config.address)
-    except RuntimeError:
-        raise SystemExit(f"cannot listen on {config.listen}") from None
-    if not config.tcp:
-        os.chmod(config.address.removeprefix("unix://"), 0o600)
+    _listen(server, config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
