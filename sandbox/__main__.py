@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
         from .launcher import Launcher
 
         launcher = Launcher(config.command_uid, config.command_gid, max_answer_bytes=6 * config.max_message_bytes)
-        launcher.fork()  # while this process has one thread
+        if config.token is None:  # a forked spawner would carry the token; else one is started afresh
+            launcher.fork()  # while this process has one thread
         from .server import serve  # grpc is imported after the forks, in the serving process
 
         asyncio.run(serve(config, launcher))

@@ -157,7 +157,8 @@ def _receive(channel: socket.socket, size: int, *, with_fds: bool = False) -> tu
     data, fds = bytearray(), array.array("i")
     while len(data) < size:
         if with_fds:
-            chunk, ancillary, _, _ = channel.recvmsg(size - len(data), socket.CMSG_SPACE(2 * fds.itemsize))
+            chunk, ancillary, _, _ = channel.recvmsg(size - len(data), socket.CMSG_SPACE(2 * fds.itemsize),
+                                                     socket.MSG_CMSG_CLOEXEC)
             for level, kind, item in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.frombytes(item[: len(item) - len(item) % fds.itemsize])

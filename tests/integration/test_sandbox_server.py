@@ -357,6 +357,9 @@ async def test_tcp_requires_the_token_and_the_token_file_is_consumed(tmp_path):
                               args=["--token-file", str(token_file)]) as running:
         assert not token_file.exists()
         assert await running.backend.health()
+        # The spawner of a server with a token is started afresh, never forked with the token in memory.
+        spec = ProcessSpec(("/bin/echo", "served"), "/", ENV, 60, 1000)
+        assert (await running.backend.execute(spec, Silent())).stdout == "served\n"
         for wrong in (None, token + "x"):
             with pytest.raises(SandboxAuthenticationError):
                 await connect(f"127.0.0.1:{port}", token=wrong, timeout=5)
