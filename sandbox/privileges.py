@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import os
@@ -23,6 +24,18 @@ def _prctl(option: int, value: int) -> None:
     if _libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"prctl({option}): {os.strerror(errno)}")
+
+
+def helper_arguments(prog: str, argv: list[str] | None, *extra: str) -> argparse.Namespace:
+    """The command line of a helper the server starts (worker, spawner): the identity it acts
+    as, the server it dies with, and the integer options named in ``extra``."""
+    parser = argparse.ArgumentParser(prog=prog)
+    for option in ("--uid", "--gid", "--server", *extra):
+        parser.add_argument(option, type=int, required=True)
+    args = parser.parse_args(argv)
+    if args.uid == 0 or args.gid == 0:
+        parser.error("helpers never act as uid or gid 0")
+    return args
 
 
 def make_non_dumpable() -> None:

@@ -22,7 +22,6 @@ Wire format, both ways: :data:`HEADER` (kind, request id, payload length), then 
 
 from __future__ import annotations
 
-import argparse
 import array
 import errno
 import json
@@ -38,7 +37,8 @@ from typing import Any
 from protolink.execution.processes import start_process
 from protolink.execution.resolve import resolve_command
 
-from .privileges import die_with_parent, drop_to, forbid_new_privileges, make_non_dumpable, shielding_uid
+from .privileges import (die_with_parent, drop_to, forbid_new_privileges, helper_arguments, make_non_dumpable,
+                         shielding_uid)
 
 HEADER = struct.Struct("!BQI")
 # Requests (server -> spawner). SPAWN carries the stdout and stderr pipe ends.
@@ -189,14 +189,7 @@ def run(channel: socket.socket, uid: int, gid: int, server: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -I -m sandbox.spawner``: a replacement spawner, started by the server."""
-    parser = argparse.ArgumentParser(prog="python -m sandbox.spawner")
-    parser.add_argument("--uid", type=int, required=True)
-    parser.add_argument("--gid", type=int, required=True)
-    parser.add_argument("--channel-fd", type=int, required=True)
-    parser.add_argument("--server", type=int, required=True, help="the server's pid; the spawner dies with it")
-    args = parser.parse_args(argv)
-    if args.uid == 0 or args.gid == 0:
-        parser.error("commands never run as uid or gid 0")
+    args = helper_arguments("python -m sandbox.spawner", argv, "--channel-fd")
     return run(socket.socket(fileno=args.channel_fd), args.uid, args.gid, args.server)
 
 

@@ -9,7 +9,6 @@ that spins past it gets SIGXCPU. The server enforces wall time and replaces a wo
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import resource
@@ -21,21 +20,13 @@ from protolink.sandbox import errors
 
 from . import frames
 from .operations import OPERATIONS
-from .privileges import die_with_parent, drop_to, limit, make_non_dumpable, shielding_uid
+from .privileges import die_with_parent, drop_to, helper_arguments, limit, make_non_dumpable, shielding_uid
 
 IN, OUT = 0, 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sandbox.worker")
-    parser.add_argument("--uid", type=int, required=True)
-    parser.add_argument("--gid", type=int, required=True)
-    parser.add_argument("--memory-bytes", type=int, required=True)
-    parser.add_argument("--max-request-bytes", type=int, required=True)
-    parser.add_argument("--server", type=int, required=True, help="the server's pid; the worker dies with it")
-    args = parser.parse_args(argv)
-    if args.uid == 0 or args.gid == 0:
-        parser.error("workers never run as uid or gid 0")
+    args = helper_arguments("python -m sandbox.worker", argv, "--memory-bytes", "--max-request-bytes")
     _preload_parsers()
     make_non_dumpable()
     limit(resource.RLIMIT_AS, args.memory_bytes)
