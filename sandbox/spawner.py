@@ -180,6 +180,9 @@ def run(channel: socket.socket, uid: int, gid: int, server: int) -> int:
         drop_to(uid, gid, real_uid=shielding_uid(uid))
         forbid_new_privileges()
         die_with_parent(server)  # after the drop, which clears the parent-death signal
+        # Commands inherit the lowest priority and cannot raise it (RLIMIT_NICE is 0): however
+        # many of them spin, the server and its workers still get the CPU they need.
+        os.setpriority(os.PRIO_PROCESS, 0, 19)
         Spawner(channel, uid).serve()
         return 0
     except Exception:

@@ -357,7 +357,8 @@ class DockerSandbox:
         a cancelled start still removes it."""
         from docker.types import LogConfig, Ulimit
 
-        ulimits = [Ulimit(name="nofile", soft=8192, hard=8192), Ulimit(name="core", soft=0, hard=0)]
+        ulimits = [Ulimit(name="nofile", soft=8192, hard=8192), Ulimit(name="core", soft=0, hard=0),
+                   Ulimit(name="nice", soft=0, hard=0)]  # commands cannot raise their priority
         if any(root.writable for root in self.roots):
             ulimits.append(Ulimit(name="fsize", soft=self.disk_bytes, hard=self.disk_bytes))
         options: dict[str, Any] = {}

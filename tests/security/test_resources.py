@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from pathlib import Path
 
@@ -279,10 +280,14 @@ async def test_disk_budget_deep_tree(budgeted):
 
 
 async def test_cpu_hog_beside_other_calls(attacker):
-    """100 processes spinning on the CPU for 10 s while the agent reads a file and runs another command.
+    """100 processes spinning on the CPU for 10 s while the agent reads a file; before that, a command tries to raise its own priority.
 
-    The other calls are answered (slowly: commands share the container's CPU quota with the server) or fail with SandboxUnavailableError if keepalives go unanswered; the hog ends at its timeout and nothing is left.
+    Commands run at nice 19 and cannot go lower (RLIMIT_NICE 0): the server and its workers keep the CPU they need, the read is answered (or, at worst, reported as SandboxUnavailableError); the hog ends at its timeout and nothing is left.
     """
+    code = ("import json, os\nnice = os.getpriority(os.PRIO_PROCESS, 0)\ntry:\n"
+            "    os.setpriority(os.PRIO_PROCESS, 0, 0)\n    raised = 0\nexcept OSError as error:\n"
+            "    raised = error.errno\nprint(json.dumps([nice, raised]))\n")
+    assert await attacker.probe(code) == [19, errno.EACCES]
     hog = asyncio.ensure_future(attacker.python(
         "import os\nfor _ in range(100):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass\n", timeout=10))
     await asyncio.sleep(2)
