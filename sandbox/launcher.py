@@ -80,7 +80,13 @@ class Launcher:
         self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
     ) -> tuple[tuple[str, ...], str]:
         """argv[0] and the working directory resolved as the command user would find them."""
-        return await self._connection().request(RESOLVE, {"argv": list(argv), "cwd": cwd, "env": dict(env)})
+        request = {"argv": list(argv), "cwd": cwd, "env": dict(env)}
+        try:
+            return await self._connection().request(RESOLVE, request)
+        except SpawnerError:
+            # Resolving changes nothing: a fresh spawner is asked once (a command may have
+            # killed the last one while it was starting another command).
+            return await self._connection().request(RESOLVE, request)
 
     async def aclose(self) -> None:
         """Stop the spawner (commands it started are the stray sweep's to kill)."""
