@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from protolink.execution.groups import signal_group
 from protolink.execution.process import ProcessSpec
 from protolink.sandbox.errors import SandboxError
 
@@ -139,10 +140,7 @@ class _Command:
 
 def _kill_if_started(answer: asyncio.Future[_Command]) -> None:
     if not answer.cancelled() and answer.exception() is None:
-        try:
-            os.killpg(answer.result().pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(answer.result().pid, signal.SIGKILL)
 
 
 class SpawnerConnection:
