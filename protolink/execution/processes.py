@@ -81,7 +81,7 @@ class LocalProcesses:
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
         """Start ``spec`` as the leader of a new session, stdin on /dev/null, stdout and stderr
         on the given pipe ends (the caller closes its own copies). OSError when it cannot
-        start; when canceled, nothing it started is left running."""
+        start; when canceled, whatever it started is killed."""
         popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr)
         return _PopenLeader(popen, asyncio.get_running_loop())
 
