@@ -185,7 +185,11 @@ def spawner(server: RunningServer) -> int:
 
 
 async def test_commands_cannot_signal_the_spawner_that_starts_them(server, roots):
-    result = await run(server, f"kill -STOP {spawner(server)}; kill -KILL {spawner(server)}", roots[0])
+    pid = spawner(server)
+    # Only while it starts a command is the spawner's real uid the command user's: wait that out.
+    script = (f"while grep -Eq '^Uid:[[:space:]]+{server.uid}[[:space:]]' /proc/{pid}/status; do :; done; "
+              f"kill -STOP {pid}; kill -KILL {pid}")
+    result = await run(server, script, roots[0])
     assert result.stderr.count("Operation not permitted") == 2, result
     assert (await run(server, "echo next", roots[0])).stdout == "next\n"
 
