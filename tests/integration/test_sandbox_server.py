@@ -35,6 +35,7 @@ from protolink.execution.process import ProcessCancelledError, ProcessResult, Pr
 from protolink.sandbox import connect
 from protolink.sandbox._pb import documents_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.errors import SandboxAuthenticationError, SandboxLimitError, SandboxUnavailableError
+from tests.pdfs import pdf
 from tests.sandbox_server import HOST_PYTHON, RunningServer, sandbox_server, unused_uid
 
 ENV = {"PATH": "/usr/bin:/bin"}
@@ -136,20 +137,7 @@ def slow_pdf(pages: int, operators: int = 100_000) -> bytes:
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
         *[page] * pages,
     ]
-    return _pdf(objects)
-
-
-def _pdf(objects: list[bytes]) -> bytes:
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf(objects)
 
 
 async def test_info_and_health_describe_the_sandbox(server, roots):
@@ -467,7 +455,7 @@ def bomb_pdf(expanded_bytes: int) -> bytes:
         b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(content) + content + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
-    return _pdf(objects)
+    return pdf(objects)
 
 
 async def test_a_document_that_explodes_in_memory_hits_the_worker_limit_and_the_server_lives_on(roots):

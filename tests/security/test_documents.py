@@ -16,6 +16,8 @@ from protolink.execution.extract import DocumentError
 from protolink.sandbox.errors import SandboxLimitError
 from protolink.tools.builtins import document_tools
 
+from tests.pdfs import pdf
+
 from .conftest import Attacker, figure, still_serves
 
 pytestmark = pytest.mark.docker
@@ -133,19 +135,6 @@ async def test_external_entity_docx(attacker):
     else:
         assert "root:" not in str(result)
     await still_serves(attacker)
-
-
-def pdf(objects: list[bytes], root: int = 1) -> bytes:
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, root, xref)
-    return bytes(out)
 
 
 def stream(content: bytes, compress: bool = False) -> bytes:
