@@ -13,7 +13,6 @@ import contextlib
 import errno
 import os
 import resource
-import socket
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path

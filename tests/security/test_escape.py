@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import platform
 import stat
-from pathlib import Path
 
 import pytest
 
