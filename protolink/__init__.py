@@ -6,9 +6,7 @@ needs) does not import the agent runtime.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from ._lazy import lazy_exports
 from .core import __all__ as _core_names
 
 _LAZY = {
@@ -20,14 +18,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

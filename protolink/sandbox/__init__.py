@@ -6,8 +6,7 @@ generated code exists.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from protolink._lazy import lazy_exports
 
 _EXPORTS = {
     "errors": "protolink.sandbox.errors",
@@ -21,11 +20,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(_EXPORTS[name])
-    value = module if module.__name__.endswith(f".{name}") else getattr(module, name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
