@@ -19,9 +19,10 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from pydantic import ConfigDict, Field, JsonValue, create_model
 
-from protolink.core.errors import BudgetExceededError
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
 from protolink.tools.net.media import check_header, is_json, is_text, media_type
+
+from ._budget import within_budget
 
 try:
     import httpx
@@ -198,27 +199,31 @@ async def _resolve(headers: Callable[[], HeaderValues | Awaitable[HeaderValues]]
 
 async def _send(method: str, url: str, headers: Mapping[str, str], content: bytes | None, ctx: ToolContext,
                 *, timeout_seconds: float, max_response_bytes: int) -> dict[str, Any]:
-    timeout, limited_by_budget = ctx.bound_timeout(timeout_seconds)
-    scope = asyncio.timeout(timeout)
-    # One deadline (the asyncio scope) bounds connect, send and read; httpx adds none of its own.
-    client = httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=None,
-                               transport=httpx.AsyncHTTPTransport(retries=0))
-    try:
-        async with scope, client:
-            async with client.stream(method, url, headers=headers, content=content) as response:
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > max_response_bytes:
-                        raise RuntimeError(f"the response body exceeds max_response_bytes={max_response_bytes}")
-    except TimeoutError:
-        if not scope.expired():
+    async def bounded(timeout: float) -> tuple[httpx.Response, bytearray]:
+        scope = asyncio.timeout(timeout)
+        # One deadline (the asyncio scope) bounds connect, send and read; httpx adds none of its own.
+        client = httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=None,
+                                   transport=httpx.AsyncHTTPTransport(retries=0))
+        try:
+            async with scope, client:
+                async with client.stream(method, url, headers=headers, content=content) as response:
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > max_response_bytes:
+                            raise RuntimeError(f"the response body exceeds max_response_bytes={max_response_bytes}")
+        except TimeoutError:
+            if scope.expired():
+                raise  # the deadline: within_budget tells the run's budget from the call's timeout
             raise RuntimeError(f"{method} {url} failed: timed out") from None
-        if limited_by_budget:
-            raise BudgetExceededError(f"run {ctx.run_id} exhausted its time budget during {method} {url}") from None
+        except httpx.HTTPError as error:
+            raise RuntimeError(f"{method} {url} failed: {error}") from None
+        return response, body
+
+    try:
+        response, body = await within_budget(ctx, timeout_seconds, f"{method} {url}", bounded)
+    except TimeoutError:
         raise RuntimeError(f"{method} {url} timed out after {timeout_seconds:g} seconds") from None
-    except httpx.HTTPError as error:
-        raise RuntimeError(f"{method} {url} failed: {error}") from None
     encoding, decoded = _decode(response, bytes(body))
     return {
         "status_code": response.status_code,
