@@ -146,12 +146,16 @@ deps_wheelhouse() {
     echo "$dir"
 }
 
-# Old sandbox images go once a new one is tagged; one still used by a container stays.
+# Sandbox images older than a day go once a new one is tagged (younger ones may belong to another
+# checkout's run on this engine); one still used by a container stays.
+PRUNE_AFTER_SECONDS=86400
 prune_sandbox_images() {
-    local keep=$1 ref
+    local keep=$1 ref created
     docker image ls --filter "label=io.protolink.image=sandbox" --format '{{.Repository}}:{{.Tag}}' \
         | while read -r ref; do
             case "$ref" in "$SANDBOX_REPO:$keep" | "$SANDBOX_REPO:latest" | *"<none>"*) continue ;; esac
+            created=$(date -d "$(docker image inspect --format '{{.Created}}' "$ref")" +%s) || continue
+            [ $(( $(date +%s) - created )) -gt "$PRUNE_AFTER_SECONDS" ] || continue
             docker image rm "$ref" >/dev/null 2>&1 && say "sandbox: removed old image $ref" || true
         done
 }
