@@ -19,6 +19,7 @@ import socket
 import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from protolink.execution.groups import signal_group
@@ -33,6 +34,18 @@ ANSWER_SECONDS = 10.0
 
 log = logging.getLogger("sandbox")
 _ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class CommandSpec(ProcessSpec):
+    """A ProcessSpec that may carry the command as written (argv[0], cwd) it was resolved from
+    on the client: the spawner resolves that again and starts nothing else."""
+
+    resolved_from: tuple[str, str] | None = None
+
+    @classmethod
+    def of(cls, spec: ProcessSpec, resolved_from: tuple[str, str] | None) -> CommandSpec:
+        return cls(spec.argv, spec.cwd, spec.env, spec.timeout_seconds, spec.max_output_bytes, resolved_from)
 
 
 class SpawnerError(SandboxError):
@@ -162,8 +175,10 @@ class SpawnerConnection:
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> _Command:
         """:meth:`Launcher.launch` through this spawner."""
-        answer = self.request(SPAWN, {"argv": list(spec.argv), "cwd": spec.cwd, "env": dict(spec.env)},
-                              (stdout, stderr))
+        request: dict[str, Any] = {"argv": list(spec.argv), "cwd": spec.cwd, "env": dict(spec.env)}
+        if isinstance(spec, CommandSpec) and spec.resolved_from is not None:
+            request["written"] = list(spec.resolved_from)
+        answer = self.request(SPAWN, request, (stdout, stderr))
         try:
             return await asyncio.shield(answer)
         except asyncio.CancelledError:

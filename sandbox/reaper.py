@@ -73,6 +73,9 @@ class StrayReaper:
         parents = {os.getpid()}
         if (spawner := self._spawner()) is not None:
             parents.add(spawner)
+        # Nearly always there is no stray: one look at /proc here says so without a thread hop.
+        if not _strays(self._uid, parents)[1]:
+            return 0
         return await asyncio.get_running_loop().run_in_executor(self._thread, kill_strays, self._uid, parents)
 
     async def _tick(self) -> None:
@@ -90,13 +93,19 @@ def kill_strays(uid: int, parents: Collection[int]) -> int:
     """
     signalled: set[int] = set()
     for _ in range(MAX_PASSES):
-        processes = list(_processes())
-        groups = {p.pid for p in processes if p.ppid in parents and p.pgrp == p.pid}
-        fresh = [p for p in processes if uid in p.uids and p.pgrp not in groups and p.pid not in signalled]
-        if not fresh:
+        groups, strays = _strays(uid, parents, signalled)
+        if not strays:
             break
-        signalled.update(p.pid for p in fresh if _kill_if_still(p, uid, groups))
+        signalled.update(p.pid for p in strays if _kill_if_still(p, uid, groups))
     return len(signalled)
+
+
+def _strays(uid: int, parents: Collection[int], known: Collection[int] = ()) -> tuple[set[int], list[_Process]]:
+    """One look at /proc: the groups led by children of ``parents``, and the processes of
+    ``uid`` outside them that are not ``known`` already."""
+    processes = list(_processes())
+    groups = {p.pid for p in processes if p.ppid in parents and p.pgrp == p.pid}
+    return groups, [p for p in processes if uid in p.uids and p.pgrp not in groups and p.pid not in known]
 
 
 def _kill_if_still(candidate: _Process, uid: int, groups: set[int]) -> int:

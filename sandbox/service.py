@@ -30,7 +30,7 @@ from protolink.sandbox._pb import errors_pb2, process_pb2, sandbox_pb2, workspac
 from protolink.sandbox.errors import ERROR_METADATA_KEY, KINDS, to_status
 
 from .config import ServerConfig
-from .launcher import Launcher
+from .launcher import CommandSpec, Launcher
 from .operations import OPERATIONS
 from .reaper import StrayReaper
 from .workers import OperationFailed, WorkerPool
@@ -163,7 +163,8 @@ class SandboxService:
         return process_pb2.ResolveCommandResponse(argv=argv, cwd=cwd).SerializeToString()
 
     async def execute(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        spec = messages.process_spec(_parse(process_pb2.ExecuteRequest, request))
+        message = _parse(process_pb2.ExecuteRequest, request)
+        spec = CommandSpec.of(messages.process_spec(message), messages.command_as_written(message))
         messages.require(spec.max_output_bytes <= self._config.max_output_bytes,
                          f"max_output_bytes is over this sandbox's limit of {self._config.max_output_bytes}")
         outputs = _Outputs()

@@ -41,7 +41,8 @@ from .privileges import (die_with_parent, drop_to, forbid_new_privileges, helper
                          shielding_uid)
 
 HEADER = struct.Struct("!BQI")
-# Requests (server -> spawner). SPAWN carries the stdout and stderr pipe ends.
+# Requests (server -> spawner). SPAWN carries the stdout and stderr pipe ends, and may carry
+# "written": the command as written, resolved again before anything starts.
 SPAWN, RESOLVE = 1, 2
 # Answers (spawner -> server).
 STARTED, FAILED, EXITED, RESOLVED, REFUSED = 11, 12, 13, 14, 15
@@ -102,6 +103,9 @@ class Spawner:
         if len(fds) != 2:
             self._send(FAILED, request, {"errno": errno.EMFILE, "message": "the output pipes did not arrive"})
             return
+        if "written" in message and (change := _resolution_change(message)) is not None:
+            self._send(FAILED, request, {"errno": 0, "message": change})
+            return
         # The child takes the real uid it has when it starts; commands can signal this process
         # only between these two calls.
         os.setresuid(self._uid, -1, -1)
@@ -142,6 +146,20 @@ class Spawner:
 
     def _send(self, kind: int, request: int, payload: dict[str, Any]) -> None:
         self._channel.sendall(encode(kind, request, payload))
+
+
+def _resolution_change(message: dict[str, Any]) -> str | None:
+    """Why the command as written no longer resolves to the argv[0] and cwd it was approved
+    with (``message["written"]``), or None when it still does."""
+    executable, cwd = message["written"]
+    try:
+        (resolved, *_), directory = resolve_command([executable], cwd, message["env"])
+    except ValueError as error:
+        return str(error)
+    if (resolved, directory) == (message["argv"][0], message["cwd"]):
+        return None
+    return (f"{executable!r} in {cwd!r} now resolves to {resolved!r} in {directory!r}, not to the "
+            f"{message['argv'][0]!r} in {message['cwd']!r} resolved before approval; nothing was started")
 
 
 def _drain(fd: int) -> None:

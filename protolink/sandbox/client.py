@@ -33,6 +33,7 @@ from protolink.execution.processes import Emitter
 from . import messages
 from ._pb import documents_pb2, process_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
 from .errors import SandboxError, SandboxProtocolError, SandboxUnavailableError, from_rpc_error
+from .resolutions import Resolutions
 from .roots import Root
 
 __all__ = ["SandboxBackend", "SandboxInfo", "connect"]
@@ -120,6 +121,7 @@ class SandboxBackend:
         self._metadata = tuple(metadata)
         self._max_request_bytes = min(max_message_bytes, int(info.limits.get("max_message_bytes", max_message_bytes)))
         self._closed = False
+        self._resolutions = Resolutions()
         self.info_at_connect = info
         self.boundary = info.boundary
 
@@ -154,10 +156,20 @@ class SandboxBackend:
     async def resolve_command(
         self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
     ) -> tuple[tuple[str, ...], str]:
-        """Resolve argv[0] and the working directory inside the sandbox, as its commands see them."""
+        """Resolve argv[0] and the working directory inside the sandbox, as its commands see them.
+
+        An answer given before for the same argv[0], directory and ``PATH`` is reused; the
+        sandbox resolves such a command again when it starts (:mod:`.resolutions`).
+        """
+        self._check_open()
+        if (kept := self._resolutions.reuse(argv[0], cwd, env)) is not None:
+            executable, directory = kept
+            return (executable, *argv[1:]), directory
         request = self._request(messages.resolve_request, argv, cwd, env)
         response = await self._unary(self._stub.ResolveCommand, request, self._operation_seconds)
-        return self._checked(messages.resolved_command, response, argv)
+        resolved, directory = self._checked(messages.resolved_command, response, argv)
+        self._resolutions.remember(argv[0], cwd, env, (resolved[0], directory))
+        return resolved, directory
 
     async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
         """Run ``spec`` in the sandbox, emitting ``process.output`` events as output arrives.
@@ -166,7 +178,8 @@ class SandboxBackend:
         ProcessCancelledError with the output received so far.
         """
         self._check_open()
-        request = self._request(messages.execute_request, spec)
+        written = self._resolutions.written(spec)
+        request = self._request(messages.execute_request, spec, written)
         started = time.monotonic()
         output = _Output(spec.max_output_bytes)
         call = self._stub.Execute(request, timeout=spec.timeout_seconds + EXECUTE_GRACE_SECONDS,
@@ -180,6 +193,8 @@ class SandboxBackend:
             raise ProcessCancelledError(partial) from None
         except BaseException:
             call.cancel()
+            if written is not None:
+                self._resolutions.forget(spec)
             raise
         return ProcessResult(stdout=output.stdout, stderr=output.stderr,
                              **{**facts, "truncated": facts["truncated"] or output.truncated})

@@ -69,13 +69,16 @@ def _finite(value: float, what: str) -> float:
 # Processes ---------------------------------------------------------------------------------
 
 
-def execute_request(spec: ProcessSpec) -> process.ExecuteRequest:
+def execute_request(spec: ProcessSpec, written: tuple[str, str] | None = None) -> process.ExecuteRequest:
+    """The request for ``spec``; ``written`` is the (argv[0], cwd) it was resolved from, to check again."""
+    resolved_from = process.CommandAsWritten(executable=written[0], cwd=written[1]) if written else None
     return process.ExecuteRequest(
         argv=spec.argv,
         cwd=spec.cwd,
         env=dict(spec.env),
         timeout_seconds=spec.timeout_seconds,
         max_output_bytes=spec.max_output_bytes,
+        resolved_from=resolved_from,
     )
 
 
@@ -91,6 +94,15 @@ def process_spec(request: process.ExecuteRequest) -> ProcessSpec:
         timeout_seconds=request.timeout_seconds,
         max_output_bytes=_count(request.max_output_bytes, "max_output_bytes"),
     )
+
+
+def command_as_written(request: process.ExecuteRequest) -> tuple[str, str] | None:
+    """The (argv[0], cwd) the request's command was resolved from, when it asks for a check."""
+    if not request.HasField("resolved_from"):
+        return None
+    written = request.resolved_from
+    require(written.cwd.startswith("/"), "resolved_from.cwd must be an absolute path")
+    return written.executable, written.cwd
 
 
 def finished_facts(finished: process.Finished) -> dict[str, Any]:

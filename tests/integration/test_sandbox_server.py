@@ -182,6 +182,35 @@ async def test_commands_cannot_signal_the_spawner_that_starts_them(server, roots
     assert (await run(server, "echo next", roots[0])).stdout == "next\n"
 
 
+async def test_a_reused_resolution_that_went_stale_starts_nothing_and_is_asked_again(server, roots):
+    """The second resolution of a name is the kept answer; when a command has meanwhile put an
+    executable of that name earlier on PATH, the approved one is not run and neither is the new one."""
+    writable = roots[0]
+    early, late = writable / "stale-early", writable / "stale-late"
+    env = {"PATH": f"{early}:{late}:/usr/bin:/bin"}
+    for directory in (early, late):
+        directory.mkdir()
+        os.chown(directory, server.uid, server.uid)
+    tool = late / "tool"
+    tool.write_text(f"#!/bin/sh\necho late >> {writable}/stale-ran\n")
+    tool.chmod(0o755)
+    backend = server.backend
+    first = await backend.resolve_command(["tool", "-v"], str(writable), env)
+    assert first == ((str(tool), "-v"), str(writable))
+    result = await run(server, f"printf '#!/bin/sh\\necho early >> {writable}/stale-ran\\n' > {early}/tool; "
+                               f"chmod 755 {early}/tool", writable)
+    assert result.exit_code == 0, result
+    reused = await backend.resolve_command(["tool", "-v"], str(writable), env)
+    assert reused == first
+    with pytest.raises(ValueError, match="now resolves to .*stale-early/tool.*nothing was started"):
+        await backend.execute(ProcessSpec(reused[0], reused[1], env, 10, 1024), Silent())
+    assert not (writable / "stale-ran").exists()
+    fresh = await backend.resolve_command(["tool", "-v"], str(writable), env)
+    assert fresh == ((str(early / "tool"), "-v"), str(writable))
+    assert (await backend.execute(ProcessSpec(fresh[0], fresh[1], env, 10, 1024), Silent())).exit_code == 0
+    assert (writable / "stale-ran").read_text() == "early\n"
+
+
 async def test_a_spawner_that_dies_is_replaced_and_the_next_command_runs(roots):
     async with own_server(roots[0], "respawn") as (running, writable):
         first = spawner(running)

@@ -17,7 +17,7 @@ CHANNEL_STDOUT: Channel
 CHANNEL_STDERR: Channel
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("argv", "cwd", "env", "timeout_seconds", "max_output_bytes")
+    __slots__ = ("argv", "cwd", "env", "timeout_seconds", "max_output_bytes", "resolved_from")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -30,12 +30,22 @@ class ExecuteRequest(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_FROM_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     cwd: str
     env: _containers.ScalarMap[str, str]
     timeout_seconds: float
     max_output_bytes: int
-    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ...) -> None: ...
+    resolved_from: CommandAsWritten
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., resolved_from: _Optional[_Union[CommandAsWritten, _Mapping]] = ...) -> None: ...
+
+class CommandAsWritten(_message.Message):
+    __slots__ = ("executable", "cwd")
+    EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    executable: str
+    cwd: str
+    def __init__(self, executable: _Optional[str] = ..., cwd: _Optional[str] = ...) -> None: ...
 
 class ExecuteEvent(_message.Message):
     __slots__ = ("started", "output", "finished", "keepalive")
