@@ -151,11 +151,6 @@ class _Command:
             self.exited.set_result(None)
 
 
-def _kill_if_started(answer: asyncio.Future[_Command]) -> None:
-    if not answer.cancelled() and answer.exception() is None:
-        signal_group(answer.result().pid, signal.SIGKILL)
-
-
 class SpawnerConnection:
     """One spawner process: its channel, the requests it has not answered, the commands it runs."""
 
@@ -180,10 +175,7 @@ class SpawnerConnection:
             request["written"] = list(spec.resolved_from)
         answer = self.request(SPAWN, request, (stdout, stderr))
         try:
-            return await asyncio.shield(answer)
-        except asyncio.CancelledError:
-            answer.add_done_callback(_kill_if_started)
-            raise
+            return await answer  # canceled, the request stays pending: a command it starts is then killed
         except SpawnerError as error:
             raise OSError(str(error)) from None  # this command could not start; the next one can
 
@@ -290,8 +282,10 @@ class SpawnerConnection:
             raise ValueError(f"answer kind {kind} to request kind {asked}")
         del self._pending[request]
         overdue.cancel()
-        if answer.done():
-            return  # canceled: a started command is killed by its launch's callback
+        if answer.done():  # canceled while it was starting
+            if isinstance(outcome, _Command):
+                signal_group(outcome.pid, signal.SIGKILL)  # its EXITED still comes and is taken
+            return
         if isinstance(outcome, Exception):
             answer.set_exception(outcome)
         else:

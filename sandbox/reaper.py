@@ -58,7 +58,8 @@ class StrayReaper:
             yield
         finally:
             self._running -= 1
-            await asyncio.shield(self.sweep())
+            if not self._idle_and_clean():
+                await asyncio.shield(self.sweep())
 
     def sweep(self) -> asyncio.Future[int]:
         """A sweep that starts after this call (callers until it starts share it); how many it killed."""
@@ -66,16 +67,25 @@ class StrayReaper:
             self._queued = asyncio.ensure_future(self._sweep_after(self._current))
         return self._queued
 
+    def _idle_and_clean(self) -> bool:
+        """No sweep is under way and one look at /proc, now, finds no stray (nearly always)."""
+        if self._queued is not None or (self._current is not None and not self._current.done()):
+            return False
+        return not _strays(self._uid, self._parents())[1]
+
+    def _parents(self) -> set[int]:
+        parents = {os.getpid()}
+        if (spawner := self._spawner()) is not None:
+            parents.add(spawner)
+        return parents
+
     async def _sweep_after(self, previous: asyncio.Future[int] | None) -> int:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         self._current, self._queued = self._queued, None
-        parents = {os.getpid()}
-        if (spawner := self._spawner()) is not None:
-            parents.add(spawner)
-        # Nearly always there is no stray: one look at /proc here says so without a thread hop.
+        parents = self._parents()
         if not _strays(self._uid, parents)[1]:
-            return 0
+            return 0  # found without a thread hop
         return await asyncio.get_running_loop().run_in_executor(self._thread, kill_strays, self._uid, parents)
 
     async def _tick(self) -> None:

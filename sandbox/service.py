@@ -62,17 +62,22 @@ class CommandProcesses(LocalProcesses):
 
 
 class _Outputs:
-    """The Emitter LocalProcesses writes output events to: queued as Output events, with
-    keepalives between them."""
+    """The Emitter LocalProcesses writes output events to: queued as Output events, with a
+    keepalive every KEEPALIVE_SECONDS until closed."""
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[process_pb2.ExecuteEvent | None] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
 
-    async def keep_alive(self) -> None:
-        """Queue a Keepalive event every KEEPALIVE_SECONDS until canceled."""
-        while True:
-            await asyncio.sleep(KEEPALIVE_SECONDS)
-            self.queue.put_nowait(process_pb2.ExecuteEvent(keepalive=process_pb2.Keepalive()))
+    def close(self) -> None:
+        """No more keepalives."""
+        self._keepalive.cancel()
+
+    def _keep_alive(self) -> None:
+        """Queue a Keepalive event, and the next one KEEPALIVE_SECONDS later."""
+        self.queue.put_nowait(process_pb2.ExecuteEvent(keepalive=process_pb2.Keepalive()))
+        self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
 
     async def emit(self, type: str, **data: Any) -> None:
         if type != "process.output":
@@ -171,14 +176,13 @@ class SandboxService:
         async with self._reaper.command():
             run = asyncio.ensure_future(self._processes.execute(spec, outputs))
             run.add_done_callback(lambda _: outputs.queue.put_nowait(None))
-            keepalive = asyncio.ensure_future(outputs.keep_alive())
             try:
                 yield _event(started=process_pb2.Started())
                 while (event := await outputs.queue.get()) is not None:
                     yield event.SerializeToString()
                 result = run.result()
             finally:
-                keepalive.cancel()
+                outputs.close()
                 if not run.done():
                     run.cancel()  # the call was canceled: the group is killed and reaped
                 await _settled(run)

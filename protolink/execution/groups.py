@@ -44,8 +44,6 @@ async def terminate_group(pgid: int, exited: Awaitable[object]) -> None:
 
 async def completed_within(future: asyncio.Future[Any], seconds: float) -> bool:
     """Wait up to ``seconds`` for ``future`` without canceling it; whether it is done."""
-    try:
-        await asyncio.wait_for(asyncio.shield(future), seconds)
-    except TimeoutError:
-        pass
+    if not future.done():
+        await asyncio.wait((future,), timeout=seconds)
     return future.done()

@@ -145,17 +145,28 @@ class _Child:
         return self._leader.exited
 
     def stop(self, *, terminate: bool) -> asyncio.Future[None]:
-        """Kill and reap the group, drain, close the pipes. Started once; later calls join it."""
+        """Kill and reap the group, drain, close the pipes. Started once; later calls join it.
+
+        A group that already ended with its pipes drained (the usual end) is settled at once."""
         if self._stopping is None:
-            self._stopping = asyncio.ensure_future(self._stop(terminate))
+            if not terminate:
+                signal_group(self._leader.pid, signal.SIGKILL)
+            if not terminate and self.closed.done():
+                self._stopping = self._loop.create_future()
+                self._release()
+                self._stopping.set_result(None)
+            else:
+                self._stopping = asyncio.ensure_future(self._stop(terminate))
         return self._stopping
 
     async def _stop(self, terminate: bool) -> None:
         if terminate:
             await terminate_group(self._leader.pid, self.exited)
-        else:
-            signal_group(self._leader.pid, signal.SIGKILL)
         await completed_within(self.closed, DRAIN_GRACE_SECONDS)
+        self._release()
+
+    def _release(self) -> None:
+        """Close what is left of the pipes and stop watching the leader."""
         for fd in list(self._pipes):
             self._close_pipe(fd)
         self._leader.close()
