@@ -121,7 +121,8 @@ def drop_to_shielded(uid: int, gid: int) -> None:
 
 
 def _assume_ids(gid: int, real_uid: int, effective_uid: int) -> None:
-    """No supplementary groups, every gid ``gid``, real and saved uid ``real_uid``."""
+    """No supplementary groups, every gid ``gid``, real and saved uid ``real_uid``, effective
+    (and so file-system) uid ``effective_uid``."""
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(real_uid, effective_uid, real_uid)
@@ -172,7 +173,7 @@ def acting_as(uid: int, gid: int) -> Iterator[None]:
 
     Changing the effective uid clears the parent-death signal; it is set again.
     """
-    capabilities = _effective_capabilities()
+    capabilities = _status()["CapEff"]
     death_signal = ctypes.c_int(0)
     if _libc.prctl(_PR_GET_PDEATHSIG, ctypes.byref(death_signal), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_GET_PDEATHSIG) failed")
@@ -185,13 +186,8 @@ def acting_as(uid: int, gid: int) -> Iterator[None]:
         os.setresgid(-1, 0, -1)
         if death_signal.value:
             _prctl(_PR_SET_PDEATHSIG, death_signal.value)
-        if _effective_capabilities() != capabilities:
+        if _status()["CapEff"] != capabilities:
             raise PermissionError("the capabilities did not come back after acting as another user")
-
-
-def _effective_capabilities() -> str:
-    with open("/proc/self/status") as status:
-        return next(line for line in status if line.startswith("CapEff:"))
 
 
 def limit(kind: int, value: int) -> None:
