@@ -13,11 +13,22 @@ from collections.abc import Iterator
 _PR_SET_PDEATHSIG = 1
 _PR_GET_PDEATHSIG = 2
 _PR_SET_DUMPABLE = 4
+_PR_SET_KEEPCAPS = 8
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
+_CAP_SETUID = 7
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 NOBODY = 65534
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
 def _prctl(option: int, value: int) -> None:
@@ -65,22 +76,94 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def drop_to(uid: int, gid: int, *, real_uid: int | None = None) -> None:
-    """Become ``uid``/``gid`` for good, with no supplementary groups.
+def drop_to(uid: int, gid: int, *, real_uid: int) -> None:
+    """Become ``uid``/``gid`` for good, with no supplementary groups and no capabilities.
 
-    ``real_uid`` (default ``uid``) becomes the real and saved uid while ``uid`` stays the
-    effective (and file system) uid: files are accessed and created as ``uid``, but processes
-    of ``uid`` cannot signal this one (the kernel compares the sender's uids with the target's
-    real and saved uids only). The kernel also marks the process non-dumpable on this
-    credential change, and clears its parent-death signal; it stays non-dumpable because
-    nothing is executed afterwards.
+    ``real_uid`` becomes the real and saved uid while ``uid`` stays the effective (and file
+    system) uid: files are accessed and created as ``uid``, and processes of ``uid`` cannot
+    signal or ``prlimit`` this one, but they can renice it and set its CPU affinity (the
+    kernel compares the caller's effective uid with the target's real or effective uid). The
+    kernel also marks the process non-dumpable on this credential change, and clears its
+    parent-death signal; it stays non-dumpable because nothing is executed afterwards.
     """
-    real_uid = uid if real_uid is None else real_uid
+    _assume_ids(gid, real_uid, uid)
+    _set_capabilities(0)
+    _check_credentials((real_uid, uid, real_uid, uid), gid)
+
+
+def drop_to_shielded(uid: int, gid: int) -> None:
+    """Act on files as ``uid``/``gid`` for good, out of reach of ``uid``'s processes.
+
+    The real, effective and saved uids become :func:`shielding_uid` and only the file-system
+    uid is ``uid`` (every gid is ``gid``; no supplementary groups): the kernel checks file
+    permissions, and sets the owner of new files, with the file-system ids, while signals,
+    ``setpriority``, ``sched_setaffinity``, ``prlimit`` and ``ptrace`` by ``uid`` need ``uid``
+    among the target's real, effective or saved uids. A file-system uid outside those takes
+    CAP_SETUID, kept through the uid change (KEEPCAPS) and dropped with every other capability
+    right after. fsuid and capabilities belong to the calling thread: call this while the
+    process has one thread. Where the kernel keeps no file-system uid (gVisor's ``setfsuid``
+    fails), the effective uid becomes ``uid`` instead: :func:`drop_to`'s weaker shield.
+    Changing ids clears the parent-death signal and makes the process non-dumpable.
+    """
+    _check_single_threaded()
+    shield = shielding_uid(uid)
+    _prctl(_PR_SET_KEEPCAPS, 1)
+    try:
+        _assume_ids(gid, shield, shield)
+        _set_capabilities(1 << _CAP_SETUID)
+        has_fsuid = _set_fsuid(uid)
+        if not has_fsuid:
+            os.setresuid(-1, uid, -1)
+        _set_capabilities(0)
+    finally:
+        _prctl(_PR_SET_KEEPCAPS, 0)
+    _check_credentials((shield, shield if has_fsuid else uid, shield, uid), gid)
+
+
+def _assume_ids(gid: int, real_uid: int, effective_uid: int) -> None:
+    """No supplementary groups, every gid ``gid``, real and saved uid ``real_uid``, effective
+    (and so file-system) uid ``effective_uid``."""
     os.setgroups([])
     os.setresgid(gid, gid, gid)
-    os.setresuid(real_uid, uid, real_uid)
-    if os.getresuid() != (real_uid, uid, real_uid) or os.getresgid() != (gid, gid, gid):
-        raise PermissionError(f"could not drop to uid {uid} gid {gid}")
+    os.setresuid(real_uid, effective_uid, real_uid)
+
+
+def _set_capabilities(effective_and_permitted: int) -> None:
+    """This thread's effective and permitted capabilities become exactly the given mask; none inheritable."""
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)(_CapData(effective_and_permitted, effective_and_permitted, 0), _CapData(0, 0, 0))
+    if _libc.capset(ctypes.byref(header), data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capset: {os.strerror(errno)}")
+
+
+def _set_fsuid(uid: int) -> bool:
+    """Make ``uid`` this thread's file-system uid (CAP_SETUID needed); whether the kernel keeps
+    one (gVisor's does not)."""
+    _libc.setfsuid(ctypes.c_uint(uid))
+    return _libc.setfsuid(ctypes.c_uint(0xFFFFFFFF)) == uid  # an invalid id changes nothing, answers the current one
+
+
+def _check_single_threaded() -> None:
+    if _status()["Threads"] != ["1"]:
+        raise RuntimeError("credentials of one thread only would change: the process has several")
+
+
+def _check_credentials(uids: tuple[int, int, int, int], gid: int) -> None:
+    """Real, effective, saved and file-system uids are ``uids``, every gid is ``gid``, no
+    supplementary group, no capability but the bounding set, one thread: or PermissionError."""
+    status = _status()
+    found = (tuple(map(int, status["Uid"])), tuple(map(int, status["Gid"])), status.get("Groups", []),
+             [int(status[name][0], 16) for name in ("CapInh", "CapPrm", "CapEff", "CapAmb") if name in status],
+             status["Threads"])
+    if found != (uids, (gid,) * 4, [], [0] * len(found[3]), ["1"]):
+        raise PermissionError(f"could not drop to uids {uids} gid {gid}: {found}")
+
+
+def _status() -> dict[str, list[str]]:
+    """The fields of /proc/self/status (the main thread's), each split on white space."""
+    with open("/proc/self/status") as status:
+        return {name: value.split() for name, _, value in (line.partition(":") for line in status)}
 
 
 @contextlib.contextmanager
@@ -90,7 +173,7 @@ def acting_as(uid: int, gid: int) -> Iterator[None]:
 
     Changing the effective uid clears the parent-death signal; it is set again.
     """
-    capabilities = _effective_capabilities()
+    capabilities = _status()["CapEff"]
     death_signal = ctypes.c_int(0)
     if _libc.prctl(_PR_GET_PDEATHSIG, ctypes.byref(death_signal), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_GET_PDEATHSIG) failed")
@@ -103,13 +186,8 @@ def acting_as(uid: int, gid: int) -> Iterator[None]:
         os.setresgid(-1, 0, -1)
         if death_signal.value:
             _prctl(_PR_SET_PDEATHSIG, death_signal.value)
-        if _effective_capabilities() != capabilities:
+        if _status()["CapEff"] != capabilities:
             raise PermissionError("the capabilities did not come back after acting as another user")
-
-
-def _effective_capabilities() -> str:
-    with open("/proc/self/status") as status:
-        return next(line for line in status if line.startswith("CapEff:"))
 
 
 def limit(kind: int, value: int) -> None:

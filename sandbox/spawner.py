@@ -16,6 +16,10 @@ privileges, non-dumpable, and a real and saved uid of its own
 (:func:`~sandbox.privileges.shielding_uid`) so that commands cannot signal or ``prlimit`` it.
 Only while it starts a command is its real uid the command user's (the child must get it);
 changing the real uid alone keeps the process non-dumpable and keeps its parent-death signal.
+Unlike a worker (:func:`~sandbox.privileges.drop_to_shielded`) it cannot keep the command uid
+out of its effective uid, so commands may renice it (it is at nice 19 already) and set its CPU
+affinity: a child that changes uids would need CAP_SETUID and a fork instead of vfork (see
+SECURITY.md, "The command spawner acts as the command user").
 
 Wire format, both ways: :data:`HEADER` (kind, request id, payload length), then a JSON payload.
 """

@@ -1,10 +1,11 @@
 """A worker process: performs workspace and document operations as the command user.
 
 Started by the server as root (``python -I -m sandbox.worker``), it loads every module it
-needs, sets its address-space limit, becomes non-dumpable, drops to the command uid/gid for
-good and then serves one request at a time over stdin/stdout (:mod:`sandbox.frames`). Before
-each request its CPU-time limit is set just above the time the request may take: a parser
-that spins past it gets SIGXCPU. The server enforces wall time and replaces a worker it kills.
+needs, sets its address-space limit, becomes non-dumpable, takes the command uid/gid as its
+file-system ids for good (:func:`~sandbox.privileges.drop_to_shielded`) and then serves one
+request at a time over stdin/stdout (:mod:`sandbox.frames`). Before each request its CPU-time
+limit is set just above the time the request may take: a parser that spins past it gets
+SIGXCPU. The server enforces wall time and replaces a worker it kills.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from protolink.sandbox import errors
 
 from . import frames
 from .operations import OPERATIONS
-from .privileges import die_with_parent, drop_to, helper_arguments, limit, make_non_dumpable, shielding_uid
+from .privileges import die_with_parent, drop_to_shielded, helper_arguments, limit, make_non_dumpable
 
 IN, OUT = 0, 1
 
@@ -33,9 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     limit(resource.RLIMIT_CORE, 0)
     os.umask(0o022)
     os.chdir("/")
-    # Commands run as --uid too: with a real uid of its own the worker is out of their reach
-    # (they could otherwise stop or kill it in the middle of someone's file operation).
-    drop_to(args.uid, args.gid, real_uid=shielding_uid(args.uid))
+    # Commands run as --uid too: with only the file-system uid theirs the worker is out of
+    # their reach (they could otherwise stop, kill or slow it in the middle of someone's call).
+    drop_to_shielded(args.uid, args.gid)
     die_with_parent(args.server)  # after the drop, which clears the parent-death signal
     sys.stdout = sys.stderr  # stdout carries frames only
     while (request := _read_request(args.max_request_bytes)) is not None:

@@ -161,7 +161,7 @@ class WorkerPool:
                 worker = getter.result()
                 if worker.process.returncode is None:
                     return worker
-                await self._retire(worker)  # it died while idle (a command of its uid can kill it)
+                await self._retire(worker)  # it died while idle (a crash, the OOM killer)
             elif self._spawn_error is not None and not self._live:
                 raise SandboxError(f"cannot start a worker process: {self._spawn_error}")
 

@@ -35,12 +35,13 @@ class RunningServer:
     log: Path
 
     def processes_of_uid(self) -> list[int]:
-        """Pids of every live (non-zombie) process of the command uid on this machine."""
+        """Pids of every live (non-zombie) process with the command uid as file-system uid on this machine."""
         return [pid for pid, (uid, state) in _processes().items() if uid == self.uid and state != "Z"]
 
 
 def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (effective uid, state letter) of every process that can be read (workers have a real uid of their own)."""
+    """pid -> (file-system uid, state letter) of every process that can be read (helpers have other real
+    and effective uids)."""
     found = {}
     for name in os.listdir("/proc"):
         try:
@@ -49,7 +50,7 @@ def _processes() -> dict[int, tuple[int, str]]:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if "Uid" in fields:
-            found[int(name)] = (int(fields["Uid"].split()[1]), fields["State"].split()[0])
+            found[int(name)] = (int(fields["Uid"].split()[3]), fields["State"].split()[0])
     return found
 
 

@@ -26,7 +26,7 @@ from protolink.sandbox import client, connect
 from protolink.sandbox._pb import process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 
-from .conftest import HANG_GUARD, Attacker, figure, still_serves
+from .conftest import HANG_GUARD, NOBODY, Attacker, figure, still_serves
 
 SERVICE = "protolink.sandbox.v1.Sandbox"
 
@@ -98,6 +98,79 @@ async def test_limit_the_helpers(attacker):
     Refused with EPERM: none of them has the command user as real and saved uid.
     """
     assert set((await tamper(attacker, "prlimit")).values()) == {errno.EPERM}
+    await still_serves(attacker)
+
+
+#: Tries to renice (to 19), pin to one CPU, stop (SIGSTOP) and limit (prlimit: no open files)
+#: pid 1 and every sandbox process but itself; undoes what succeeded and prints, per target,
+#: [role, pid, {attack: errno}, (nice, CPUs) before, (nice, CPUs) right after the attacks].
+HINDER = r"""
+import json, os, resource, signal
+def role(pid):
+    if pid == 1:
+        return 'init'
+    command = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')
+    if command[2:3] != [b'-m'] or not command[3].startswith(b'sandbox'):
+        return None
+    if command[3] != b'sandbox':
+        return command[3].decode().removeprefix('sandbox.')
+    real_uid = int(open(f'/proc/{pid}/status').read().split('\nUid:')[1].split()[0])
+    return 'server' if real_uid == 0 else 'spawner'  # the first spawner is forked from the server
+def attempt(call):
+    try:
+        call()
+        return 0
+    except OSError as error:
+        return error.errno
+def state(pid):
+    return os.getpriority(os.PRIO_PROCESS, pid), sorted(os.sched_getaffinity(pid))
+found = []
+for pid in map(int, filter(str.isdigit, os.listdir('/proc'))):
+    try:
+        name = role(pid) if pid != os.getpid() else None
+    except (OSError, IndexError):
+        continue
+    if name is None:
+        continue
+    before = state(pid)
+    answers = {'renice': attempt(lambda: os.setpriority(os.PRIO_PROCESS, pid, 19)),
+               'affinity': attempt(lambda: os.sched_setaffinity(pid, before[1][:1])),
+               'signal': attempt(lambda: os.kill(pid, signal.SIGSTOP)),
+               'prlimit': attempt(lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (0, 0)))}
+    after = state(pid)
+    if answers['signal'] == 0:
+        os.kill(pid, signal.SIGCONT)
+    if answers['affinity'] == 0:
+        os.sched_setaffinity(pid, before[1])
+    found.append([name, pid, answers, before, after])
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.docker
+async def test_slow_down_the_helpers(attacker):
+    """A command tries to renice (to 19), pin to one CPU (sched_setaffinity), stop (SIGSTOP) and prlimit every server-side process it sees in /proc: pid 1, the server, each file and document worker, the command spawner.
+
+    Every attempt on pid 1, the server and the workers fails with EPERM and changes nothing: a worker's real, effective and saved uids are its own, only its file-system uid is the command user's (files it creates still belong to the command user). The spawner keeps the command user as effective uid (to start commands with vfork): stopping and prlimit are refused, renice is allowed but changes nothing (it already runs at nice 19, the lowest priority), and pinning it to one CPU succeeds (a residual risk; the test undoes it). The next calls are served.
+    """
+    await attacker.call("list_files", path=str(attacker.ws))  # a worker exists
+    targets = await attacker.probe(HINDER)
+    assert {name for name, *_ in targets} >= {"init", "server", "worker", "spawner"}, targets
+    refused = dict.fromkeys(("renice", "affinity", "signal", "prlimit"), errno.EPERM)
+    for name, pid, answers, before, after in targets:
+        if name == "spawner":
+            assert answers == {**refused, "renice": 0, "affinity": 0}, (name, pid, answers)
+            assert before[0] == after[0] == 19 and len(after[1]) == 1, (name, pid, before, after)
+        else:
+            assert (answers, after) == (refused, before), (name, pid, answers, before, after)
+    secret = attacker.ws / "private.txt"
+    secret.write_text("only the command user\n")
+    secret.chmod(0o600)
+    os.chown(secret, NOBODY, NOBODY)
+    assert (await attacker.call("read_file", path=str(secret)))["content"] == "only the command user\n"
+    await attacker.call("create_file", path=str(attacker.ws / "made-by-a-worker.txt"), content="made\n")
+    made = (attacker.ws / "made-by-a-worker.txt").stat()
+    assert (made.st_uid, made.st_gid) == (NOBODY, NOBODY)
     await still_serves(attacker)
 
 
