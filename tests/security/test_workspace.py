@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from protolink import Agent, AgentCard, ApprovalDecision, CapabilityPolicy, ResourceConflictError
-from protolink.tools.builtins import filesystem_tools
+from protolink.tools.builtins import filesystem_tools, process_tool
 
 from .conftest import NOBODY, Attacker, figure, still_serves
 
@@ -223,4 +223,40 @@ async def test_read_only_root_written(attacker, roots):
     assert (roots.ro / "readme.txt").read_text() == "read only\n"
     assert sorted(os.listdir(roots.ro)) == ["readme.txt"]
     assert (roots.ro / "readme.txt").stat().st_uid != NOBODY
+    await still_serves(attacker)
+
+
+async def test_executable_planted_earlier_on_path_after_a_resolution(attacker):
+    """A command plants an executable earlier on PATH than the one an earlier call of the same bare name resolved to, so that the next call, whose resolution the client reuses without asking the sandbox, would start something its preview does not name.
+
+    The sandbox resolves a reused answer again before starting it: that call fails with ValueError and nothing runs; the call after resolves afresh, and its preview names the planted file.
+    """
+    early, late = attacker.ws / "path-early", attacker.ws / "path-late"
+    ran = attacker.ws / "path-ran"
+    env = {"PATH": f"{early}:{late}:/usr/bin:/bin"}
+    previews: list[str] = []
+
+    async def approve(request, run) -> ApprovalDecision:
+        previews.extend(artifact.content["argv"][0] for artifact in request.artifacts)
+        return ApprovalDecision(approved=True, request_id=request.request_id)
+
+    agent = Agent(AgentCard(name="runner"), policy=CapabilityPolicy({"process.execute": "require_approval"}),
+                  approval_handler=approve)
+    agent.add_tool(process_tool(backend=attacker.backend))
+    setup = await attacker.shell(f"mkdir -p {early} {late} && printf '#!/bin/sh\\necho late >> {ran}\\n' > {late}/tool"
+                                 f" && chmod 755 {late}/tool")
+    assert setup.exit_code == 0, setup
+
+    async def tool() -> object:
+        return await agent.call_tool("execute_command", argv=["tool"], cwd=str(attacker.ws), env=env)
+
+    assert (await tool()).exit_code == 0
+    plant = await attacker.shell(f"printf '#!/bin/sh\\necho early >> {ran}\\n' > {early}/tool && chmod 755 {early}/tool")
+    assert plant.exit_code == 0, plant
+    with pytest.raises(ValueError, match="now resolves to .*path-early/tool.*nothing was started"):
+        await tool()
+    assert ran.read_text() == "late\n"
+    assert (await tool()).exit_code == 0
+    assert ran.read_text() == "late\nearly\n"
+    assert previews == [f"{late}/tool", f"{late}/tool", f"{early}/tool"]
     await still_serves(attacker)
