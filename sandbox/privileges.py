@@ -37,6 +37,25 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(errno, f"prctl({option}): {os.strerror(errno)}")
 
 
+#: The OOM killer's preferences (``oom_score_adj``, 0 .. 1000 first) for the helpers (workers,
+#: the spawner) and for commands: when the sandbox runs out of memory, commands go first, then
+#: helpers, and the server (0) last. A process may lower its own preference back to the
+#: container's floor (0): raising that floor takes CAP_SYS_RESOURCE, which the engines this was
+#: built on cannot grant.
+OOM_HELPER, OOM_COMMAND = 500, 1000
+OOM_SCORE_ADJ = "/proc/self/oom_score_adj"
+
+
+def set_oom_score_adj(score: int, *, fd: int | None = None) -> None:
+    """Set this process's ``oom_score_adj`` (children inherit it); ``fd``, when given, is
+    :data:`OOM_SCORE_ADJ` kept open for writing, so that setting it is a single write."""
+    if fd is not None:
+        os.write(fd, b"%d" % score)
+        return
+    with open(OOM_SCORE_ADJ, "w") as adjust:
+        adjust.write(str(score))
+
+
 def helper_arguments(prog: str, argv: list[str] | None, *extra: str) -> argparse.Namespace:
     """The command line of a helper the server starts (worker, spawner): the identity it acts
     as, the server it dies with, and the integer options named in ``extra``."""

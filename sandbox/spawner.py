@@ -41,8 +41,8 @@ from typing import Any
 from protolink.execution.processes import start_process
 from protolink.execution.resolve import resolve_command
 
-from .privileges import (die_with_parent, drop_to, forbid_new_privileges, helper_arguments, make_non_dumpable,
-                         shielding_uid)
+from .privileges import (OOM_COMMAND, OOM_HELPER, OOM_SCORE_ADJ, die_with_parent, drop_to, forbid_new_privileges,
+                         helper_arguments, make_non_dumpable, set_oom_score_adj, shielding_uid)
 
 HEADER = struct.Struct("!BQI")
 # Requests (server -> spawner). SPAWN carries the stdout and stderr pipe ends, and may carry
@@ -62,10 +62,11 @@ def encode(kind: int, request: int, payload: dict[str, Any]) -> bytes:
 class Spawner:
     """The spawner's loop: requests from ``channel``, children reaped on SIGCHLD."""
 
-    def __init__(self, channel: socket.socket, uid: int) -> None:
+    def __init__(self, channel: socket.socket, uid: int, oom_score_adj: int) -> None:
         self._channel = channel
         self._uid = uid
         self._shield = shielding_uid(uid)
+        self._oom_score_adj = oom_score_adj
         self._children: dict[int, tuple[int, Any]] = {}  # pid -> (request id, Popen)
 
     def serve(self) -> None:
@@ -110,9 +111,10 @@ class Spawner:
         if "written" in message and (change := _resolution_change(message)) is not None:
             self._send(FAILED, request, {"errno": 0, "message": change})
             return
-        # The child takes the real uid it has when it starts; commands can signal this process
-        # only between these two calls.
+        # The child takes the real uid and OOM preference this process has when it starts;
+        # commands can signal it only between these two calls.
         os.setresuid(self._uid, -1, -1)
+        set_oom_score_adj(OOM_COMMAND, fd=self._oom_score_adj)
         try:
             popen = start_process(message["argv"], message["cwd"], message["env"], fds[0], fds[1],
                                   umask=COMMAND_UMASK)
@@ -123,6 +125,7 @@ class Spawner:
             self._send(FAILED, request, {"errno": 0, "message": str(error)})
             return
         finally:
+            set_oom_score_adj(OOM_HELPER, fd=self._oom_score_adj)
             os.setresuid(self._shield, -1, -1)
         self._children[popen.pid] = (request, popen)
         self._send(STARTED, request, {"pid": popen.pid})
@@ -199,13 +202,16 @@ def run(channel: socket.socket, uid: int, gid: int, server: int) -> int:
             os.setsid()  # a group of its own: the stray sweep spares it, group kills miss it
         make_non_dumpable()
         os.chdir("/")
+        # Opened while this process is root: once non-dumpable, its /proc files are root's.
+        oom_score_adj = os.open(OOM_SCORE_ADJ, os.O_WRONLY | os.O_CLOEXEC)
+        set_oom_score_adj(OOM_HELPER, fd=oom_score_adj)
         drop_to(uid, gid, real_uid=shielding_uid(uid))
         forbid_new_privileges()
         die_with_parent(server)  # after the drop, which clears the parent-death signal
         # Commands inherit the lowest priority and cannot raise it (RLIMIT_NICE is 0): however
         # many of them spin, the server and its workers still get the CPU they need.
         os.setpriority(os.PRIO_PROCESS, 0, 19)
-        Spawner(channel, uid).serve()
+        Spawner(channel, uid, oom_score_adj).serve()
         return 0
     except Exception:
         traceback.print_exc()

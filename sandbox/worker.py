@@ -21,7 +21,8 @@ from protolink.sandbox import errors
 
 from . import frames
 from .operations import OPERATIONS
-from .privileges import die_with_parent, drop_to_shielded, helper_arguments, limit, make_non_dumpable
+from .privileges import (OOM_HELPER, die_with_parent, drop_to_shielded, helper_arguments, limit, make_non_dumpable,
+                         set_oom_score_adj)
 
 IN, OUT = 0, 1
 
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     limit(resource.RLIMIT_CORE, 0)
     os.umask(0o022)
     os.chdir("/")
+    set_oom_score_adj(OOM_HELPER)
     # Commands run as --uid too: with only the file-system uid theirs the worker is out of
     # their reach (they could otherwise stop, kill or slow it in the middle of someone's call).
     drop_to_shielded(args.uid, args.gid)

@@ -12,7 +12,7 @@ import pytest
 from protolink.sandbox.docker import SHM_BYTES, TMPFS_BYTES_PER_ENTRY
 from protolink.sandbox.errors import SandboxUnavailableError
 
-from .conftest import LIMITS, Attacker, dedicated_sandbox, figure, still_serves
+from .conftest import LIMITS, MiB, Attacker, dedicated_sandbox, figure, still_serves
 
 pytestmark = pytest.mark.docker
 
@@ -302,3 +302,50 @@ async def test_cpu_hog_beside_other_calls(attacker):
     figure("read_file beside 100 spinning processes", outcome)
     assert (await hog).timed_out
     await still_serves(attacker)
+
+
+OOM_PRESSURE = r"""
+import json, os, sys, time
+def server_processes():
+    found = {}
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            command = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')
+            uid = int(open(f'/proc/{pid}/status').read().split('\nUid:')[1].split()[0])
+            adjust = int(open(f'/proc/{pid}/oom_score_adj').read())
+        except (OSError, IndexError, ValueError):
+            continue
+        if uid == 0 and b'-m' in command and command[command.index(b'-m') + 1] == b'sandbox':
+            found[int(pid)] = adjust
+    return found
+before = server_processes()
+mine = int(open('/proc/self/oom_score_adj').read())
+children = []
+for _ in range(int(sys.argv[1])):
+    pid = os.fork()
+    if pid == 0:
+        hoard = b'\x01' * (16 << 20)  # smaller than the server
+        time.sleep(60)
+        os._exit(0)
+    children.append(pid)
+time.sleep(3)
+killed = sum(1 for pid in children if os.waitpid(pid, os.WNOHANG) != (0, 0))
+print(json.dumps({"before": before, "after": server_processes(), "mine": mine, "killed": killed}))
+"""
+
+
+async def test_out_of_memory_among_many_small_processes(sandbox_image):
+    """Eighty processes of 16 MiB each, smaller than the server, fill a 512 MiB sandbox: by size alone the kernel's OOM killer would pick the server (or a worker) first.
+
+    Commands start with oom_score_adj 1000 (set by the spawner; workers have 500, the server 0): the killer takes commands only, the server's processes are the same before and after, and the next calls work.
+    """
+    async with dedicated_sandbox(sandbox_image, memory=512 * MiB) as box:
+        attacker = Attacker(box.backend, Path("/tmp"))
+        seen = await attacker.probe(OOM_PRESSURE, "80", timeout=60)
+        assert seen["mine"] == 1000
+        assert seen["before"] and set(seen["before"].values()) == {0}
+        assert seen["after"] == seen["before"]
+        assert seen["killed"] > 0
+        figure("80 processes of 16 MiB in 512 MiB", f"{seen['killed']} commands killed by the OOM killer, "
+                                                    f"server processes unchanged")
+        assert (await attacker.run(["/bin/echo", "next"])).stdout == "next\n"
