@@ -15,6 +15,7 @@ import shutil
 import socket
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,8 @@ def reap(client: Any, *, now: float | None = None) -> list[Reaped]:
     """Remove (force) every labelled container whose owner is gone or whose expiry passed.
 
     ``client`` is a docker SDK client. Blocking: call it through ``asyncio.to_thread`` from
-    async code. A container that disappears meanwhile is skipped.
+    async code. A container that disappears meanwhile, or that the engine is already removing
+    (its owner's own cleanup, or another reaper), is skipped.
     """
     import docker.errors
 
@@ -121,6 +123,10 @@ def reap(client: Any, *, now: float | None = None) -> list[Reaped]:
             client.api.remove_container(container["Id"], force=True)
         except docker.errors.NotFound:
             continue
+        except docker.errors.APIError as error:
+            if error.status_code == HTTPStatus.CONFLICT:  # "removal ... is already in progress"
+                continue
+            raise
         remove_host_dirs(container_labels)
         name = (container.get("Names") or ["/"])[0].lstrip("/")
         removed.append(Reaped(container["Id"][:12], name, container_labels.get(OWNER_LABEL, ""), reason))

@@ -37,3 +37,38 @@ def test_host_dirs_outside_the_runtime_dir_are_never_removed(tmp_path):
     keep.mkdir()
     reaper.remove_host_dirs({reaper.HOSTDIRS_LABEL: str(keep)})
     assert keep.exists()
+
+
+class _Engine:
+    """A docker SDK client whose engine lists two abandoned containers, the first already being removed."""
+
+    def __init__(self) -> None:
+        import docker.errors
+
+        self.removed: list[str] = []
+        self._busy = docker.errors.APIError("409 Conflict", response=_Response(409),
+                                            explanation="removal of container busy is already in progress")
+        self.api = self
+
+    def containers(self, all: bool, filters: dict) -> list[dict]:
+        owner = {reaper.OWNER_LABEL: "x", reaper.EXPIRY_LABEL: "1"}
+        return [{"Id": "busy" * 16, "Names": ["/busy"], "Labels": owner},
+                {"Id": "idle" * 16, "Names": ["/idle"], "Labels": owner}]
+
+    def remove_container(self, container_id: str, force: bool) -> None:
+        if container_id.startswith("busy"):
+            raise self._busy
+        self.removed.append(container_id)
+
+
+class _Response:
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+        self.reason = "Conflict"
+
+
+def test_a_container_already_being_removed_is_skipped_and_the_rest_are_reaped():
+    engine = _Engine()
+    reaped = reaper.reap(engine, now=2)
+    assert [(gone.name, gone.reason) for gone in reaped] == [("idle", "expired")]
+    assert engine.removed == ["idle" * 16]
