@@ -7,7 +7,8 @@ gRPC, so every tool that accepts ``backend=`` runs there unchanged. Everything t
 sends is untrusted: message sizes are bounded, output is capped at the spec's
 ``max_output_bytes`` whatever the server claims, and answers are checked before results are
 built. A dead, unreachable or silent sandbox raises :class:`SandboxUnavailableError` instead
-of hanging: unary calls have deadlines, process streams carry keepalives and deadlines too.
+of hanging: unary calls have deadlines; processes run on one Execute call
+(:mod:`.process_stream`) with keepalives and deadlines of their own.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from protolink.execution.process import ProcessCancelledError, ProcessResult, Pr
 from protolink.execution.processes import Emitter
 
 from . import messages
-from ._pb import documents_pb2, process_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
-from .errors import SandboxError, SandboxProtocolError, SandboxUnavailableError, from_rpc_error
+from ._pb import documents_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
+from .errors import SandboxError, SandboxProtocolError, from_rpc_error
+from .process_stream import Output, ProcessStream
 from .resolutions import Resolutions
 from .roots import Root
 
@@ -42,8 +44,6 @@ MiB = 1024 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 32 * MiB
 #: Extra time a process call may take beyond its timeout: group kill, reap and drain.
 EXECUTE_GRACE_SECONDS = 30.0
-#: A process stream that sends nothing (not even a keepalive) for this long is dead.
-IDLE_SECONDS = 20.0
 #: The longest a workspace call may take, whatever the server reports.
 MAX_OPERATION_SECONDS = 300.0
 #: Extra time a workspace or document call may take beyond the server's own limit.
@@ -122,6 +122,7 @@ class SandboxBackend:
         self._max_request_bytes = min(max_message_bytes, int(info.limits.get("max_message_bytes", max_message_bytes)))
         self._closed = False
         self._resolutions = Resolutions()
+        self._processes = ProcessStream(self._stub, self._metadata)
         self.info_at_connect = info
         self.boundary = info.boundary
 
@@ -136,6 +137,7 @@ class SandboxBackend:
         """Close the connection; calls in flight fail, later calls are refused."""
         if not self._closed:
             self._closed = True
+            await self._processes.aclose()
             await self._channel.close()
 
     @property
@@ -181,18 +183,14 @@ class SandboxBackend:
         written = self._resolutions.written(spec)
         request = self._request(messages.execute_request, spec, written)
         started = time.monotonic()
-        output = _Output(spec.max_output_bytes)
-        call = self._stub.Execute(request, timeout=spec.timeout_seconds + EXECUTE_GRACE_SECONDS,
-                                  metadata=self._metadata, wait_for_ready=False)
+        output = Output(spec.max_output_bytes)
         try:
-            facts = await _follow(call, output, execution)
+            facts = await self._processes.run(request, output, execution, spec.timeout_seconds + EXECUTE_GRACE_SECONDS)
         except asyncio.CancelledError:
-            call.cancel()
             partial = ProcessResult(None, output.stdout, output.stderr, truncated=output.truncated, canceled=True,
                                     duration_seconds=time.monotonic() - started)
             raise ProcessCancelledError(partial) from None
         except BaseException:
-            call.cancel()
             if written is not None:
                 self._resolutions.forget(spec)
             raise
@@ -296,77 +294,6 @@ class SandboxBackend:
             return decode(*args, **kwargs)
         except (TypeError, ValueError, KeyError) as error:
             raise SandboxProtocolError(f"the sandbox sent an invalid answer: {error}") from None
-
-
-class _Output:
-    """Output received from the server, capped at ``max_chars`` characters in total.
-
-    The server decodes at most ``max_output_bytes`` bytes, and decoding never yields more
-    characters than bytes, so an honest server never reaches this cap.
-    """
-
-    def __init__(self, max_chars: int) -> None:
-        self._room = max_chars
-        self._parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        self.truncated = False
-
-    def keep(self, channel: str, text: str) -> str:
-        if len(text) > self._room:
-            text, self.truncated = text[: self._room], True
-        self._room -= len(text)
-        if text:
-            self._parts[channel].append(text)
-        return text
-
-    @property
-    def stdout(self) -> str:
-        return "".join(self._parts["stdout"])
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self._parts["stderr"])
-
-
-async def _follow(call: Any, output: _Output, execution: Emitter) -> dict[str, Any]:
-    """Read one Execute stream to its end; the Finished facts. Order: started, output*, finished."""
-    started = False
-    facts: dict[str, Any] | None = None
-    loop = asyncio.get_running_loop()
-    try:
-        # One deadline for the whole stream, pushed back by every event (no task per read).
-        async with asyncio.timeout(IDLE_SECONDS) as idle:
-            while True:
-                try:
-                    event = await call.read()
-                except grpc.aio.AioRpcError as error:
-                    raise from_rpc_error(error) from None
-                if event is grpc.aio.EOF:
-                    break
-                kind = _parsed(event).WhichOneof("event")
-                if kind == "keepalive":
-                    idle.reschedule(loop.time() + IDLE_SECONDS)
-                    continue
-                if facts is not None or (kind == "started") == started or kind is None:
-                    raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
-                if kind == "started":
-                    started = True
-                elif kind == "output":
-                    channel = messages.CHANNELS.get(event.output.channel)
-                    if channel is None:
-                        raise SandboxProtocolError(f"the sandbox sent output on unknown channel {event.output.channel}")
-                    if text := output.keep(channel, event.output.text):
-                        idle.reschedule(None)  # however long the consumer takes
-                        await execution.emit("process.output", channel=channel, text=text)
-                else:
-                    facts = SandboxBackend._checked(messages.finished_facts, event.finished)
-                idle.reschedule(loop.time() + IDLE_SECONDS)
-    except TimeoutError:
-        if not idle.expired():
-            raise
-        raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
-    if facts is None:
-        raise SandboxProtocolError("the process stream ended without a result")
-    return facts
 
 
 async def _call(method: Any, request: Message, **options: Any) -> Any:

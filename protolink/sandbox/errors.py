@@ -136,13 +136,21 @@ def from_status(
     """
     wire = _wire_error(trailing_metadata)
     if wire is not None and wire.kind in KINDS and KINDS[wire.kind][0] == code:
-        cls = KINDS[wire.kind][1]
-        if wire.errno and issubclass(cls, OSError):
-            return cls(wire.errno, _clip(wire.message))
-        return cls(_clip(wire.message))
+        return from_wire(wire)
     cls = STATUSES.get(code, SandboxProtocolError) or SandboxProtocolError
     name = code.name if isinstance(code, grpc.StatusCode) else str(code)
     return cls(f"sandbox call failed ({name}): {_clip(details or '')}".rstrip(": "))
+
+
+def from_wire(wire: errors_pb2.Error) -> Exception:
+    """The exception to raise on the host for a wire error (an Execute ``error`` event, or the
+    error a failed call carries); an unknown kind is a protocol fault. Untrusted."""
+    if wire.kind not in KINDS:
+        return SandboxProtocolError(f"the sandbox sent an error of unknown kind {wire.kind}")
+    cls = KINDS[wire.kind][1]
+    if wire.errno and issubclass(cls, OSError):
+        return cls(wire.errno, _clip(wire.message))
+    return cls(_clip(wire.message))
 
 
 def from_rpc_error(error: grpc.RpcError) -> Exception:

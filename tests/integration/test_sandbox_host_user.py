@@ -26,8 +26,10 @@ CONNECT = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]
 
 
 def connects_as(uid: int, path: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([HOST_PYTHON, "-I", "-c", CONNECT, path], user=uid, group=uid, extra_groups=[],
-                          cwd="/", capture_output=True, text=True, timeout=60)
+    # setpriv changes the user after the exec: subprocess's own user= forks while this process's
+    # sandbox call is open, and gRPC's fork handlers crash such a child (see the README).
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
+                           HOST_PYTHON, "-I", "-c", CONNECT, path], cwd="/", capture_output=True, text=True, timeout=60)
 
 
 async def test_a_host_user_who_is_not_root_gets_a_socket_only_they_can_open(monkeypatch, sandbox_image, run):

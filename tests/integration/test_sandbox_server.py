@@ -32,8 +32,8 @@ from google.protobuf.message import Message
 from protolink.core.resources import ResourceRevision
 from protolink.execution.documents import DocumentError, DocumentLimits
 from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
-from protolink.sandbox import connect
-from protolink.sandbox._pb import documents_pb2, process_pb2, sandbox_pb2, workspace_pb2
+from protolink.sandbox import connect, process_stream
+from protolink.sandbox._pb import documents_pb2, errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.errors import SandboxAuthenticationError, SandboxLimitError, SandboxUnavailableError
 from tests.pdfs import pdf
 from tests.sandbox_server import HOST_PYTHON, RunningServer, sandbox_server, unused_uid
@@ -263,6 +263,34 @@ async def test_canceling_a_call_kills_its_process_group_in_the_sandbox(server, r
     await settle(lambda: not alive(sleeper), f"the group's sleeper {sleeper} to be killed")
 
 
+async def test_canceling_one_process_leaves_the_others_on_the_stream_running(server, roots):
+    """Processes of one backend share one Execute call: canceling one kills only its group."""
+    first, second = roots[0] / "first.pid", roots[0] / "second.pid"
+    canceled = asyncio.ensure_future(run(server, f"sleep 300 & echo $! > {first}; wait", roots[0], timeout=600))
+    kept = asyncio.ensure_future(run(server, f"sleep 300 & echo $! > {second}; wait; echo survived", roots[0],
+                                     timeout=600))
+    await settle(lambda: all(path.exists() and path.read_text().strip() for path in (first, second)),
+                 "both commands to start")
+    canceled.cancel()
+    with pytest.raises(ProcessCancelledError):
+        await canceled
+    await settle(lambda: not alive(int(first.read_text())), "the canceled command's sleeper to be killed")
+    survivor = int(second.read_text())
+    assert alive(survivor) and not kept.done()
+    os.kill(survivor, signal.SIGKILL)
+    assert (await kept).stdout == "survived\n"
+
+
+async def test_an_idle_process_call_ends_so_the_host_process_may_fork(server, roots, monkeypatch):
+    """While an Execute call is open, gRPC's fork handlers crash a child forked by subprocess with
+    user= (SIGSEGV); once no process has run for IDLE_CALL_SECONDS the call is gone."""
+    monkeypatch.setattr(process_stream, "IDLE_CALL_SECONDS", 0.1)
+    assert (await run(server, "true", roots[0])).exit_code == 0
+    await asyncio.sleep(0.5)
+    assert subprocess.run(["/bin/true"], user=server.uid, timeout=60).returncode == 0
+    assert (await run(server, "echo again", roots[0])).stdout == "again\n"
+
+
 async def test_a_document_past_its_wall_time_is_stopped_and_the_next_call_works(server, roots):
     slow = roots[0] / "slow.pdf"
     slow.write_bytes(slow_pdf(pages=200))
@@ -303,27 +331,54 @@ async def test_commands_cannot_read_the_workers_memory_or_environment(server, ro
     assert result.stderr.count("Permission denied") == 2, result
 
 
+async def execute_raw(channel: grpc.aio.Channel, *requests: bytes, timeout: float = 30) -> list[process_pb2.ExecuteEvent]:
+    """Send ``requests`` on one Execute call, half-close it, and return every event it answers."""
+    call = channel.stream_stream("/protolink.sandbox.v1.Sandbox/Execute")(timeout=timeout)
+    for request in requests:
+        await call.write(request)
+    await call.done_writing()
+    return [process_pb2.ExecuteEvent.FromString(event) async for event in call]
+
+
 @pytest.mark.parametrize("method, payload", [
     ("Execute", b"\xff\xff\xff garbage"),
     ("ReadText", b"\x0a\x05/ws/\xff"),  # path field holding invalid UTF-8
     ("ReplaceFile", b"\x12"),  # a truncated field
     ("ReadDocument", b""),  # empty: no limits at all
-    ("Execute", b""),  # empty: no argv
 ])
 async def test_malformed_requests_are_invalid_argument_and_the_server_lives_on(server, method, payload):
     async with grpc.aio.insecure_channel(server.address) as channel:
-        path = f"/protolink.sandbox.v1.Sandbox/{method}"
-        if method == "Execute":
-            call = channel.unary_stream(path)(payload, timeout=30)
-            with pytest.raises(grpc.aio.AioRpcError) as failed:
-                async for _ in call:
-                    pass
-        else:
-            with pytest.raises(grpc.aio.AioRpcError) as failed:
-                await channel.unary_unary(path)(payload, timeout=30)
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            if method == "Execute":
+                await execute_raw(channel, payload)
+            else:
+                await channel.unary_unary(f"/protolink.sandbox.v1.Sandbox/{method}")(payload, timeout=30)
     assert failed.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "Traceback" not in (failed.value.details() or "")
     assert await server.backend.health()
+
+
+async def test_an_invalid_process_request_gets_an_error_event_and_its_call_goes_on(server, roots):
+    """One call: a request with no argv, then a valid one; the first is refused, the second runs."""
+    invalid = process_pb2.ExecuteRequest(id=1)
+    valid = process_pb2.ExecuteRequest(id=2, argv=["/bin/echo", "ok"], cwd=str(roots[0]), env=ENV,
+                                       timeout_seconds=30, max_output_bytes=1024)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        events = await execute_raw(channel, invalid.SerializeToString(), valid.SerializeToString())
+    (refusal,) = [event for event in events if event.id == 1]
+    assert refusal.error.kind == errors_pb2.ERROR_KIND_INVALID_ARGUMENT and "argv" in refusal.error.message
+    kinds = [event.WhichOneof("event") for event in events if event.id == 2]
+    assert kinds == ["started", "output", "finished"]
+
+
+async def test_a_request_id_already_running_fails_the_call_and_kills_its_processes(server, roots):
+    sleeper = process_pb2.ExecuteRequest(id=7, argv=["/bin/sleep", "300"], cwd=str(roots[0]), env=ENV,
+                                         timeout_seconds=600, max_output_bytes=1024).SerializeToString()
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await execute_raw(channel, sleeper, sleeper)
+    assert failed.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "already running" in failed.value.details()
+    await settle(lambda: not any(b"sleep" in cmdline(pid) for pid in server.processes_of_uid()), "the sleeper to die")
 
 
 async def test_unmounted_roots_and_writes_to_read_only_roots_are_refused(server, roots):
@@ -448,8 +503,7 @@ async def test_random_and_mutated_requests_get_typed_answers_and_the_server_live
             path = f"/protolink.sandbox.v1.Sandbox/{method}"
             try:
                 if method == "Execute":
-                    async for _ in channel.unary_stream(path)(payload, timeout=60):
-                        pass
+                    await execute_raw(channel, payload, timeout=60)
                 else:
                     await channel.unary_unary(path)(payload, timeout=60)
             except grpc.aio.AioRpcError as error:

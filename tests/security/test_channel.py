@@ -251,10 +251,10 @@ class FakeSandbox:
 
     def __init__(self) -> None:
         self.read_text: Callable[[], bytes] = lambda: b""
-        self.execute: Callable[[], AsyncIterator[bytes]] = self._nothing
+        self.execute: Callable[[int], AsyncIterator[bytes]] = self._nothing
 
     @staticmethod
-    async def _nothing() -> AsyncIterator[bytes]:
+    async def _nothing(request_id: int) -> AsyncIterator[bytes]:
         return
         yield b""  # pragma: no cover
 
@@ -268,16 +268,19 @@ class FakeSandbox:
     async def _read_text(self, request: bytes, context: Any) -> bytes:
         return self.read_text()
 
-    async def _execute(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
-        async for item in self.execute():
-            yield item
+    async def _execute(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        """Answers the first process's request with :attr:`execute`'s events for its id."""
+        async for request in requests:
+            async for item in self.execute(process_pb2.ExecuteRequest.FromString(request).id):
+                yield item
+            return
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(SERVICE, {
             "Info": grpc.unary_unary_rpc_method_handler(self._info),
             "ResolveCommand": grpc.unary_unary_rpc_method_handler(self._resolve_command),
             "ReadText": grpc.unary_unary_rpc_method_handler(self._read_text),
-            "Execute": grpc.unary_stream_rpc_method_handler(self._execute),
+            "Execute": grpc.stream_stream_rpc_method_handler(self._execute),
         })
 
 
@@ -308,8 +311,8 @@ async def faked(tmp_path: Path) -> AsyncIterator[tuple[FakeSandbox, Attacker, Pa
             await backend.aclose()
 
 
-def event(**fields: Any) -> bytes:
-    return process_pb2.ExecuteEvent(**fields).SerializeToString()
+def event(request_id: int, **fields: Any) -> bytes:
+    return process_pb2.ExecuteEvent(id=request_id, **fields).SerializeToString()
 
 
 async def test_oversized_answer(faked):
@@ -345,8 +348,8 @@ async def test_garbage_event(faked):
     """
     fake, attacker, _ = faked
 
-    async def garbage() -> AsyncIterator[bytes]:
-        yield event(started=process_pb2.Started())
+    async def garbage(request_id: int) -> AsyncIterator[bytes]:
+        yield event(request_id, started=process_pb2.Started())
         yield b"\xff\xfe not an event"
 
     fake.execute = garbage
@@ -360,13 +363,12 @@ async def test_endless_output_stream(faked):
     The client keeps 64 KiB and discards the rest as it arrives: truncated=True, bounded memory.
     """
     fake, attacker, _ = faked
-    chunk = event(output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, text="x" * 65536))
-
-    async def flood() -> AsyncIterator[bytes]:
-        yield event(started=process_pb2.Started())
+    async def flood(request_id: int) -> AsyncIterator[bytes]:
+        chunk = event(request_id, output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, text="x" * 65536))
+        yield event(request_id, started=process_pb2.Started())
         for _ in range(16384):
             yield chunk
-        yield event(finished=process_pb2.Finished(exit_code=0))
+        yield event(request_id, finished=process_pb2.Finished(exit_code=0))
 
     fake.execute = flood
     before = _peak_rss_mib()
@@ -382,9 +384,9 @@ async def test_oversized_event(faked):
     """
     fake, attacker, _ = faked
 
-    async def huge() -> AsyncIterator[bytes]:
-        yield event(started=process_pb2.Started())
-        yield event(output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, text="x" * (48 << 20)))
+    async def huge(request_id: int) -> AsyncIterator[bytes]:
+        yield event(request_id, started=process_pb2.Started())
+        yield event(request_id, output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, text="x" * (48 << 20)))
 
     fake.execute = huge
     with pytest.raises(SandboxProtocolError):
@@ -399,10 +401,10 @@ async def test_endless_keepalives(faked, monkeypatch):
     fake, attacker, _ = faked
     monkeypatch.setattr(client, "EXECUTE_GRACE_SECONDS", 1.0)
 
-    async def forever() -> AsyncIterator[bytes]:
-        yield event(started=process_pb2.Started())
+    async def forever(request_id: int) -> AsyncIterator[bytes]:
+        yield event(request_id, started=process_pb2.Started())
         while True:
-            yield event(keepalive=process_pb2.Keepalive())
+            yield event(request_id, keepalive=process_pb2.Keepalive())
             await asyncio.sleep(0.05)
 
     fake.execute = forever

@@ -303,7 +303,10 @@ async def test_fuzzed_requests(sandbox, attacker):
             path = f"/protolink.sandbox.v1.Sandbox/{method}"
             try:
                 if method == "Execute":
-                    async for _ in channel.unary_stream(path)(payload, timeout=HANG_GUARD):
+                    call = channel.stream_stream(path)(timeout=HANG_GUARD)
+                    await call.write(payload)
+                    await call.done_writing()
+                    async for _ in call:
                         pass
                 else:
                     await channel.unary_unary(path)(payload, timeout=HANG_GUARD)

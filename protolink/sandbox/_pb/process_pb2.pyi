@@ -1,3 +1,4 @@
+from protolink.sandbox._pb import errors_pb2 as _errors_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -17,7 +18,7 @@ CHANNEL_STDOUT: Channel
 CHANNEL_STDERR: Channel
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("argv", "cwd", "env", "timeout_seconds", "max_output_bytes", "resolved_from")
+    __slots__ = ("id", "cancel", "argv", "cwd", "env", "timeout_seconds", "max_output_bytes", "resolved_from")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -25,19 +26,23 @@ class ExecuteRequest(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
     ARGV_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_FROM_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    cancel: bool
     argv: _containers.RepeatedScalarFieldContainer[str]
     cwd: str
     env: _containers.ScalarMap[str, str]
     timeout_seconds: float
     max_output_bytes: int
     resolved_from: CommandAsWritten
-    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., resolved_from: _Optional[_Union[CommandAsWritten, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., cancel: _Optional[bool] = ..., argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., resolved_from: _Optional[_Union[CommandAsWritten, _Mapping]] = ...) -> None: ...
 
 class CommandAsWritten(_message.Message):
     __slots__ = ("executable", "cwd")
@@ -48,16 +53,20 @@ class CommandAsWritten(_message.Message):
     def __init__(self, executable: _Optional[str] = ..., cwd: _Optional[str] = ...) -> None: ...
 
 class ExecuteEvent(_message.Message):
-    __slots__ = ("started", "output", "finished", "keepalive")
+    __slots__ = ("id", "started", "output", "finished", "keepalive", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     KEEPALIVE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
     started: Started
     output: Output
     finished: Finished
     keepalive: Keepalive
-    def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., output: _Optional[_Union[Output, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., keepalive: _Optional[_Union[Keepalive, _Mapping]] = ...) -> None: ...
+    error: _errors_pb2.Error
+    def __init__(self, id: _Optional[int] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., output: _Optional[_Union[Output, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., keepalive: _Optional[_Union[Keepalive, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ...) -> None: ...
 
 class Started(_message.Message):
     __slots__ = ("pid",)

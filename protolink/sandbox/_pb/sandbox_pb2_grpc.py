@@ -44,7 +44,7 @@ class SandboxStub:
                 request_serializer=protolink_dot_sandbox_dot_v1_dot_sandbox__pb2.InfoRequest.SerializeToString,
                 response_deserializer=protolink_dot_sandbox_dot_v1_dot_sandbox__pb2.InfoResponse.FromString,
                 _registered_method=True)
-        self.Execute = channel.unary_stream(
+        self.Execute = channel.stream_stream(
                 '/protolink.sandbox.v1.Sandbox/Execute',
                 request_serializer=protolink_dot_sandbox_dot_v1_dot_process__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=protolink_dot_sandbox_dot_v1_dot_process__pb2.ExecuteEvent.FromString,
@@ -103,8 +103,11 @@ class SandboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Execute(self, request, context):
-        """Run one process, streaming its events. Canceling the call kills the process group.
+    def Execute(self, request_iterator, context):
+        """Run processes: each request starts one (or cancels one), and the events of every process
+        started on the call come back tagged with its request's id. One call serves many processes,
+        one after another or at once. The call ends once the client has half-closed it and its
+        processes have finished; canceling it kills and reaps every process it started.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -167,7 +170,7 @@ def add_SandboxServicer_to_server(servicer, server):
                     request_deserializer=protolink_dot_sandbox_dot_v1_dot_sandbox__pb2.InfoRequest.FromString,
                     response_serializer=protolink_dot_sandbox_dot_v1_dot_sandbox__pb2.InfoResponse.SerializeToString,
             ),
-            'Execute': grpc.unary_stream_rpc_method_handler(
+            'Execute': grpc.stream_stream_rpc_method_handler(
                     servicer.Execute,
                     request_deserializer=protolink_dot_sandbox_dot_v1_dot_process__pb2.ExecuteRequest.FromString,
                     response_serializer=protolink_dot_sandbox_dot_v1_dot_process__pb2.ExecuteEvent.SerializeToString,
@@ -253,7 +256,7 @@ class Sandbox:
             _registered_method=True)
 
     @staticmethod
-    def Execute(request,
+    def Execute(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -263,8 +266,8 @@ class Sandbox:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
             '/protolink.sandbox.v1.Sandbox/Execute',
             protolink_dot_sandbox_dot_v1_dot_process__pb2.ExecuteRequest.SerializeToString,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sandbox.service import Activity
+from sandbox.activity import Activity
 
 
 async def test_quiet_waits_while_a_call_runs_and_returns_after_it():

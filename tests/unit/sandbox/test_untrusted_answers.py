@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from protolink.execution.process import ProcessSpec
-from protolink.sandbox import client, connect
-from protolink.sandbox._pb import process_pb2, sandbox_pb2, workspace_pb2
+from protolink.sandbox import connect, process_stream
+from protolink.sandbox._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 
 SERVICE = "protolink.sandbox.v1.Sandbox"
@@ -46,11 +46,18 @@ class Script:
     async def _info(self, request: bytes, context: Any) -> bytes:
         return self.info.SerializeToString()
 
-    async def _execute(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
-        for event in self.events:
-            yield event.SerializeToString()
-        if self.then_silence:
-            await asyncio.sleep(3600)
+    async def _execute(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        """Answers the first process's request with the scripted events, under its id unless an event has one."""
+        async for request in requests:
+            request_id = process_pb2.ExecuteRequest.FromString(request).id
+            for event in self.events:
+                tagged = process_pb2.ExecuteEvent()
+                tagged.CopyFrom(event)
+                tagged.id = tagged.id or request_id
+                yield tagged.SerializeToString()
+            if self.then_silence:
+                await asyncio.sleep(3600)
+            return
 
     async def _read_text(self, request: bytes, context: Any) -> bytes:
         return self.read_text.SerializeToString()
@@ -58,7 +65,7 @@ class Script:
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(SERVICE, {
             "Info": grpc.unary_unary_rpc_method_handler(self._info),
-            "Execute": grpc.unary_stream_rpc_method_handler(self._execute),
+            "Execute": grpc.stream_stream_rpc_method_handler(self._execute),
             "ReadText": grpc.unary_unary_rpc_method_handler(self._read_text),
         })
 
@@ -102,14 +109,14 @@ async def test_output_past_the_cap_is_cut_even_when_the_server_claims_otherwise(
 @pytest.mark.parametrize("events", [
     [output("early"), started(), finished(exit_code=0)],
     [started(), started(), finished(exit_code=0)],
-    [started(), finished(exit_code=0), output("late")],
-    [started(), finished(exit_code=0), finished(exit_code=0)],
     [started(), output("?", channel=7), finished(exit_code=0)],
     [started(), output("no end")],
     [started(), finished(exit_code=100_000)],
     [started(), process_pb2.ExecuteEvent(), finished(exit_code=0)],
-], ids=["output-first", "two-starts", "after-finish", "two-finishes", "bad-channel", "no-finish",
-        "bad-exit-code", "empty-event"])
+    [process_pb2.ExecuteEvent(id=99, started=process_pb2.Started()), started(), finished(exit_code=0)],
+    [started(), process_pb2.ExecuteEvent(error=errors_pb2.Error(kind=999, message="?"))],
+], ids=["output-first", "two-starts", "bad-channel", "no-finish", "bad-exit-code", "empty-event",
+        "unknown-id", "unknown-error-kind"])
 async def test_a_malformed_event_stream_is_a_protocol_error(fake, events):
     script, address = fake
     script.events = events
@@ -120,7 +127,7 @@ async def test_a_malformed_event_stream_is_a_protocol_error(fake, events):
 async def test_a_silent_server_is_reported_unavailable(fake, monkeypatch):
     script, address = fake
     script.events, script.then_silence = [started()], True
-    monkeypatch.setattr(client, "IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(process_stream, "IDLE_SECONDS", 0.2)
     with pytest.raises(SandboxUnavailableError, match="sent nothing"):
         await run(address)
 

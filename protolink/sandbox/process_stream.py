@@ -1,0 +1,224 @@
+"""The one ``Execute`` call a :class:`~protolink.sandbox.client.SandboxBackend` runs its processes on.
+
+Each process is a request on the call, with an id of its own; the events of every process
+come back on the call tagged with that id, and one reader hands each to the process it belongs
+to. The call is opened on first use and again after it fails; a failure of the call fails every
+process waiting on it (:class:`~protolink.sandbox.errors.SandboxUnavailableError` and friends).
+Everything the server sends is untrusted: events are parsed and checked in order, output is
+capped at the process's ``max_output_bytes`` whatever the server claims, each process's events
+wait in a bounded queue (a server that floods one makes the reader wait, it cannot fill this
+process's memory), and a process whose events stop coming, keepalives included, is given up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from protolink.execution.processes import Emitter
+
+from . import messages
+from ._pb import process_pb2
+from .errors import SandboxError, SandboxProtocolError, SandboxUnavailableError, from_rpc_error, from_wire
+
+#: A process that sends nothing (not even a keepalive) for this long is lost.
+IDLE_SECONDS = 20.0
+#: Events of one process that may wait for it to read them.
+QUEUED_EVENTS = 64
+#: A call with no process left on it is ended after this long; the next process opens a new
+#: one. An open call is also why gRPC's fork handlers may crash a child the host process forks
+#: meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
+IDLE_CALL_SECONDS = 1.0
+
+_Item = process_pb2.ExecuteEvent | BaseException
+
+
+class ProcessStream:
+    """Processes over one Execute call of ``stub`` (see the module)."""
+
+    def __init__(self, stub: Any, metadata: Sequence[tuple[str, str]]) -> None:
+        self._stub = stub
+        self._metadata = tuple(metadata)
+        self._call: Any = None
+        self._waiting: dict[int, asyncio.Queue[_Item]] = {}
+        self._next_id = 1
+        self._writing = asyncio.Lock()
+        self._idle_close: asyncio.TimerHandle | None = None
+
+    async def run(self, request: process_pb2.ExecuteRequest, output: Output, execution: Emitter,
+                  deadline_seconds: float) -> dict[str, Any]:
+        """Start ``request``'s process and follow it to its Finished facts, within ``deadline_seconds``.
+
+        Canceled (or failing), it tells the server to kill and reap the process group.
+        """
+        if self._idle_close is not None:
+            self._idle_close.cancel()
+        call = self._open()
+        request.id = self._next_id
+        self._next_id += 1
+        events: asyncio.Queue[_Item] = asyncio.Queue(QUEUED_EVENTS)
+        self._waiting[request.id] = events
+        finished = False
+        try:
+            async with asyncio.timeout(deadline_seconds) as deadline:
+                await self._write(call, request)
+                facts = await _follow(events, output, execution)
+            finished = True
+            return facts
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise SandboxUnavailableError(
+                f"the sandbox did not finish the process within {deadline_seconds:g} s") from None
+        finally:
+            del self._waiting[request.id]
+            while not events.empty():
+                events.get_nowait()  # the reader may wait for room in this queue: it is never read again
+            if not finished:
+                self._cancel(call, request.id)
+            if not self._waiting:
+                self._idle_close = asyncio.get_running_loop().call_later(IDLE_CALL_SECONDS, self._end_idle, call)
+
+    async def aclose(self) -> None:
+        """End the call: the server kills and reaps whatever still runs on it."""
+        if self._idle_close is not None:
+            self._idle_close.cancel()
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+
+    def _end_idle(self, call: Any) -> None:
+        if call is self._call and not self._waiting:
+            self._call = None
+            call.cancel()
+
+    def _open(self) -> Any:
+        if self._call is None or self._call.done():
+            self._call = self._stub.Execute(metadata=self._metadata, wait_for_ready=False)
+            asyncio.ensure_future(self._read(self._call))
+        return self._call
+
+    async def _write(self, call: Any, request: process_pb2.ExecuteRequest) -> None:
+        async with self._writing:
+            try:
+                await call.write(request)
+            except grpc.aio.AioRpcError as error:
+                raise from_rpc_error(error) from None
+            except grpc.aio.UsageError:
+                raise SandboxUnavailableError("the sandbox's process stream has ended") from None
+
+    def _cancel(self, call: Any, request_id: int) -> None:
+        if call is self._call and not call.done():
+            cancel = process_pb2.ExecuteRequest(id=request_id, cancel=True)
+            asyncio.ensure_future(self._write_quietly(call, cancel))
+
+    async def _write_quietly(self, call: Any, request: process_pb2.ExecuteRequest) -> None:
+        try:
+            await self._write(call, request)
+        except SandboxError:
+            pass  # the call failed: the server kills everything it ran anyway
+
+    async def _read(self, call: Any) -> None:
+        """Hand each event to its process until the call ends; then fail the processes left."""
+        try:
+            while (event := await call.read()) is not grpc.aio.EOF:
+                if event is None:  # grpc.aio hands over None (and logs) for an event that does not parse
+                    raise SandboxProtocolError("the sandbox sent an event that does not parse")
+                if (events := self._waiting.get(event.id)) is not None:
+                    await events.put(event)
+                elif not 0 < event.id < self._next_id:
+                    raise SandboxProtocolError(f"the sandbox sent an event for request {event.id}, never made")
+                # else: an event of a process that is over, or given up: dropped
+            failure: BaseException = SandboxProtocolError("the sandbox ended the process stream")
+        except grpc.aio.AioRpcError as error:
+            failure = from_rpc_error(error)
+        except SandboxError as error:
+            failure = error
+        if self._call is call:
+            self._call = None
+        call.cancel()
+        for events in self._waiting.values():
+            _put_failure(events, failure)
+
+
+def _put_failure(events: asyncio.Queue[_Item], failure: BaseException) -> None:
+    """Queue ``failure`` for a process, making room for it if its queue is full."""
+    if events.full():
+        events.get_nowait()
+    events.put_nowait(failure)
+
+
+class Output:
+    """Output received from the server, capped at ``max_chars`` characters in total.
+
+    The server decodes at most ``max_output_bytes`` bytes, and decoding never yields more
+    characters than bytes, so an honest server never reaches this cap.
+    """
+
+    def __init__(self, max_chars: int) -> None:
+        self._room = max_chars
+        self._parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self.truncated = False
+
+    def keep(self, channel: str, text: str) -> str:
+        if len(text) > self._room:
+            text, self.truncated = text[: self._room], True
+        self._room -= len(text)
+        if text:
+            self._parts[channel].append(text)
+        return text
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self._parts["stdout"])
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._parts["stderr"])
+
+
+async def _follow(events: asyncio.Queue[_Item], output: Output, execution: Emitter) -> dict[str, Any]:
+    """Read one process's events to its Finished facts. Order: started, output*, finished (or error)."""
+    started = False
+    loop = asyncio.get_running_loop()
+    try:
+        # One deadline for the whole process, pushed back by every event (no task per read).
+        async with asyncio.timeout(IDLE_SECONDS) as idle:
+            while True:
+                event = await events.get()
+                if isinstance(event, BaseException):
+                    raise event
+                kind = event.WhichOneof("event")
+                if kind == "keepalive":
+                    idle.reschedule(loop.time() + IDLE_SECONDS)
+                    continue
+                if kind == "error":
+                    raise from_wire(event.error)
+                if (kind == "started") == started or kind is None:
+                    raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
+                if kind == "started":
+                    started = True
+                elif kind == "output":
+                    channel = messages.CHANNELS.get(event.output.channel)
+                    if channel is None:
+                        raise SandboxProtocolError(f"the sandbox sent output on unknown channel {event.output.channel}")
+                    if text := output.keep(channel, event.output.text):
+                        idle.reschedule(None)  # however long the consumer takes
+                        await execution.emit("process.output", channel=channel, text=text)
+                else:
+                    return _checked_facts(event.finished)
+                idle.reschedule(loop.time() + IDLE_SECONDS)
+    except TimeoutError:
+        if not idle.expired():
+            raise
+        raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
+
+
+def _checked_facts(finished: process_pb2.Finished) -> dict[str, Any]:
+    try:
+        return messages.finished_facts(finished)
+    except (TypeError, ValueError, KeyError) as error:
+        raise SandboxProtocolError(f"the sandbox sent an invalid answer: {error}") from None

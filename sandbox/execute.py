@@ -1,0 +1,186 @@
+"""One ``Execute`` call: the processes its requests start, and their events on one stream.
+
+Each request starts one process (or cancels one an earlier request started) and every event
+carries its request's id, so a client runs all its processes on a single call instead of
+paying for a call per process. Processes run through
+:class:`~protolink.execution.processes.LocalProcesses` (started as the command user by the
+spawner, :mod:`sandbox.launcher`), at most ``max_concurrency`` at once across all calls.
+A process that cannot run gets an ``error`` event with a typed wire error; a request that does
+not parse, or reuses the id of a running process, fails the whole call (``INVALID_ARGUMENT``).
+The call ends once the client has half-closed it and its processes have finished; when it is
+canceled, or the client goes away, every process it started is killed and reaped first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from google.protobuf.message import DecodeError, Message
+
+from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
+from protolink.execution.processes import Leader, LocalProcesses
+from protolink.sandbox import messages
+from protolink.sandbox._pb import process_pb2
+from protolink.sandbox.errors import to_status
+
+from .activity import Activity
+from .launcher import CommandSpec, Launcher
+from .reaper import StrayReaper
+
+#: A quiet process still sends an event this often, so either side notices a dead peer.
+KEEPALIVE_SECONDS = 5.0
+#: Text per Output event; larger chunks are split.
+OUTPUT_CHUNK_CHARS = 64 * 1024
+
+
+class CommandProcesses(LocalProcesses):
+    """LocalProcesses whose commands are resolved and started by the spawner, as the command
+    user; supervision (output, caps, timeouts, group kills) stays in the server."""
+
+    def __init__(self, launcher: Launcher) -> None:
+        self._launcher = launcher
+
+    async def resolve_command(
+        self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
+    ) -> tuple[tuple[str, ...], str]:
+        return await self._launcher.resolve_command(argv, cwd, env)
+
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+        return await self._launcher.launch(spec, stdout, stderr)
+
+
+class Runner:
+    """What every Execute call shares: the processes backend, the stray sweep, the slots, and
+    the server's activity (a running process counts as a running call)."""
+
+    def __init__(self, launcher: Launcher, reaper: StrayReaper, activity: Activity, *, max_concurrency: int,
+                 max_output_bytes: int) -> None:
+        self.processes = CommandProcesses(launcher)
+        self.reaper = reaper
+        self.activity = activity
+        self.slots = asyncio.Semaphore(max_concurrency)
+        self.max_output_bytes = max_output_bytes
+
+
+class ProcessCall:
+    """The processes of one Execute call; iterate :meth:`events` to serve it."""
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+        self._queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._reading = True
+
+    async def events(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The call's events, serialized, until it ends; raises what failed the call."""
+        reader = asyncio.ensure_future(self._read(requests))
+        try:
+            while (event := await self._queue.get()) is not None:
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+        finally:
+            reader.cancel()
+            for task in self._running.values():
+                task.cancel()  # each kills and reaps its group before it ends
+            await _settled([reader, *self._running.values()])
+
+    async def _read(self, requests: AsyncIterator[bytes]) -> None:
+        try:
+            async for request in requests:
+                self._take(request)
+        except Exception as error:  # a request that does not parse, or a broken protocol
+            self._queue.put_nowait(error)
+        finally:
+            self._reading = False
+            self._end_if_done()
+
+    def _take(self, data: bytes) -> None:
+        try:
+            request = process_pb2.ExecuteRequest.FromString(data)
+        except DecodeError:
+            raise ValueError("malformed ExecuteRequest") from None
+        if request.cancel:
+            if (task := self._running.get(request.id)) is not None:
+                task.cancel()
+            return
+        messages.require(request.id not in self._running, f"request id {request.id} is already running")
+        task = asyncio.ensure_future(self._run(request))
+        self._running[request.id] = task
+        task.add_done_callback(lambda _: self._finished(request.id))
+
+    def _finished(self, request_id: int) -> None:
+        del self._running[request_id]
+        self._end_if_done()
+
+    def _end_if_done(self) -> None:
+        if not self._reading and not self._running:
+            self._queue.put_nowait(None)
+
+    async def _run(self, request: process_pb2.ExecuteRequest) -> None:
+        """Run one process, queueing its events; nothing more after it is canceled."""
+        events = _ProcessEvents(request.id, self._queue)
+        try:
+            with self._runner.activity.call():
+                result = await self._execute(request, events)
+            events.put(finished=process_pb2.Finished(
+                exit_code=result.exit_code,
+                truncated=result.truncated,
+                timed_out=result.timed_out,
+                canceled=result.canceled,
+                duration_seconds=result.duration_seconds,
+            ))
+        except (ProcessCancelledError, asyncio.CancelledError):
+            return  # the group is dead and reaped; the client has stopped listening
+        except Exception as error:
+            events.put(error=to_status(error)[1])
+        finally:
+            events.close()
+
+    async def _execute(self, request: process_pb2.ExecuteRequest, events: _ProcessEvents) -> ProcessResult:
+        spec = CommandSpec.of(messages.process_spec(request), messages.command_as_written(request))
+        messages.require(spec.max_output_bytes <= self._runner.max_output_bytes,
+                         f"max_output_bytes is over this sandbox's limit of {self._runner.max_output_bytes}")
+        async with self._runner.slots, self._runner.reaper.command():
+            events.put(started=process_pb2.Started())
+            return await self._runner.processes.execute(spec, events)
+
+
+class _ProcessEvents:
+    """One process's events into the call's queue: the Emitter LocalProcesses sends output to,
+    with a keepalive every KEEPALIVE_SECONDS until closed."""
+
+    def __init__(self, request_id: int, queue: asyncio.Queue[bytes | BaseException | None]) -> None:
+        self._id = request_id
+        self._queue = queue
+        self._loop = asyncio.get_running_loop()
+        self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
+
+    def put(self, **event: Message) -> None:
+        self._queue.put_nowait(process_pb2.ExecuteEvent(id=self._id, **event).SerializeToString())
+
+    async def emit(self, type: str, **data: Any) -> None:
+        if type != "process.output":
+            return
+        channel = messages.CHANNEL_NUMBERS[data["channel"]]
+        text: str = data["text"]
+        for start in range(0, len(text), OUTPUT_CHUNK_CHARS):
+            self.put(output=process_pb2.Output(channel=channel, text=text[start : start + OUTPUT_CHUNK_CHARS]))
+
+    def close(self) -> None:
+        """No more keepalives."""
+        self._keepalive.cancel()
+
+    def _keep_alive(self) -> None:
+        self.put(keepalive=process_pb2.Keepalive())
+        self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
+
+
+async def _settled(tasks: list[asyncio.Task[None] | asyncio.Future[None]]) -> None:
+    """Wait until every task is done, even when this wait is canceled meanwhile."""
+    while pending := [task for task in tasks if not task.done()]:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait(pending)
