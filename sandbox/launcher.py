@@ -30,6 +30,8 @@ from .spawner import EXITED, FAILED, HEADER, REFUSED, RESOLVE, RESOLVED, SPAWN, 
 
 #: A spawner that leaves a request unanswered this long is replaced.
 ANSWER_SECONDS = 10.0
+#: How often a killed spawner is checked for its exit until it is reaped.
+REAP_POLL_SECONDS = 0.01
 
 log = logging.getLogger("sandbox")
 _ids = itertools.count(1)
@@ -306,23 +308,19 @@ class SpawnerConnection:
         self._reap()
 
     def _reap(self) -> None:
+        """Kill the spawner and reap it, polled: it dies at once, and gVisor has no pidfds."""
         try:
             os.kill(self.pid, signal.SIGKILL)
-            pidfd = os.pidfd_open(self.pid)
         except ProcessLookupError:
+            pass
+        try:
+            reaped, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            reaped = self.pid
+        if reaped:
             self._reaped.set_result(None)
-            return
-
-        def exited() -> None:
-            self._loop.remove_reader(pidfd)
-            os.close(pidfd)
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
-            self._reaped.set_result(None)
-
-        self._loop.add_reader(pidfd, exited)
+        else:
+            self._loop.call_later(REAP_POLL_SECONDS, self._reap)
 
 
 def _rights(fds: Sequence[int]) -> list[tuple[int, int, bytes]]:
