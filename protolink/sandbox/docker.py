@@ -469,16 +469,23 @@ class DockerSandbox:
         """Kill every process of the command uid in the container (the disk budget is spent).
 
         From the host, through the container's cgroup, when this user may signal them (fast:
-        no exec); otherwise by an exec of ``kill -KILL -1`` as the command uid.
+        no exec); otherwise by an exec of ``kill -KILL -1`` as the command uid. Under gVisor
+        always by the exec: its cgroup holds runsc's processes, not the sandbox's, and the
+        Sentry runs as nobody on the host (the default command uid), so the host would kill it.
+        The exec's shell is started through setpriv: gVisor gives an exec'd process of any uid
+        the container's capabilities, and kill(-1) with CAP_KILL would end PID 1 too.
         """
-        try:
-            for pid in _cgroup_pids(self._container):
-                if _real_uid(pid) == self.command_uid:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        except (PermissionError, LookupError, OSError):
-            self._container.exec_run(["/bin/sh", "-c", "kill -KILL -1"],
-                                     user=f"{self.command_uid}:{self.command_gid}")
+        if not self._gvisor:
+            try:
+                for pid in _cgroup_pids(self._container):
+                    if _real_uid(pid) == self.command_uid:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                return
+            except (PermissionError, LookupError, OSError):
+                pass
+        self._container.exec_run(["/usr/bin/setpriv", "--inh-caps=-all", "/bin/sh", "-c", "kill -KILL -1"],
+                                 user=f"{self.command_uid}:{self.command_gid}")
 
     async def disk_growth(self) -> int:
         """How many bytes the writable roots have grown since the sandbox started."""
