@@ -9,12 +9,10 @@ import socket
 
 import pytest
 
-from .conftest import GVISOR, still_serves
+from .conftest import GVISOR, NO_ROUTE, still_serves
 
 pytestmark = pytest.mark.docker
 
-#: A destination without a route: gVisor's network stack answers EHOSTUNREACH where Linux answers ENETUNREACH.
-NO_ROUTE = errno.EHOSTUNREACH if GVISOR else errno.ENETUNREACH
 #: A netlink change without CAP_NET_ADMIN: gVisor answers EACCES where Linux answers EPERM.
 NOT_ADMIN = errno.EACCES if GVISOR else errno.EPERM
 
