@@ -44,8 +44,9 @@ class SpawnerError(SandboxError):
 class Launcher:
     """Starts commands as ``uid``/``gid`` and resolves them with that user's permissions."""
 
-    def __init__(self, uid: int, gid: int, *, max_answer_bytes: int) -> None:
+    def __init__(self, uid: int, gid: int, *, max_answer_bytes: int, memory_bytes: int = 0) -> None:
         self._uid, self._gid = uid, gid
+        self._memory_bytes = memory_bytes
         self._max_answer_bytes = max_answer_bytes
         self._forked: tuple[int, socket.socket] | None = None
         self._current: SpawnerConnection | None = None
@@ -60,7 +61,7 @@ class Launcher:
             code = 1
             try:
                 ours.close()
-                code = spawner.run(theirs, self._uid, self._gid, server)
+                code = spawner.run(theirs, self._uid, self._gid, server, self._memory_bytes)
             finally:
                 os._exit(code)
         theirs.close()
@@ -113,7 +114,8 @@ class Launcher:
         try:
             theirs.set_inheritable(True)
             argv = [sys.executable, "-I", "-m", "sandbox.spawner", "--uid", str(self._uid), "--gid", str(self._gid),
-                    "--channel-fd", str(theirs.fileno()), "--server", str(os.getpid())]
+                    "--channel-fd", str(theirs.fileno()), "--server", str(os.getpid()),
+                    "--memory-bytes", str(self._memory_bytes)]
             pid = os.posix_spawn(sys.executable, argv, {"PATH": os.defpath}, setsid=True)
         except BaseException:
             ours.close()

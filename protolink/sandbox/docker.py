@@ -74,6 +74,11 @@ GVISOR_HOST_TASKS_PER_TASK = 8
 #: limit can hold, since past it the host's OOM killer ends the Sentry, that is the whole
 #: sandbox. (Measured: 192 idle processes fit in 768 MiB; beside the server, 4 MiB a task did not.)
 GVISOR_BYTES_PER_TASK = 8 * MiB
+#: Under gVisor a process that exhausts the container's memory gets the Sentry, that is the
+#: whole sandbox, killed by the host's OOM killer (this gVisor has none of its own). Each command
+#: and document worker is held to this share of the memory limit (RLIMIT_AS), so that one
+#: runaway fails alone, as the kernel's OOM killer makes it fail under runc.
+GVISOR_PROCESS_MEMORY_SHARE = 0.5
 
 
 def _resolve_roots(roots: Iterable[str | os.PathLike[str] | Root], writable: Iterable[str | os.PathLike[str]]) -> tuple[Root, ...]:
@@ -341,6 +346,9 @@ class DockerSandbox:
                    "--command-gid", str(self.command_gid)]
         for root in self.roots:
             command += ["--root", f"{root.path}:{'rw' if root.writable else 'ro'}"]
+        if self._gvisor:  # see GVISOR_PROCESS_MEMORY_SHARE
+            share = str(int(self.memory * GVISOR_PROCESS_MEMORY_SHARE))
+            command += ["--command-memory-bytes", share, "--worker-memory-bytes", share]
         if self.tcp:
             command += ["--listen", f"tcp://0.0.0.0:{TCP_PORT}", "--token-file", f"{SECRET_DIR}/token"]
         else:
