@@ -30,6 +30,8 @@ class ServerConfig:
     max_output_bytes: int = 64 * MiB
     max_workers: int = 8
     worker_memory_bytes: int = 1024 * MiB
+    #: Address-space limit of every command (RLIMIT_AS); 0: none (the container's memory limit alone).
+    command_memory_bytes: int = 0
     max_document_seconds: float = 300.0
     operation_seconds: float = 300.0
 
@@ -58,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--max-output-bytes", type=_positive, default=ServerConfig.max_output_bytes)
     parser.add_argument("--max-workers", type=_positive, default=ServerConfig.max_workers)
     parser.add_argument("--worker-memory-bytes", type=_positive, default=ServerConfig.worker_memory_bytes)
+    parser.add_argument("--command-memory-bytes", type=int, default=ServerConfig.command_memory_bytes,
+                        help="RLIMIT_AS of every command; 0 for none")
     parser.add_argument("--max-document-seconds", type=float, default=ServerConfig.max_document_seconds)
     parser.add_argument("--operation-seconds", type=float, default=ServerConfig.operation_seconds)
     args = parser.parse_args(argv)
@@ -67,6 +71,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         parser.error("commands never run as uid or gid 0")
     if args.listen.startswith("tcp://") and not args.token_file:
         parser.error("tcp:// listening requires --token-file")
+    if args.command_memory_bytes < 0:
+        parser.error("--command-memory-bytes must be 0 (none) or a positive number of bytes")
     for name in ("max_document_seconds", "operation_seconds"):
         if not 0 < getattr(args, name) < float("inf"):
             parser.error(f"--{name.replace('_', '-')} must be a positive number of seconds")
@@ -82,6 +88,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         max_output_bytes=args.max_output_bytes,
         max_workers=args.max_workers,
         worker_memory_bytes=args.worker_memory_bytes,
+        command_memory_bytes=args.command_memory_bytes,
         max_document_seconds=args.max_document_seconds,
         operation_seconds=args.operation_seconds,
     )

@@ -31,6 +31,8 @@ from .spawner import EXITED, FAILED, HEADER, REFUSED, RESOLVE, RESOLVED, SPAWN, 
 
 #: A spawner that leaves a request unanswered this long is replaced.
 ANSWER_SECONDS = 10.0
+#: How often a killed spawner is checked for its exit until it is reaped.
+REAP_POLL_SECONDS = 0.01
 
 log = logging.getLogger("sandbox")
 _ids = itertools.count(1)
@@ -55,8 +57,9 @@ class SpawnerError(SandboxError):
 class Launcher:
     """Starts commands as ``uid``/``gid`` and resolves them with that user's permissions."""
 
-    def __init__(self, uid: int, gid: int, *, max_answer_bytes: int) -> None:
+    def __init__(self, uid: int, gid: int, *, max_answer_bytes: int, memory_bytes: int = 0) -> None:
         self._uid, self._gid = uid, gid
+        self._memory_bytes = memory_bytes
         self._max_answer_bytes = max_answer_bytes
         self._forked: tuple[int, socket.socket] | None = None
         self._current: SpawnerConnection | None = None
@@ -71,7 +74,7 @@ class Launcher:
             code = 1
             try:
                 ours.close()
-                code = spawner.run(theirs, self._uid, self._gid, server)
+                code = spawner.run(theirs, self._uid, self._gid, server, self._memory_bytes)
             finally:
                 os._exit(code)
         theirs.close()
@@ -124,7 +127,8 @@ class Launcher:
         try:
             theirs.set_inheritable(True)
             argv = [sys.executable, "-I", "-m", "sandbox.spawner", "--uid", str(self._uid), "--gid", str(self._gid),
-                    "--channel-fd", str(theirs.fileno()), "--server", str(os.getpid())]
+                    "--channel-fd", str(theirs.fileno()), "--server", str(os.getpid()),
+                    "--memory-bytes", str(self._memory_bytes)]
             pid = os.posix_spawn(sys.executable, argv, {"PATH": os.defpath}, setsid=True)
         except BaseException:
             ours.close()
@@ -315,23 +319,19 @@ class SpawnerConnection:
         self._reap()
 
     def _reap(self) -> None:
+        """Kill the spawner and reap it, polled: it dies at once, and gVisor has no pidfds."""
         try:
             os.kill(self.pid, signal.SIGKILL)
-            pidfd = os.pidfd_open(self.pid)
         except ProcessLookupError:
+            pass
+        try:
+            reaped, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            reaped = self.pid
+        if reaped:
             self._reaped.set_result(None)
-            return
-
-        def exited() -> None:
-            self._loop.remove_reader(pidfd)
-            os.close(pidfd)
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
-            self._reaped.set_result(None)
-
-        self._loop.add_reader(pidfd, exited)
+        else:
+            self._loop.call_later(REAP_POLL_SECONDS, self._reap)
 
 
 def _rights(fds: Sequence[int]) -> list[tuple[int, int, bytes]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import os
 import signal
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
@@ -121,20 +122,28 @@ def _strays(uid: int, parents: Collection[int], known: Collection[int] = ()) -> 
 def _kill_if_still(candidate: _Process, uid: int, groups: set[int]) -> int:
     # The pidfd pins the process: if the pid was reused meanwhile, /proc now describes the
     # new process and the check below applies to the process the signal would reach.
+    # gVisor has no pidfds (ENOSYS): there the check and the kill are two calls, and only a
+    # pid reused between them could be missed or hit (gVisor hands pids out in sequence).
+    pidfd: int | None = None
     try:
         pidfd = os.pidfd_open(candidate.pid)
-    except OSError:
-        return 0
+    except OSError as error:
+        if error.errno != errno.ENOSYS:
+            return 0
     try:
         current = _read(candidate.pid)
         if current is None or uid not in current.uids or current.pgrp in groups:
             return 0
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        if pidfd is None:
+            os.kill(candidate.pid, signal.SIGKILL)
+        else:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         return 1
     except ProcessLookupError:
         return 0
     finally:
-        os.close(pidfd)
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _processes() -> Iterator[_Process]:
@@ -144,7 +153,10 @@ def _processes() -> Iterator[_Process]:
 
 
 def _read(pid: int) -> _Process | None:
-    """From /proc/PID/status alone (one read): uids, parent and process group."""
+    """Uids and parent from /proc/PID/status (one read), and the process group.
+
+    The group comes from ``getpgid``: gVisor's status has no ``NSpgid`` line.
+    """
     try:
         fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -155,10 +167,14 @@ def _read(pid: int) -> _Process | None:
         return None
     finally:
         os.close(fd)
-    ppid, pgrp, uids = (_field(status, name) for name in (b"PPid", b"NSpgid", b"Uid"))
-    if not (ppid and pgrp and uids):
+    ppid, uids = (_field(status, name) for name in (b"PPid", b"Uid"))
+    if not (ppid and uids):
         return None
-    return _Process(pid, int(ppid[0]), int(pgrp[0]), frozenset(map(int, uids)))
+    try:
+        pgrp = os.getpgid(pid)
+    except ProcessLookupError:
+        return None  # gone
+    return _Process(pid, int(ppid[0]), pgrp, frozenset(map(int, uids)))
 
 
 def _field(status: bytes, name: bytes) -> list[bytes]:

@@ -30,6 +30,7 @@ import array
 import errno
 import json
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -42,7 +43,7 @@ from protolink.execution.processes import start_process
 from protolink.execution.resolve import resolve_command
 
 from .privileges import (OOM_COMMAND, OOM_HELPER, OOM_SCORE_ADJ, die_with_parent, drop_to, forbid_new_privileges,
-                         helper_arguments, make_non_dumpable, set_oom_score_adj, shielding_uid)
+                         helper_arguments, limit, make_non_dumpable, set_oom_score_adj, shielding_uid)
 
 HEADER = struct.Struct("!BQI")
 # Requests (server -> spawner). SPAWN carries the stdout and stderr pipe ends, and may carry
@@ -195,8 +196,12 @@ def _receive(channel: socket.socket, size: int, *, with_fds: bool = False) -> tu
     return bytes(data), list(fds)
 
 
-def run(channel: socket.socket, uid: int, gid: int, server: int) -> int:
-    """Take the command user's identity, then serve ``channel``; the process's exit code."""
+def run(channel: socket.socket, uid: int, gid: int, server: int, memory_bytes: int = 0) -> int:
+    """Take the command user's identity, then serve ``channel``; the process's exit code.
+
+    ``memory_bytes`` (0: none) becomes the address-space limit of the spawner and so of every
+    command it starts.
+    """
     try:
         if os.getsid(0) != os.getpid():
             os.setsid()  # a group of its own: the stray sweep spares it, group kills miss it
@@ -211,6 +216,8 @@ def run(channel: socket.socket, uid: int, gid: int, server: int) -> int:
         # Commands inherit the lowest priority and cannot raise it (RLIMIT_NICE is 0): however
         # many of them spin, the server and its workers still get the CPU they need.
         os.setpriority(os.PRIO_PROCESS, 0, 19)
+        if memory_bytes:
+            limit(resource.RLIMIT_AS, memory_bytes)
         Spawner(channel, uid, oom_score_adj).serve()
         return 0
     except Exception:
@@ -220,8 +227,8 @@ def run(channel: socket.socket, uid: int, gid: int, server: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -I -m sandbox.spawner``: a replacement spawner, started by the server."""
-    args = helper_arguments("python -m sandbox.spawner", argv, "--channel-fd")
-    return run(socket.socket(fileno=args.channel_fd), args.uid, args.gid, args.server)
+    args = helper_arguments("python -m sandbox.spawner", argv, "--channel-fd", "--memory-bytes")
+    return run(socket.socket(fileno=args.channel_fd), args.uid, args.gid, args.server, args.memory_bytes)
 
 
 if __name__ == "__main__":

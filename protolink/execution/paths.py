@@ -223,11 +223,25 @@ def entry_type(mode: int) -> EntryType:
 
 
 def open_child_directory(dir_fd: int, name: str, path: str) -> int:
-    """Open the subdirectory ``name`` of ``dir_fd``; symlinks and non-directories are rejected."""
+    """Open the subdirectory ``name`` of ``dir_fd``; symlinks and non-directories are rejected.
+
+    The descriptor must be the entry ``fstatat`` then finds: gVisor follows a symlink to a
+    directory opened with ``O_DIRECTORY | O_NOFOLLOW``, where Linux refuses it.
+    """
     try:
         fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=dir_fd)
     except OSError as error:
         raise _walk_error(error, path, dir_fd, name) from None
+    try:
+        entry = lstat_at(dir_fd, name, path)
+        opened = os.fstat(fd)
+        if stat.S_ISLNK(entry.st_mode):
+            raise ValueError(f"{path} is a symlink; symlinks beneath roots are rejected")
+        if (entry.st_dev, entry.st_ino) != (opened.st_dev, opened.st_ino):
+            raise ValueError(f"{path} changed while it was being opened")
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 

@@ -64,6 +64,21 @@ SHM_BYTES = 64 * MiB
 #: bound entries: a flood of empty files fills the container's memory with inodes until the
 #: OOM killer picks the largest process, the server.
 TMPFS_BYTES_PER_ENTRY = 4096
+#: Host tasks the container's pids cgroup is given per task of a gVisor sandbox. The cgroup
+#: counts the host threads of runsc (on the ptrace platform each task costs about six: a stub
+#: and the Sentry's threads that run and trace it), not the sandbox's own tasks; a cgroup sized
+#: for those crashes the Sentry, and every call with it. The sandbox's tasks are bounded per
+#: user by RLIMIT_NPROC instead, which gVisor enforces inside.
+GVISOR_HOST_TASKS_PER_TASK = 8
+#: Host memory a gVisor task costs beyond its own pages: RLIMIT_NPROC is kept to what the memory
+#: limit can hold, since past it the host's OOM killer ends the Sentry, that is the whole
+#: sandbox. (Measured: 192 idle processes fit in 768 MiB; beside the server, 4 MiB a task did not.)
+GVISOR_BYTES_PER_TASK = 8 * MiB
+#: Under gVisor a process that exhausts the container's memory gets the Sentry, that is the
+#: whole sandbox, killed by the host's OOM killer (this gVisor has none of its own). Each command
+#: and document worker is held to this share of the memory limit (RLIMIT_AS), so that one
+#: runaway fails alone, as the kernel's OOM killer makes it fail under runc.
+GVISOR_PROCESS_MEMORY_SHARE = 0.5
 
 
 def _resolve_roots(roots: Iterable[str | os.PathLike[str] | Root], writable: Iterable[str | os.PathLike[str]]) -> tuple[Root, ...]:
@@ -207,6 +222,7 @@ class DockerSandbox:
         self._host_dirs: list[Path] = []
         self._backend: SandboxBackend | None = None
         self._watch: DiskWatch | None = None
+        self._gvisor = False  # the runtime is gVisor's runsc (set when the engine's runtimes are checked)
 
     @property
     def boundary(self) -> str:
@@ -318,17 +334,21 @@ class DockerSandbox:
         return None
 
     def _check_runtime(self) -> None:
-        runtimes = sorted(self._docker.info().get("Runtimes") or {})
+        runtimes = self._docker.info().get("Runtimes") or {}
         if self.runtime not in runtimes:
             raise SandboxUnavailableError(
-                f"the Docker Engine has no runtime {self.runtime!r} (it has: {', '.join(runtimes) or 'none'}); "
+                f"the Docker Engine has no runtime {self.runtime!r} (it has: {', '.join(sorted(runtimes)) or 'none'}); "
                 "install it and register it in the engine's daemon.json (gVisor: see SECURITY.md)")
+        self._gvisor = os.path.basename(runtimes[self.runtime].get("path") or "") == "runsc"
 
     def _server_command(self) -> list[str]:
         command = ["--boundary", self.name, "--command-uid", str(self.command_uid),
                    "--command-gid", str(self.command_gid)]
         for root in self.roots:
             command += ["--root", f"{root.path}:{'rw' if root.writable else 'ro'}"]
+        if self._gvisor:  # see GVISOR_PROCESS_MEMORY_SHARE
+            share = str(int(self.memory * GVISOR_PROCESS_MEMORY_SHARE))
+            command += ["--command-memory-bytes", share, "--worker-memory-bytes", share]
         if self.tcp:
             command += ["--listen", f"tcp://0.0.0.0:{TCP_PORT}", "--token-file", f"{SECRET_DIR}/token"]
         else:
@@ -361,6 +381,11 @@ class DockerSandbox:
                    Ulimit(name="nice", soft=0, hard=0)]  # commands cannot raise their priority
         if any(root.writable for root in self.roots):
             ulimits.append(Ulimit(name="fsize", soft=self.disk_bytes, hard=self.disk_bytes))
+        pids_limit = self.pids
+        if self._gvisor:  # see GVISOR_HOST_TASKS_PER_TASK and GVISOR_BYTES_PER_TASK
+            tasks = min(self.pids, self.memory // GVISOR_BYTES_PER_TASK)
+            ulimits.append(Ulimit(name="nproc", soft=tasks, hard=tasks))
+            pids_limit = self.pids * GVISOR_HOST_TASKS_PER_TASK
         options: dict[str, Any] = {}
         if self.tcp:
             host, _, port = self.tcp.rpartition(":")
@@ -382,7 +407,7 @@ class DockerSandbox:
             cap_add=["SETUID", "SETGID", "KILL"],
             security_opt=["no-new-privileges", f"seccomp={seccomp_profile()}"],
             privileged=False,
-            pids_limit=self.pids,
+            pids_limit=pids_limit,
             mem_limit=self.memory,
             memswap_limit=self.memory,
             nano_cpus=int(self.cpus * 1e9),
@@ -452,16 +477,23 @@ class DockerSandbox:
         """Kill every process of the command uid in the container (the disk budget is spent).
 
         From the host, through the container's cgroup, when this user may signal them (fast:
-        no exec); otherwise by an exec of ``kill -KILL -1`` as the command uid.
+        no exec); otherwise by an exec of ``kill -KILL -1`` as the command uid. Under gVisor
+        always by the exec: its cgroup holds runsc's processes, not the sandbox's, and the
+        Sentry runs as nobody on the host (the default command uid), so the host would kill it.
+        The exec's shell is started through setpriv: gVisor gives an exec'd process of any uid
+        the container's capabilities, and kill(-1) with CAP_KILL would end PID 1 too.
         """
-        try:
-            for pid in _cgroup_pids(self._container):
-                if _real_uid(pid) == self.command_uid:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        except (PermissionError, LookupError, OSError):
-            self._container.exec_run(["/bin/sh", "-c", "kill -KILL -1"],
-                                     user=f"{self.command_uid}:{self.command_gid}")
+        if not self._gvisor:
+            try:
+                for pid in _cgroup_pids(self._container):
+                    if _real_uid(pid) == self.command_uid:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                return
+            except (PermissionError, LookupError, OSError):
+                pass
+        self._container.exec_run(["/usr/bin/setpriv", "--inh-caps=-all", "/bin/sh", "-c", "kill -KILL -1"],
+                                 user=f"{self.command_uid}:{self.command_gid}")
 
     async def disk_growth(self) -> int:
         """How many bytes the writable roots have grown since the sandbox started."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -36,6 +37,10 @@ PYTHON = "/opt/protolink/bin/python"
 NOBODY = 65534
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 RUNTIME = os.environ.get("PROTOLINK_SANDBOX_RUNTIME") or None
+#: gVisor's Sentry, not the host kernel, answers the commands' system calls.
+GVISOR = RUNTIME == "runsc"
+#: A destination without a route: gVisor's network stack answers EHOSTUNREACH where Linux answers ENETUNREACH.
+NO_ROUTE = errno.EHOSTUNREACH if GVISOR else errno.ENETUNREACH
 #: Generous bound that only keeps a broken build from hanging the suite; never a timing claim.
 HANG_GUARD = 60.0
 #: An environment variable of the host process while sandboxes start: it must never be seen inside.

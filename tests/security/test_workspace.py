@@ -13,7 +13,7 @@ import pytest
 from protolink import Agent, AgentCard, ApprovalDecision, CapabilityPolicy, ResourceConflictError
 from protolink.tools.builtins import filesystem_tools, process_tool
 
-from .conftest import NOBODY, Attacker, figure, still_serves
+from .conftest import GVISOR, NOBODY, Attacker, figure, still_serves
 
 pytestmark = pytest.mark.docker
 
@@ -144,12 +144,13 @@ async def test_hardlinks(attacker):
 async def test_special_files(attacker):
     """A FIFO named like a text file and like a CSV (a reader that opens it would block forever), and a Unix socket.
 
-    read_file and read_document refuse them as special files at once; search_files skips them.
+    read_file and read_document refuse them as special files at once (gVisor refuses even to stat the socket, a host socket: PermissionError); search_files skips them.
     """
     await attacker.shell("mkfifo pipe.txt pipe.csv; "
                          "/opt/protolink/bin/python -c \"import socket; socket.socket(socket.AF_UNIX).bind('s.txt')\"")
-    for path in ("pipe.txt", "s.txt"):
-        with pytest.raises(ValueError, match="special file"):
+    special = (ValueError, "special file")
+    for path, (refusal, message) in {"pipe.txt": special, "s.txt": (PermissionError, "") if GVISOR else special}.items():
+        with pytest.raises(refusal, match=message):
             await attacker.call("read_file", path=str(attacker.ws / path))
     with pytest.raises(ValueError):
         await attacker.call("read_document", path=str(attacker.ws / "pipe.csv"))
@@ -211,7 +212,7 @@ async def test_dot_dot_escape(attacker, roots):
 async def test_read_only_root_written(attacker, roots):
     """Writing the read-only root: create_file and replace_file through the tools, and a shell redirect.
 
-    The tools get PermissionError from the sandbox (the root is mounted read-only there too); the shell gets EROFS; the host files are unchanged.
+    The tools get PermissionError from the sandbox (the root is mounted read-only there too); the shell gets EROFS (gVisor checks permissions first: EACCES); the mount is read-only; the host files are unchanged.
     """
     agent, _ = writer(attacker, [roots.ro])
     with pytest.raises(PermissionError):
@@ -219,7 +220,9 @@ async def test_read_only_root_written(attacker, roots):
     with pytest.raises(PermissionError):
         await agent.call_tool("replace_file", path=str(roots.ro / "readme.txt"), content="changed\n")
     result = await attacker.shell(f"echo changed > {roots.ro}/readme.txt; touch {roots.ro}/new2.txt")
-    assert result.stderr.count("Read-only file system") == 2
+    assert result.stderr.count("Permission denied" if GVISOR else "Read-only file system") == 2
+    mounts = await attacker.run(["/bin/cat", "/proc/self/mountinfo"])
+    assert [line.split()[5].split(",")[0] for line in mounts.stdout.splitlines() if line.split()[4] == str(roots.ro)] == ["ro"]
     assert (roots.ro / "readme.txt").read_text() == "read only\n"
     assert sorted(os.listdir(roots.ro)) == ["readme.txt"]
     assert (roots.ro / "readme.txt").stat().st_uid != NOBODY

@@ -18,6 +18,9 @@ def test_roots_and_defaults():
     assert config.roots == (Root("/ws", True), Root("/docs", False))
     assert (config.command_uid, config.command_gid) == (65534, 65534)
     assert config.boundary.startswith("sandbox:") and config.token is None
+    assert config.command_memory_bytes == 0  # no address-space limit of its own (runc)
+    limited = parse_args(["--listen", "unix:///run/s.sock", "--command-memory-bytes", str(384 << 20)])
+    assert limited.command_memory_bytes == 384 << 20
 
 
 @pytest.mark.parametrize("argv", [
@@ -28,6 +31,7 @@ def test_roots_and_defaults():
     ["--listen", "unix:///s", "--root", "/ws"],  # access not declared
     ["--listen", "unix:///s", "--root", "relative:rw"],
     ["--listen", "unix:///s", "--root", "/ws/../etc:rw"],
+    ["--listen", "unix:///s", "--command-memory-bytes", "-1"],
 ])
 def test_refused_command_lines(argv):
     with pytest.raises(SystemExit):
