@@ -181,7 +181,7 @@ async def test_pdf_that_loops(attacker, shape):
 async def test_pdf_that_explodes_in_memory(attacker):
     """A PDF of about 100 KiB whose one content stream inflates to 72 MB of twelve million empty text operators (under pypdf's own stream limits).
 
-    Parsing the operators exhausts the worker's address-space limit (or memory): it is killed, the call gets SandboxLimitError or DocumentError, the next call works. Under gVisor the parse runs slower (page faults cost more there) and may reach the call's time limit first: its worker is then stopped (TimeoutError).
+    Parsing the operators exhausts the worker's address-space limit (or memory): it is killed, the call gets SandboxLimitError or DocumentError, the next call works. Under gVisor the parse runs slower and may reach the call's time limit first: its worker is then stopped (TimeoutError).
     """
     operators = stream(b"BT /F1 12 Tf " + b"() Tj " * 12_000_000 + b"ET", compress=True)
     page = PAGE.replace(b"/XObject << /X1 5 0 R >> ", b"")
