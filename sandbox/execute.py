@@ -4,7 +4,8 @@ Each request starts one process (or cancels one an earlier request started) and 
 carries its request's id, so a client runs all its processes on a single call instead of
 paying for a call per process. Processes run through
 :class:`~protolink.execution.processes.LocalProcesses` (started as the command user by the
-spawner, :mod:`sandbox.launcher`), at most ``max_concurrency`` at once across all calls.
+spawner, :mod:`sandbox.launcher`), at most ``max_concurrency`` at once across all calls; a call
+that asks for more than twice that at once gets a limit error for each one beyond.
 A process that cannot run gets an ``error`` event with a typed wire error; a request that does
 not parse, or reuses the id of a running process, fails the whole call (``INVALID_ARGUMENT``).
 The call ends once the client has half-closed it and its processes have finished; when it is
@@ -24,7 +25,7 @@ from protolink.execution.process import ProcessCancelledError, ProcessResult, Pr
 from protolink.execution.processes import Leader, LocalProcesses
 from protolink.sandbox import messages
 from protolink.sandbox._pb import process_pb2
-from protolink.sandbox.errors import to_status
+from protolink.sandbox.errors import SandboxLimitError, to_status
 
 from .activity import Activity
 from .launcher import CommandSpec, Launcher
@@ -62,6 +63,10 @@ class Runner:
         self.reaper = reaper
         self.activity = activity
         self.slots = asyncio.Semaphore(max_concurrency)
+        #: Processes one call may have running or waiting for a slot: a client keeps to
+        #: max_concurrency (Info's limits); the slack covers processes it canceled that are
+        #: still being reaped here.
+        self.max_per_call = 2 * max_concurrency
         self.max_output_bytes = max_output_bytes
 
 
@@ -108,6 +113,10 @@ class ProcessCall:
                 task.cancel()
             return
         messages.require(request.id not in self._running, f"request id {request.id} is already running")
+        if len(self._running) >= self._runner.max_per_call:
+            refusal = SandboxLimitError(f"more than {self._runner.max_per_call} processes on one call")
+            self._queue.put_nowait(_event(request.id, error=to_status(refusal)[1]))
+            return
         task = asyncio.ensure_future(self._run(request))
         self._running[request.id] = task
         task.add_done_callback(lambda _: self._finished(request.id))
@@ -160,7 +169,7 @@ class _ProcessEvents:
         self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
 
     def put(self, **event: Message) -> None:
-        self._queue.put_nowait(process_pb2.ExecuteEvent(id=self._id, **event).SerializeToString())
+        self._queue.put_nowait(_event(self._id, **event))
 
     async def emit(self, type: str, **data: Any) -> None:
         if type != "process.output":
@@ -177,6 +186,10 @@ class _ProcessEvents:
     def _keep_alive(self) -> None:
         self.put(keepalive=process_pb2.Keepalive())
         self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
+
+
+def _event(request_id: int, **event: Message) -> bytes:
+    return process_pb2.ExecuteEvent(id=request_id, **event).SerializeToString()
 
 
 async def _settled(tasks: list[asyncio.Task[None] | asyncio.Future[None]]) -> None:

@@ -42,6 +42,8 @@ __all__ = ["SandboxBackend", "SandboxInfo", "connect"]
 
 MiB = 1024 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 32 * MiB
+#: Processes run at once when the server does not say how many it runs.
+DEFAULT_MAX_CONCURRENCY = 64
 #: Extra time a process call may take beyond its timeout: group kill, reap and drain.
 EXECUTE_GRACE_SECONDS = 30.0
 #: The longest a workspace call may take, whatever the server reports.
@@ -122,7 +124,8 @@ class SandboxBackend:
         self._max_request_bytes = min(max_message_bytes, int(info.limits.get("max_message_bytes", max_message_bytes)))
         self._closed = False
         self._resolutions = Resolutions()
-        self._processes = ProcessStream(self._stub, self._metadata)
+        self._processes = ProcessStream(self._stub, self._metadata, max_in_flight=int(
+            info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
         self.info_at_connect = info
         self.boundary = info.boundary
 

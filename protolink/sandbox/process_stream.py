@@ -39,9 +39,10 @@ _Item = process_pb2.ExecuteEvent | BaseException
 class ProcessStream:
     """Processes over one Execute call of ``stub`` (see the module)."""
 
-    def __init__(self, stub: Any, metadata: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, stub: Any, metadata: Sequence[tuple[str, str]], *, max_in_flight: int) -> None:
         self._stub = stub
         self._metadata = tuple(metadata)
+        self._in_flight = asyncio.Semaphore(max_in_flight)
         self._call: Any = None
         self._waiting: dict[int, asyncio.Queue[_Item]] = {}
         self._next_id = 1
@@ -52,8 +53,14 @@ class ProcessStream:
                   deadline_seconds: float) -> dict[str, Any]:
         """Start ``request``'s process and follow it to its Finished facts, within ``deadline_seconds``.
 
-        Canceled (or failing), it tells the server to kill and reap the process group.
+        Canceled (or failing), it tells the server to kill and reap the process group. At most
+        ``max_in_flight`` processes run at once (the server's ``max_concurrency``); more wait here.
         """
+        async with self._in_flight:
+            return await self._run(request, output, execution, deadline_seconds)
+
+    async def _run(self, request: process_pb2.ExecuteRequest, output: Output, execution: Emitter,
+                   deadline_seconds: float) -> dict[str, Any]:
         if self._idle_close is not None:
             self._idle_close.cancel()
         call = self._open()

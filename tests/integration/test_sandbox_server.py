@@ -371,6 +371,24 @@ async def test_an_invalid_process_request_gets_an_error_event_and_its_call_goes_
     assert kinds == ["started", "output", "finished"]
 
 
+async def test_one_call_asking_for_more_than_twice_the_concurrency_gets_limit_errors(roots):
+    """--max-concurrency 2: on a raw call two run, two wait for a slot, the fifth and sixth are
+    refused at once; a SandboxBackend never asks for more than it may."""
+    async with own_server(roots[0], "crowded", ["--max-concurrency", "2"]) as (running, writable):
+        requests = [process_pb2.ExecuteRequest(id=number, argv=["/bin/sleep", "0.5"], cwd=str(writable), env=ENV,
+                                               timeout_seconds=30, max_output_bytes=1024).SerializeToString()
+                    for number in range(1, 7)]
+        async with grpc.aio.insecure_channel(running.address) as channel:
+            events = await execute_raw(channel, *requests)
+        # SandboxBackend keeps to the limit Info reports: ten processes at once all run, two at a time.
+        results = await asyncio.gather(*(run(running, "sleep 0.2", writable) for _ in range(10)))
+    refused = {event.id for event in events if event.WhichOneof("event") == "error"}
+    finished = {event.id for event in events if event.WhichOneof("event") == "finished"}
+    assert refused == {5, 6} and finished == {1, 2, 3, 4}
+    assert all(event.error.kind == errors_pb2.ERROR_KIND_LIMIT_EXCEEDED for event in events if event.id in refused)
+    assert [result.exit_code for result in results] == [0] * 10
+
+
 async def test_a_request_id_already_running_fails_the_call_and_kills_its_processes(server, roots):
     sleeper = process_pb2.ExecuteRequest(id=7, argv=["/bin/sleep", "300"], cwd=str(roots[0]), env=ENV,
                                          timeout_seconds=600, max_output_bytes=1024).SerializeToString()
