@@ -13,7 +13,7 @@ process's memory), and a process whose events stop coming, keepalives included, 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import grpc
@@ -48,6 +48,7 @@ class ProcessStream:
         self._next_id = 1
         self._writing = asyncio.Lock()
         self._idle_close: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # the readers and cancel writes under way
 
     async def run(self, request: process_pb2.ExecuteRequest, output: Output, execution: Emitter,
                   deadline_seconds: float) -> dict[str, Any]:
@@ -105,8 +106,14 @@ class ProcessStream:
     def _open(self) -> Any:
         if self._call is None or self._call.done():
             self._call = self._stub.Execute(metadata=self._metadata, wait_for_ready=False)
-            asyncio.ensure_future(self._read(self._call))
+            self._keep(self._read(self._call))
         return self._call
+
+    def _keep(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in a task this object holds until it ends."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _write(self, call: Any, request: process_pb2.ExecuteRequest) -> None:
         async with self._writing:
@@ -120,7 +127,7 @@ class ProcessStream:
     def _cancel(self, call: Any, request_id: int) -> None:
         if call is self._call and not call.done():
             cancel = process_pb2.ExecuteRequest(id=request_id, cancel=True)
-            asyncio.ensure_future(self._write_quietly(call, cancel))
+            self._keep(self._write_quietly(call, cancel))
 
     async def _write_quietly(self, call: Any, request: process_pb2.ExecuteRequest) -> None:
         try:
