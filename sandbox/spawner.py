@@ -68,6 +68,7 @@ class Spawner:
         self._uid = uid
         self._shield = shielding_uid(uid)
         self._oom_score_adj = oom_score_adj
+        self._cpus = os.sched_getaffinity(0)
         self._children: dict[int, tuple[int, Any]] = {}  # pid -> (request id, Popen)
 
     def serve(self) -> None:
@@ -112,10 +113,11 @@ class Spawner:
         if "written" in message and (change := _resolution_change(message)) is not None:
             self._send(FAILED, request, {"errno": 0, "message": change})
             return
-        # The child takes the real uid and OOM preference this process has when it starts;
-        # commands can signal it only between these two calls.
+        # The child takes the real uid, OOM preference and CPUs this process has when it starts;
+        # commands can signal it only between the two setresuid calls.
         os.setresuid(self._uid, -1, -1)
         set_oom_score_adj(OOM_COMMAND, fd=self._oom_score_adj)
+        os.sched_setaffinity(0, self._cpus)  # a command may have pinned this process: its children get every CPU
         try:
             popen = start_process(message["argv"], message["cwd"], message["env"], fds[0], fds[1],
                                   umask=COMMAND_UMASK)

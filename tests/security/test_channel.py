@@ -151,7 +151,7 @@ print(json.dumps(found))
 async def test_slow_down_the_helpers(attacker):
     """A command tries to renice (to 19), pin to one CPU (sched_setaffinity), stop (SIGSTOP) and prlimit every server-side process it sees in /proc: pid 1, the server, each file and document worker, the command spawner.
 
-    Every attempt on pid 1, the server and the workers fails with EPERM and changes nothing: a worker's real, effective and saved uids are its own, only its file-system uid is the command user's (files it creates still belong to the command user). The spawner keeps the command user as effective uid (to start commands with vfork): stopping and prlimit are refused, renice is allowed but changes nothing (it already runs at nice 19, the lowest priority), and pinning it to one CPU succeeds (a residual risk; the test undoes it). The next calls are served.
+    Every attempt on pid 1, the server and the workers fails with EPERM and changes nothing: a worker's real, effective and saved uids are its own, only its file-system uid is the command user's (files it creates still belong to the command user). The spawner keeps the command user as effective uid (to start commands with vfork): stopping and prlimit are refused, renice is allowed but changes nothing (it already runs at nice 19, the lowest priority), and pinning it to one CPU succeeds, but the spawner takes every CPU back before it starts a command, so the next command still gets them all (a residual risk: the spawner's own work is slowed). The next calls are served.
     """
     await attacker.call("list_files", path=str(attacker.ws))  # a worker exists
     targets = await attacker.probe(HINDER)
@@ -163,6 +163,12 @@ async def test_slow_down_the_helpers(attacker):
             assert before[0] == after[0] == 19 and len(after[1]) == 1, (name, pid, before, after)
         else:
             assert (answers, after) == (refused, before), (name, pid, answers, before, after)
+    # A command leaves the spawner pinned to one CPU; the next command still gets every CPU.
+    spawner = next(pid for name, pid, *_ in targets if name == "spawner")
+    every_cpu = next(before[1] for name, _, _, before, _ in targets if name == "spawner")
+    pin = f"import os\nos.sched_setaffinity({spawner}, [{every_cpu[0]}])\nprint(len(os.sched_getaffinity({spawner})))"
+    assert (await attacker.python(pin)).stdout == "1\n"
+    assert await attacker.probe("import json, os\nprint(json.dumps(sorted(os.sched_getaffinity(0))))") == every_cpu
     secret = attacker.ws / "private.txt"
     secret.write_text("only the command user\n")
     secret.chmod(0o600)
