@@ -14,6 +14,7 @@ of hanging: unary calls have deadlines; processes run on one Execute call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -51,6 +52,10 @@ MAX_OPERATION_SECONDS = 300.0
 #: Extra time a workspace or document call may take beyond the server's own limit.
 CALL_GRACE_SECONDS = 10.0
 HEALTH_SECONDS = 2.0
+#: A call that finds the connection lost (say, while a command starved the server of CPU and its
+#: keepalives went unanswered) first waits this long for it to come back; a sandbox that is gone
+#: still fails, this much later.
+RECONNECT_SECONDS = 3.0
 MAX_BOUNDARY_CHARS = 256
 
 R = TypeVar("R", bound=Message)
@@ -185,6 +190,7 @@ class SandboxBackend:
         self._check_open()
         written = self._resolutions.written(spec)
         request = self._request(messages.execute_request, spec, written)
+        await self._reconnected()
         started = time.monotonic()
         output = Output(spec.max_output_bytes)
         try:
@@ -288,7 +294,14 @@ class SandboxBackend:
 
     async def _unary(self, method: Any, request: Message, timeout: float) -> Any:
         self._check_open()
+        await self._reconnected()
         return await _call(method, request, metadata=self._metadata, timeout=timeout, wait_for_ready=False)
+
+    async def _reconnected(self) -> None:
+        """Give a lost connection RECONNECT_SECONDS to come back before a call would fail at once."""
+        if self._channel.get_state() is not grpc.ChannelConnectivity.READY:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._channel.channel_ready(), RECONNECT_SECONDS)
 
     @staticmethod
     def _checked(decode: Any, *args: Any, **kwargs: Any) -> Any:
@@ -342,8 +355,9 @@ def _channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.http2.ping_timeout_ms", 2_000),
         ("grpc.enable_retries", 0),
-        # A sandbox that is starting is found within tens of milliseconds, not seconds.
+        # A sandbox that is starting is found within tens of milliseconds, not seconds; a
+        # connection attempt itself may take a second (a busy server is slow to greet).
         ("grpc.initial_reconnect_backoff_ms", 20),
-        ("grpc.min_reconnect_backoff_ms", 20),
+        ("grpc.min_reconnect_backoff_ms", 1000),
         ("grpc.max_reconnect_backoff_ms", 500),
     ]

@@ -10,13 +10,24 @@ from collections.abc import Generator
 
 from .sections import DocumentError, DocumentSection
 
+#: Where the trailer (or the cross-reference stream's dictionary) that names the encryption lies.
+TRAILER_BYTES = 64 * 1024
+
 
 def pdf_sections(data: bytes, format_name: str) -> Generator[DocumentSection, None, None]:
     """Page text in page order; pages are parsed only as far as the consumer reads."""
     from pypdf import PdfReader
 
-    reader = PdfReader(io.BytesIO(data))
-    if reader.is_encrypted:
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        encrypted = reader.is_encrypted
+    except Exception:
+        # pypdf may fail on the encryption dictionary itself (it reads it to try the empty
+        # password); a trailer that names one still makes the document an encrypted one.
+        if b"/Encrypt" not in data[-TRAILER_BYTES:]:
+            raise
+        encrypted = True
+    if encrypted:
         raise DocumentError("PDF document is encrypted; encrypted documents are unsupported")
     for number, page in enumerate(reader.pages, start=1):
         yield DocumentSection({"page": number}, text=page.extract_text())

@@ -107,3 +107,14 @@ def test_a_missing_parser_names_the_extra_to_install(monkeypatch, format_name, m
     monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(RuntimeError, match=rf"requires {package}: pip install 'protolink\[documents\]'"):
         extract(archive.getvalue(), format_name, DocumentLimits())
+
+
+def test_a_pdf_whose_encryption_dictionary_pypdf_cannot_read_is_still_encrypted():
+    """pypdf reads the encryption dictionary to try the empty password; when that fails, the
+    trailer naming an /Encrypt dictionary still makes the document an encrypted one."""
+    damaged = (b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog >>\nendobj\n2 0 obj\n<< /Filter /Standard /V 2 /R 3 >>\n"
+               b"endobj\ntrailer\n<< /Root 1 0 R /Encrypt 2 0 R /ID [<00> <00>] >>\n%%EOF\n")
+    with pytest.raises(DocumentError, match="encrypted"):
+        extract(damaged, "pdf", DocumentLimits())
+    with pytest.raises(DocumentError, match="could not be parsed"):
+        extract(damaged.replace(b"/Encrypt 2 0 R ", b""), "pdf", DocumentLimits())

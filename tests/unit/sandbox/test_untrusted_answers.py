@@ -176,3 +176,31 @@ async def test_a_closed_backend_refuses_calls(fake):
         await backend.info()
     with pytest.raises(SandboxError, match="closed"):
         await backend.execute(SPEC, Recorder())
+
+
+async def test_a_call_waits_a_moment_for_a_lost_connection_to_come_back(tmp_path):
+    """The server goes away and is back half a second later: the next call waits for it instead
+    of failing at once; with no server at all, a call still fails, after RECONNECT_SECONDS."""
+    script, address = Script(), f"unix://{tmp_path / 'fake.sock'}"
+
+    async def serve() -> grpc.aio.Server:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((script.handler(),))
+        server.add_insecure_port(address)
+        await server.start()
+        return server
+
+    server = await serve()
+    async with await connect(address) as backend:
+        await server.stop(None)
+
+        async def come_back() -> grpc.aio.Server:
+            await asyncio.sleep(0.5)
+            return await serve()
+
+        returning = asyncio.ensure_future(come_back())
+        assert (await backend.info()).boundary == "sandbox:fake"
+        server = await returning
+        await server.stop(None)
+        with pytest.raises(SandboxUnavailableError):
+            await backend.info()
