@@ -84,10 +84,7 @@ class StrayReaper:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         self._current, self._queued = self._queued, None
-        parents = self._parents()
-        if not _strays(self._uid, parents)[1]:
-            return 0  # found without a thread hop
-        return await asyncio.get_running_loop().run_in_executor(self._thread, kill_strays, self._uid, parents)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, kill_strays, self._uid, self._parents())
 
     async def _tick(self) -> None:
         while self._running:
@@ -153,9 +150,9 @@ def _processes() -> Iterator[_Process]:
 
 
 def _read(pid: int) -> _Process | None:
-    """Uids and parent from /proc/PID/status (one read), and the process group.
+    """Uids, parent and process group from /proc/PID/status (one read).
 
-    The group comes from ``getpgid``: gVisor's status has no ``NSpgid`` line.
+    gVisor's status has no ``NSpgid`` line: there the group comes from ``getpgid``.
     """
     try:
         fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
@@ -167,14 +164,14 @@ def _read(pid: int) -> _Process | None:
         return None
     finally:
         os.close(fd)
-    ppid, uids = (_field(status, name) for name in (b"PPid", b"Uid"))
+    ppid, pgrp, uids = (_field(status, name) for name in (b"PPid", b"NSpgid", b"Uid"))
     if not (ppid and uids):
         return None
     try:
-        pgrp = os.getpgid(pid)
+        group = int(pgrp[0]) if pgrp else os.getpgid(pid)
     except ProcessLookupError:
         return None  # gone
-    return _Process(pid, int(ppid[0]), pgrp, frozenset(map(int, uids)))
+    return _Process(pid, int(ppid[0]), group, frozenset(map(int, uids)))
 
 
 def _field(status: bytes, name: bytes) -> list[bytes]:
