@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
 from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
 from protolink.execution.processes import Leader, LocalProcesses
@@ -104,10 +104,7 @@ class ProcessCall:
             self._end_if_done()
 
     def _take(self, data: bytes) -> None:
-        try:
-            request = process_pb2.ExecuteRequest.FromString(data)
-        except DecodeError:
-            raise ValueError("malformed ExecuteRequest") from None
+        request = messages.parse(process_pb2.ExecuteRequest, data)
         if request.cancel:
             if (task := self._running.get(request.id)) is not None:
                 task.cancel()

@@ -1,10 +1,11 @@
 """The Sandbox service: a thin adapter from RPCs to :mod:`protolink.execution`.
 
 ``Execute`` calls run processes (:mod:`sandbox.execute`); ``ResolveCommand`` is answered by
-the spawner (:mod:`sandbox.launcher`), with the command user's permissions. Workspace and document operations run in worker processes (:mod:`sandbox.workers`)
-after the requested roots are checked against the mounted ones. Requests arrive as bytes and are parsed here, so a
-malformed one is answered with ``INVALID_ARGUMENT``; any failure becomes a status plus a
-typed wire error (:mod:`protolink.sandbox.errors`), never a traceback.
+the spawner (:mod:`sandbox.launcher`), with the command user's permissions. Workspace and
+document operations run in worker processes (:mod:`sandbox.workers`) after the requested roots
+are checked against the mounted ones. Requests arrive as bytes and are parsed here, so a
+malformed one is answered with ``INVALID_ARGUMENT``; any failure becomes a status plus a typed
+wire error (:mod:`protolink.sandbox.errors`), never a traceback.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
 import protolink
 from protolink.sandbox import messages
@@ -34,7 +34,6 @@ from .workers import OperationFailed, WorkerPool
 SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].full_name
 
 log = logging.getLogger("sandbox")
-M = TypeVar("M", bound=Message)
 
 
 class SandboxService:
@@ -46,7 +45,6 @@ class SandboxService:
     def __init__(self, config: ServerConfig, workers: WorkerPool, reaper: StrayReaper, launcher: Launcher) -> None:
         self._config = config
         self._workers = workers
-        self._reaper = reaper
         self.activity = Activity()
         self._runner = Runner(launcher, reaper, self.activity, max_concurrency=config.max_concurrency,
                               max_output_bytes=config.max_output_bytes)
@@ -63,7 +61,7 @@ class SandboxService:
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
     async def info(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        _parse(sandbox_pb2.InfoRequest, request)
+        messages.parse(sandbox_pb2.InfoRequest, request)
         config = self._config
         response = sandbox_pb2.InfoResponse(
             boundary=config.boundary,
@@ -81,7 +79,7 @@ class SandboxService:
         return response.SerializeToString()
 
     async def resolve_command(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        message = _parse(process_pb2.ResolveCommandRequest, request)
+        message = messages.parse(process_pb2.ResolveCommandRequest, request)
         argv, cwd = await self._runner.processes.resolve_command(list(message.argv), message.cwd, dict(message.env))
         return process_pb2.ResolveCommandResponse(argv=argv, cwd=cwd).SerializeToString()
 
@@ -91,7 +89,7 @@ class SandboxService:
 
     async def perform(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         operation = OPERATIONS[method]
-        message = _parse(operation.request, request)
+        message = messages.parse(operation.request, request)
         self._check_roots(message)
         seconds = self._config.operation_seconds
         if operation.document:
@@ -139,13 +137,6 @@ class SandboxService:
             writable = [root.path for root in self._config.roots if root.writable]
             if not messages.beneath(message.expected.resource_id, writable):
                 raise PermissionError(f"{message.expected.resource_id} is in a read-only root of this sandbox")
-
-
-def _parse(cls: type[M], data: bytes) -> M:
-    try:
-        return cls.FromString(data)
-    except DecodeError:
-        raise ValueError(f"malformed {cls.DESCRIPTOR.name}") from None
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:

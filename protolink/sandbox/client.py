@@ -34,7 +34,7 @@ from protolink.execution.processes import Emitter
 
 from . import messages
 from ._pb import documents_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
-from .errors import SandboxError, SandboxProtocolError, from_rpc_error
+from .errors import SandboxError, SandboxProtocolError, checked_answer, from_rpc_error, parsed_answer
 from .process_stream import Output, ProcessStream
 from .resolutions import Resolutions
 from .roots import Root
@@ -177,7 +177,7 @@ class SandboxBackend:
             return (executable, *argv[1:]), directory
         request = self._request(messages.resolve_request, argv, cwd, env)
         response = await self._unary(self._stub.ResolveCommand, request, self._operation_seconds)
-        resolved, directory = self._checked(messages.resolved_command, response, argv)
+        resolved, directory = checked_answer(messages.resolved_command, response, argv)
         self._resolutions.remember(argv[0], cwd, env, (resolved[0], directory))
         return resolved, directory
 
@@ -214,7 +214,7 @@ class SandboxBackend:
         request = self._request(workspace_pb2.ReadTextRequest, path=path, roots=roots, offset=offset,
                                 max_chars=max_chars, max_file_bytes=max_file_bytes)
         response = await self._unary(self._stub.ReadText, request, self._operation_seconds)
-        return self._checked(messages.text_chunk, response, roots=roots, max_chars=max_chars)
+        return checked_answer(messages.text_chunk, response, roots=roots, max_chars=max_chars)
 
     async def list_files(self, path: str, *, roots: Sequence[str], pattern: str, recursive: bool,
                          max_results: int) -> Listing:
@@ -222,7 +222,7 @@ class SandboxBackend:
         request = self._request(workspace_pb2.ListFilesRequest, path=path, roots=roots, pattern=pattern,
                                 recursive=recursive, max_results=max_results)
         response = await self._unary(self._stub.ListFiles, request, self._operation_seconds)
-        return self._checked(messages.listing, response, roots=roots, max_results=max_results)
+        return checked_answer(messages.listing, response, roots=roots, max_results=max_results)
 
     async def search_files(self, path: str, *, roots: Sequence[str], query: str, pattern: str,
                            case_sensitive: bool, max_results: int, max_file_bytes: int) -> SearchResult:
@@ -231,21 +231,21 @@ class SandboxBackend:
                                 pattern=pattern, case_sensitive=case_sensitive, max_results=max_results,
                                 max_file_bytes=max_file_bytes)
         response = await self._unary(self._stub.SearchFiles, request, self._operation_seconds)
-        return self._checked(messages.search_result, response, roots=roots, max_results=max_results)
+        return checked_answer(messages.search_result, response, roots=roots, max_results=max_results)
 
     async def snapshot_file(self, path: str, *, roots: Sequence[str], max_file_bytes: int) -> ResourceSnapshot:
         roots = _roots(roots)
         request = self._request(workspace_pb2.SnapshotFileRequest, path=path, roots=roots,
                                 max_file_bytes=max_file_bytes)
         response = await self._unary(self._stub.SnapshotFile, request, self._operation_seconds)
-        return self._checked(messages.snapshot, response, roots=roots, max_file_bytes=max_file_bytes)
+        return checked_answer(messages.snapshot, response, roots=roots, max_file_bytes=max_file_bytes)
 
     async def replace_file(self, expected: ResourceRevision, data: bytes | None, mode: int | None, *,
                            roots: Sequence[str]) -> ResourceRevision:
         roots = _roots(roots)
         request = self._request(messages.replace_request, expected, data, mode, roots)
         response = await self._unary(self._stub.ReplaceFile, request, self._operation_seconds)
-        written = self._checked(messages.revision, response.revision)
+        written = checked_answer(messages.revision, response.revision)
         if written.resource_id != expected.resource_id:
             raise SandboxProtocolError("the sandbox reported a write to another file")
         return written
@@ -257,7 +257,7 @@ class SandboxBackend:
         request = self._request(documents_pb2.ReadDocumentRequest, path=path, roots=roots,
                                 limits=messages.limits_message(limits))
         response = await self._unary(self._stub.ReadDocument, request, limits.timeout_seconds + CALL_GRACE_SECONDS)
-        return self._checked(messages.extraction, response, roots=roots, limits=limits)
+        return checked_answer(messages.extraction, response, roots=roots, limits=limits)
 
     async def search_document(self, path: str, query: str, *, roots: Sequence[str], limits: DocumentLimits,
                               max_results: int) -> DocumentSearchResult:
@@ -266,7 +266,7 @@ class SandboxBackend:
         request = self._request(documents_pb2.SearchDocumentRequest, path=path, query=query, roots=roots,
                                 limits=messages.limits_message(limits), max_results=max_results)
         response = await self._unary(self._stub.SearchDocument, request, limits.timeout_seconds + CALL_GRACE_SECONDS)
-        return self._checked(messages.document_search, response, roots=roots, query=query, limits=limits,
+        return checked_answer(messages.document_search, response, roots=roots, query=query, limits=limits,
                              max_results=max_results)
 
     # Plumbing ----------------------------------------------------------------------------
@@ -303,28 +303,13 @@ class SandboxBackend:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._channel.channel_ready(), RECONNECT_SECONDS)
 
-    @staticmethod
-    def _checked(decode: Any, *args: Any, **kwargs: Any) -> Any:
-        """Decode an answer; whatever does not fit its shape is the server's fault."""
-        try:
-            return decode(*args, **kwargs)
-        except (TypeError, ValueError, KeyError) as error:
-            raise SandboxProtocolError(f"the sandbox sent an invalid answer: {error}") from None
-
 
 async def _call(method: Any, request: Message, **options: Any) -> Any:
     try:
         response = await method(request, **options)
     except grpc.aio.AioRpcError as error:
         raise from_rpc_error(error) from None
-    return _parsed(response)
-
-
-def _parsed(answer: Any) -> Any:
-    """grpc.aio hands over None (and logs) for an answer that does not parse."""
-    if answer is None:
-        raise SandboxProtocolError("the sandbox sent an answer that does not parse")
-    return answer
+    return parsed_answer(response)
 
 
 def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:

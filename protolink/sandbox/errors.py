@@ -17,6 +17,9 @@ raises. Class names and tracebacks never cross the wire.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import grpc
 from google.protobuf.message import DecodeError
 
@@ -25,6 +28,8 @@ from protolink.core.resources import ResourceUnchangedError
 from protolink.execution.extract import DocumentError
 
 from ._pb import errors_pb2
+
+T = TypeVar("T")
 
 ERROR_METADATA_KEY = "protolink-error-bin"
 MAX_MESSAGE_CHARS = 4096
@@ -140,6 +145,22 @@ def from_status(
     cls = STATUSES.get(code, SandboxProtocolError) or SandboxProtocolError
     name = code.name if isinstance(code, grpc.StatusCode) else str(code)
     return cls(f"sandbox call failed ({name}): {_clip(details or '')}".rstrip(": "))
+
+
+def parsed_answer(answer: T | None) -> T:
+    """``answer`` as received; grpc.aio hands over None (and logs) for one that does not parse."""
+    if answer is None:
+        raise SandboxProtocolError("the sandbox sent an answer that does not parse")
+    return answer
+
+
+def checked_answer(decode: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``decode(*args, **kwargs)`` of something the server sent; whatever does not fit its
+    shape is the server's fault: SandboxProtocolError."""
+    try:
+        return decode(*args, **kwargs)
+    except (TypeError, ValueError, KeyError) as error:
+        raise SandboxProtocolError(f"the sandbox sent an invalid answer: {error}") from None
 
 
 def from_wire(wire: errors_pb2.Error) -> Exception:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+from google.protobuf.message import DecodeError, Message
 
 from protolink.core.resources import ResourceRevision, ResourceSnapshot
 from protolink.execution.documents import (
@@ -33,6 +35,8 @@ from ._pb import documents_pb2 as documents
 from ._pb import process_pb2 as process
 from ._pb import workspace_pb2 as workspace
 
+M = TypeVar("M", bound=Message)
+
 #: A process exit code or the negative number of the signal that ended it.
 EXIT_CODES = range(-255, 256)
 CHANNELS = {process.CHANNEL_STDOUT: "stdout", process.CHANNEL_STDERR: "stderr"}
@@ -43,6 +47,14 @@ ENTRY_TYPES = {
     workspace.ENTRY_TYPE_OTHER: "other",
 }
 ENTRY_TYPE_NUMBERS = {name: number for number, name in ENTRY_TYPES.items()}
+
+
+def parse(cls: type[M], data: bytes) -> M:
+    """A ``cls`` message from ``data``; ValueError when the bytes are not one."""
+    try:
+        return cls.FromString(data)
+    except DecodeError:
+        raise ValueError(f"malformed {cls.DESCRIPTOR.name}") from None
 
 
 def require(condition: bool, problem: str) -> None:

@@ -22,7 +22,8 @@ from protolink.execution.processes import Emitter
 
 from . import messages
 from ._pb import process_pb2
-from .errors import SandboxError, SandboxProtocolError, SandboxUnavailableError, from_rpc_error, from_wire
+from .errors import (SandboxError, SandboxProtocolError, SandboxUnavailableError, checked_answer, from_rpc_error,
+                     from_wire, parsed_answer)
 
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0
@@ -139,8 +140,7 @@ class ProcessStream:
         """Hand each event to its process until the call ends; then fail the processes left."""
         try:
             while (event := await call.read()) is not grpc.aio.EOF:
-                if event is None:  # grpc.aio hands over None (and logs) for an event that does not parse
-                    raise SandboxProtocolError("the sandbox sent an event that does not parse")
+                event = parsed_answer(event)
                 if (events := self._waiting.get(event.id)) is not None:
                     await events.put(event)
                 elif not 0 < event.id < self._next_id:
@@ -223,16 +223,9 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, execution: Emitt
                         idle.reschedule(None)  # however long the consumer takes
                         await execution.emit("process.output", channel=channel, text=text)
                 else:
-                    return _checked_facts(event.finished)
+                    return checked_answer(messages.finished_facts, event.finished)
                 idle.reschedule(loop.time() + IDLE_SECONDS)
     except TimeoutError:
         if not idle.expired():
             raise
         raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
-
-
-def _checked_facts(finished: process_pb2.Finished) -> dict[str, Any]:
-    try:
-        return messages.finished_facts(finished)
-    except (TypeError, ValueError, KeyError) as error:
-        raise SandboxProtocolError(f"the sandbox sent an invalid answer: {error}") from None

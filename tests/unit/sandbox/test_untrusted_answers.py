@@ -6,7 +6,7 @@ A fake server on a Unix socket answers each call with whatever the test scripts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
