@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+#: The suite takes minutes; past this many seconds it is stopped and fails instead of hanging.
+TEST_TIMEOUT ?= 2700
 
 .PHONY: install test engine image proto sandbox-up sandbox-down bench clean
 
@@ -16,7 +18,8 @@ $(STAMP): pyproject.toml
 
 ## test: the whole suite (Docker-backed tests need an engine; see scripts/engine-up.sh)
 test: install
-	$(BIN)/python -m pytest -q
+	@timeout --foreground --kill-after=60 $(TEST_TIMEOUT) $(BIN)/python -m pytest -q || { status=$$?; \
+	  [ $$status -ne 124 ] || echo "make test: stopped after $(TEST_TIMEOUT) s (TEST_TIMEOUT)" >&2; exit $$status; }
 
 ## engine: install (Debian, root) and start a Docker Engine when none answers
 engine:

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,7 +34,14 @@ from protolink.execution.processes import Emitter
 
 from . import messages
 from ._pb import documents_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
-from .errors import SandboxError, SandboxProtocolError, checked_answer, from_rpc_error, parsed_answer
+from .errors import (
+    SandboxError,
+    SandboxNotReachedError,
+    SandboxProtocolError,
+    checked_answer,
+    from_rpc_error,
+    parsed_answer,
+)
 from .process_stream import Output, ProcessStream
 from .resolutions import Resolutions
 from .roots import Root
@@ -58,7 +65,7 @@ HEALTH_SECONDS = 2.0
 RECONNECT_SECONDS = 3.0
 MAX_BOUNDARY_CHARS = 256
 
-R = TypeVar("R", bound=Message)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -190,11 +197,11 @@ class SandboxBackend:
         self._check_open()
         written = self._resolutions.written(spec)
         request = self._request(messages.execute_request, spec, written)
-        await self._reconnected()
         started = time.monotonic()
         output = Output(spec.max_output_bytes)
+        deadline_seconds = spec.timeout_seconds + EXECUTE_GRACE_SECONDS
         try:
-            facts = await self._processes.run(request, output, execution, spec.timeout_seconds + EXECUTE_GRACE_SECONDS)
+            facts = await self._connected(lambda: self._processes.run(request, output, execution, deadline_seconds))
         except asyncio.CancelledError:
             partial = ProcessResult(None, output.stdout, output.stderr, truncated=output.truncated, canceled=True,
                                     duration_seconds=time.monotonic() - started)
@@ -294,14 +301,31 @@ class SandboxBackend:
 
     async def _unary(self, method: Any, request: Message, timeout: float) -> Any:
         self._check_open()
-        await self._reconnected()
-        return await _call(method, request, metadata=self._metadata, timeout=timeout, wait_for_ready=False)
+        return await self._connected(
+            lambda: _call(method, request, metadata=self._metadata, timeout=timeout, wait_for_ready=False))
 
-    async def _reconnected(self) -> None:
-        """Give a lost connection RECONNECT_SECONDS to come back before a call would fail at once."""
-        if self._channel.get_state() is not grpc.ChannelConnectivity.READY:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._channel.channel_ready(), RECONNECT_SECONDS)
+    async def _connected(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, given RECONNECT_SECONDS for a lost connection to come back first.
+
+        A connection can also be lost between the look at it and the call (the server closed
+        it a moment ago); a call that failed for that reason was never sent, and is made once
+        more when the connection is back.
+        """
+        if not await self._connection_up():
+            return await call()
+        try:
+            return await call()
+        except SandboxNotReachedError:
+            await self._connection_up()
+        return await call()
+
+    async def _connection_up(self) -> bool:
+        """True when the connection is up; otherwise False, once it is back or RECONNECT_SECONDS passed."""
+        if self._channel.get_state() is grpc.ChannelConnectivity.READY:
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._channel.channel_ready(), RECONNECT_SECONDS)
+        return False
 
 
 async def _call(method: Any, request: Message, **options: Any) -> Any:

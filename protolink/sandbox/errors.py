@@ -5,6 +5,7 @@
     ProtoLinkError
     └── SandboxError               (RuntimeError)  the sandbox failed, or refused the call
         ├── SandboxUnavailableError                dead, unreachable or unresponsive
+        │   └── SandboxNotReachedError             no connection: the call never left the host
         ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
         ├── SandboxAuthenticationError             the token is missing or wrong
         └── SandboxLimitError                      a supervised worker hit a hard limit and was killed
@@ -32,6 +33,8 @@ from ._pb import errors_pb2
 T = TypeVar("T")
 
 ERROR_METADATA_KEY = "protolink-error-bin"
+#: How gRPC's channel fails a call it could not send because no connection could be made.
+NOT_CONNECTED_DETAILS = "failed to connect to all addresses"
 MAX_MESSAGE_CHARS = 4096
 Kind = errors_pb2.ErrorKind
 
@@ -42,6 +45,11 @@ class SandboxError(ProtoLinkError, RuntimeError):
 
 class SandboxUnavailableError(SandboxError):
     """The sandbox is dead, unreachable or does not answer in time."""
+
+
+class SandboxNotReachedError(SandboxUnavailableError):
+    """No connection to the sandbox could be made: the call was never sent, so it is safe to
+    make again."""
 
 
 class SandboxProtocolError(SandboxError):
@@ -143,6 +151,8 @@ def from_status(
     if wire is not None and wire.kind in KINDS and KINDS[wire.kind][0] == code:
         return from_wire(wire)
     cls = STATUSES.get(code, SandboxProtocolError) or SandboxProtocolError
+    if code == grpc.StatusCode.UNAVAILABLE and (details or "").startswith(NOT_CONNECTED_DETAILS):
+        cls = SandboxNotReachedError
     name = code.name if isinstance(code, grpc.StatusCode) else str(code)
     return cls(f"sandbox call failed ({name}): {_clip(details or '')}".rstrip(": "))
 

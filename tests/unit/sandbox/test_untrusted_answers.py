@@ -6,6 +6,7 @@ A fake server on a Unix socket answers each call with whatever the test scripts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,12 @@ import pytest
 from protolink.execution.process import ProcessSpec
 from protolink.sandbox import connect, process_stream
 from protolink.sandbox._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
-from protolink.sandbox.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
+from protolink.sandbox.errors import (
+    NOT_CONNECTED_DETAILS,
+    SandboxError,
+    SandboxProtocolError,
+    SandboxUnavailableError,
+)
 
 SERVICE = "protolink.sandbox.v1.Sandbox"
 SPEC = ProcessSpec(("/bin/true",), "/ws", {}, 5.0, 100)
@@ -42,12 +48,23 @@ class Script:
         self.events: list[process_pb2.ExecuteEvent] = []
         self.then_silence = False
         self.read_text = workspace_pb2.ReadTextResponse()
+        #: Calls to fail the way gRPC fails a call it could not send, before answering any.
+        self.unsent = 0
+        self.calls: list[str] = []
+
+    async def _answered(self, name: str, context: Any) -> None:
+        self.calls.append(name)
+        if self.unsent:
+            self.unsent -= 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{NOT_CONNECTED_DETAILS}; last error: none")
 
     async def _info(self, request: bytes, context: Any) -> bytes:
+        await self._answered("Info", context)
         return self.info.SerializeToString()
 
     async def _execute(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         """Answers the first process's request with the scripted events, under its id unless an event has one."""
+        await self._answered("Execute", context)
         async for request in requests:
             request_id = process_pb2.ExecuteRequest.FromString(request).id
             for event in self.events:
@@ -78,16 +95,25 @@ class Recorder:
         self.events.append((type, data))
 
 
-@pytest.fixture
-async def fake(tmp_path: Path) -> AsyncIterator[tuple[Script, str]]:
-    script = Script()
+@contextlib.asynccontextmanager
+async def serving(script: Script, address: str) -> AsyncIterator[grpc.aio.Server]:
+    """A fake server answering from ``script``; stopped on the way out, whatever happened (an
+    aio server left running hangs the interpreter's garbage collection once its loop is closed)."""
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((script.handler(),))
-    address = f"unix://{tmp_path / 'fake.sock'}"
     server.add_insecure_port(address)
     await server.start()
-    yield script, address
-    await server.stop(None)
+    try:
+        yield server
+    finally:
+        await server.stop(None)
+
+
+@pytest.fixture
+async def fake(tmp_path: Path) -> AsyncIterator[tuple[Script, str]]:
+    script, address = Script(), f"unix://{tmp_path / 'fake.sock'}"
+    async with serving(script, address):
+        yield script, address
 
 
 async def run(address: str, recorder: Recorder | None = None, **connect_options: Any):
@@ -179,28 +205,39 @@ async def test_a_closed_backend_refuses_calls(fake):
 
 
 async def test_a_call_waits_a_moment_for_a_lost_connection_to_come_back(tmp_path):
-    """The server goes away and is back half a second later: the next call waits for it instead
-    of failing at once; with no server at all, a call still fails, after RECONNECT_SECONDS."""
+    """With no server, a call fails (after RECONNECT_SECONDS); with the server back half a second
+    after the next call starts, that call waits for it instead of failing at once."""
     script, address = Script(), f"unix://{tmp_path / 'fake.sock'}"
+    async with contextlib.AsyncExitStack() as servers:
+        first = await servers.enter_async_context(serving(script, address))
+        async with await connect(address) as backend:
+            await first.stop(None)
+            with pytest.raises(SandboxUnavailableError):
+                await backend.info()
 
-    async def serve() -> grpc.aio.Server:
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((script.handler(),))
-        server.add_insecure_port(address)
-        await server.start()
-        return server
+            async def come_back() -> None:
+                await asyncio.sleep(0.5)
+                await servers.enter_async_context(serving(script, address))
 
-    server = await serve()
+            returning = asyncio.ensure_future(come_back())
+            try:
+                assert (await backend.info()).boundary == "sandbox:fake"
+            finally:
+                await returning
+
+
+async def test_a_call_that_could_not_be_sent_is_made_once_more(fake):
+    """A connection lost just before a call fails it unsent (gRPC: "failed to connect to all
+    addresses"); the backend makes such a call once more, a process included, and no more."""
+    script, address = fake
+    script.events = [started(), output("ran"), finished(exit_code=0)]
     async with await connect(address) as backend:
-        await server.stop(None)
-
-        async def come_back() -> grpc.aio.Server:
-            await asyncio.sleep(0.5)
-            return await serve()
-
-        returning = asyncio.ensure_future(come_back())
+        script.calls.clear()
+        script.unsent = 1
         assert (await backend.info()).boundary == "sandbox:fake"
-        server = await returning
-        await server.stop(None)
-        with pytest.raises(SandboxUnavailableError):
+        script.unsent = 1
+        assert (await backend.execute(SPEC, Recorder())).stdout == "ran"
+        assert script.calls == ["Info", "Info", "Execute", "Execute"]
+        script.unsent = 2
+        with pytest.raises(SandboxUnavailableError, match=NOT_CONNECTED_DETAILS):
             await backend.info()
