@@ -33,6 +33,9 @@ from .reaper import StrayReaper
 
 #: A quiet process still sends an event this often, so either side notices a dead peer.
 KEEPALIVE_SECONDS = 5.0
+#: A process that sends nothing else this soon after it starts gets a ``started`` event: the
+#: client learns that it runs, and a short command does not pay for one more message.
+STARTED_NOTICE_SECONDS = 0.02
 #: Text per Output event; larger chunks are split.
 OUTPUT_CHUNK_CHARS = 64 * 1024
 
@@ -151,21 +154,30 @@ class ProcessCall:
         messages.require(spec.max_output_bytes <= self._runner.max_output_bytes,
                          f"max_output_bytes is over this sandbox's limit of {self._runner.max_output_bytes}")
         async with self._runner.slots, self._runner.reaper.command():
-            events.put(started=process_pb2.Started())
+            events.starting()
             return await self._runner.processes.execute(spec, events)
 
 
 class _ProcessEvents:
     """One process's events into the call's queue: the Emitter LocalProcesses sends output to,
-    with a keepalive every KEEPALIVE_SECONDS until closed."""
+    a ``started`` event when nothing else comes first, and a keepalive every
+    KEEPALIVE_SECONDS until closed."""
 
     def __init__(self, request_id: int, queue: asyncio.Queue[bytes | BaseException | None]) -> None:
         self._id = request_id
         self._queue = queue
         self._loop = asyncio.get_running_loop()
+        self._sent = False
+        self._notice: asyncio.TimerHandle | None = None
         self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
 
+    def starting(self) -> None:
+        """The process has its slot: ``started`` follows in STARTED_NOTICE_SECONDS unless
+        another event (output, finished) has told the client first."""
+        self._notice = self._loop.call_later(STARTED_NOTICE_SECONDS, self._notify_started)
+
     def put(self, **event: Message) -> None:
+        self._sent = True
         self._queue.put_nowait(_event(self._id, **event))
 
     async def emit(self, type: str, **data: Any) -> None:
@@ -177,8 +189,14 @@ class _ProcessEvents:
             self.put(output=process_pb2.Output(channel=channel, text=text[start : start + OUTPUT_CHUNK_CHARS]))
 
     def close(self) -> None:
-        """No more keepalives."""
+        """No more started or keepalive events."""
+        if self._notice is not None:
+            self._notice.cancel()
         self._keepalive.cancel()
+
+    def _notify_started(self) -> None:
+        if not self._sent:
+            self.put(started=process_pb2.Started())
 
     def _keep_alive(self) -> None:
         self.put(keepalive=process_pb2.Keepalive())

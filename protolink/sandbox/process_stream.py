@@ -195,8 +195,8 @@ class Output:
 
 
 async def _follow(events: asyncio.Queue[_Item], output: Output, execution: Emitter) -> dict[str, Any]:
-    """Read one process's events to its Finished facts. Order: started, output*, finished (or error)."""
-    started = False
+    """Read one process's events to its Finished facts. Order: started?, output*, finished (or error)."""
+    begun = False
     loop = asyncio.get_running_loop()
     try:
         # One deadline for the whole process, pushed back by every event (no task per read).
@@ -211,18 +211,17 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, execution: Emitt
                     continue
                 if kind == "error":
                     raise from_wire(event.error)
-                if (kind == "started") == started or kind is None:
+                if kind is None or (kind == "started" and begun):
                     raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
-                if kind == "started":
-                    started = True
-                elif kind == "output":
+                begun = True
+                if kind == "output":
                     channel = messages.CHANNELS.get(event.output.channel)
                     if channel is None:
                         raise SandboxProtocolError(f"the sandbox sent output on unknown channel {event.output.channel}")
                     if text := output.keep(channel, event.output.text):
                         idle.reschedule(None)  # however long the consumer takes
                         await execution.emit("process.output", channel=channel, text=text)
-                else:
+                elif kind == "finished":
                     return checked_answer(messages.finished_facts, event.finished)
                 idle.reschedule(loop.time() + IDLE_SECONDS)
     except TimeoutError:

@@ -69,10 +69,8 @@ class ExecuteEvent(_message.Message):
     def __init__(self, id: _Optional[int] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., output: _Optional[_Union[Output, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., keepalive: _Optional[_Union[Keepalive, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.Error, _Mapping]] = ...) -> None: ...
 
 class Started(_message.Message):
-    __slots__ = ("pid",)
-    PID_FIELD_NUMBER: _ClassVar[int]
-    pid: int
-    def __init__(self, pid: _Optional[int] = ...) -> None: ...
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class Output(_message.Message):
     __slots__ = ("channel", "text")

@@ -141,7 +141,7 @@ async def test_output_past_the_cap_is_cut_even_when_the_server_claims_otherwise(
     [started(), process_pb2.ExecuteEvent(), finished(exit_code=0)],
     [process_pb2.ExecuteEvent(id=99, started=process_pb2.Started()), started(), finished(exit_code=0)],
     [started(), process_pb2.ExecuteEvent(error=errors_pb2.Error(kind=999, message="?"))],
-], ids=["output-first", "two-starts", "bad-channel", "no-finish", "bad-exit-code", "empty-event",
+], ids=["started-after-output", "two-starts", "bad-channel", "no-finish", "bad-exit-code", "empty-event",
         "unknown-id", "unknown-error-kind"])
 async def test_a_malformed_event_stream_is_a_protocol_error(fake, events):
     script, address = fake
@@ -230,7 +230,7 @@ async def test_a_call_that_could_not_be_sent_is_made_once_more(fake):
     """A connection lost just before a call fails it unsent (gRPC: "failed to connect to all
     addresses"); the backend makes such a call once more, a process included, and no more."""
     script, address = fake
-    script.events = [started(), output("ran"), finished(exit_code=0)]
+    script.events = [output("ran"), finished(exit_code=0)]  # no started: a short command's output says it ran
     async with await connect(address) as backend:
         script.calls.clear()
         script.unsent = 1
