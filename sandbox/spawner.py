@@ -114,13 +114,16 @@ class Spawner:
             self._send(FAILED, request, {"errno": 0, "message": change})
             return
         # The child takes the real uid, OOM preference and CPUs this process has when it starts;
-        # commands can signal it only between the two setresuid calls.
-        os.setresuid(self._uid, -1, -1)
+        # commands can signal it only between the two setresuid calls, kept around the start alone.
         set_oom_score_adj(OOM_COMMAND, fd=self._oom_score_adj)
         os.sched_setaffinity(0, self._cpus)  # a command may have pinned this process: its children get every CPU
         try:
-            popen = start_process(message["argv"], message["cwd"], message["env"], fds[0], fds[1],
-                                  umask=COMMAND_UMASK)
+            os.setresuid(self._uid, -1, -1)
+            try:
+                popen = start_process(message["argv"], message["cwd"], message["env"], fds[0], fds[1],
+                                      umask=COMMAND_UMASK)
+            finally:
+                os.setresuid(self._shield, -1, -1)
         except OSError as error:
             self._send(FAILED, request, {"errno": error.errno or 0, "message": error.strerror or str(error)})
             return
@@ -129,7 +132,6 @@ class Spawner:
             return
         finally:
             set_oom_score_adj(OOM_HELPER, fd=self._oom_score_adj)
-            os.setresuid(self._shield, -1, -1)
         self._children[popen.pid] = (request, popen)
         self._send(STARTED, request, {"pid": popen.pid})
 
