@@ -203,7 +203,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--image", default=DEFAULT_IMAGE)
     up.add_argument("--memory-mib", type=int, default=GiB // MiB)
     up.add_argument("--pids", type=int, default=512)
-    up.add_argument("--cpus", type=float, default=1.0)
+    up.add_argument("--cpus", type=float, default=1.0,
+                    help="a whole number: that many of the engine's CPUs (a cpuset); a fraction: a CFS quota")
     up.add_argument("--disk-mib", type=int, default=GiB // MiB, help="largest file a command may write")
     up.add_argument("--runtime", default=None, help='e.g. "runsc" (gVisor), where installed')
     up.add_argument("--tcp", default=None, metavar="HOST:PORT",

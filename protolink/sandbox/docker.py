@@ -28,6 +28,7 @@ import secrets
 import shutil
 import signal
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from pathlib import Path
@@ -154,6 +155,27 @@ def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Awaitable[T]:
 
 #: The API version each engine (``DOCKER_HOST``) answered with: asking costs a round trip per start.
 _api_versions: dict[str, str] = {}
+#: How many CPUs each engine (``DOCKER_HOST``) has, asked once.
+_engine_cpus: dict[str, int] = {}
+
+
+def cpu_limit(cpus: float, engine_cpus: int, name: str) -> dict[str, Any]:
+    """The container options that hold it to ``cpus`` CPUs of an engine with ``engine_cpus``.
+
+    A whole number below the engine's count is a cpuset: the container runs on that many CPUs
+    (which ones follows from ``name``, so that sandboxes spread over the engine's CPUs), and
+    within them the scheduler's priorities hold, so commands at nice 19 never starve the server.
+    Only a fraction takes a CFS quota: a command that spends the quota (a fork bomb) stalls the
+    server with it until the next period, for seconds at a time (SECURITY.md, "CPU sharing").
+    As many CPUs as the engine has, or more, needs no limit.
+    """
+    if cpus >= engine_cpus:
+        return {}
+    if not float(cpus).is_integer():
+        return {"nano_cpus": int(cpus * 1e9)}
+    first = zlib.crc32(name.encode()) % engine_cpus
+    chosen = sorted((first + offset) % engine_cpus for offset in range(int(cpus)))
+    return {"cpuset_cpus": ",".join(map(str, chosen))}
 
 
 def _docker_client() -> Any:
@@ -169,7 +191,8 @@ def _docker_client() -> Any:
 class DockerSandbox:
     """One sandbox container; ``async with`` it to get its :class:`SandboxBackend`.
 
-    ``memory`` (bytes, swap included), ``pids`` and ``cpus`` bound the whole container;
+    ``memory`` (bytes, swap included), ``pids`` and ``cpus`` bound the whole container (a whole
+    number of CPUs is a cpuset, a fraction a CFS quota: see :func:`cpu_limit`);
     ``tmpfs_bytes`` bounds /tmp; ``disk_bytes`` bounds how much the writable roots may grow.
     Commands run as ``command_uid``/``command_gid`` (default 65534, nobody; never 0): writable
     roots must be writable by that uid. ``runtime="runsc"`` runs the container under gVisor.
@@ -333,6 +356,12 @@ class DockerSandbox:
                 "process has exited or its expiry has passed")
         return None
 
+    def _cpu_limit(self) -> dict[str, Any]:
+        host = os.environ.get("DOCKER_HOST", "")
+        if host not in _engine_cpus:
+            _engine_cpus[host] = int(self._docker.info()["NCPU"])
+        return cpu_limit(self.cpus, _engine_cpus[host], self.name)
+
     def _check_runtime(self) -> None:
         runtimes = self._docker.info().get("Runtimes") or {}
         if self.runtime not in runtimes:
@@ -410,12 +439,12 @@ class DockerSandbox:
             pids_limit=pids_limit,
             mem_limit=self.memory,
             memswap_limit=self.memory,
-            nano_cpus=int(self.cpus * 1e9),
             ulimits=ulimits,
             ipc_mode="private",
             log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
             runtime=self.runtime,
             environment={},
+            **self._cpu_limit(),
             **options,
         )
         self._container = container

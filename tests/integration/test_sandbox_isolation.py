@@ -138,6 +138,15 @@ async def test_a_fork_bomb_ends_as_a_result_and_the_next_call_works(run, backend
     assert (await run(backend, ["/bin/echo", "next"])).stdout == "next\n"
 
 
+async def test_one_cpu_is_a_cpuset_without_a_quota(run, backend):
+    """cpus=1 (the default) on an engine with more CPUs: the sandbox runs on one of them, with no
+    CFS quota (under a quota a fork bomb stalls the server for seconds: SECURITY.md)."""
+    affinity = await run(backend, [PYTHON, "-c", "import os; print(len(os.sched_getaffinity(0)))"])
+    assert affinity.stdout == ("1\n" if (os.cpu_count() or 1) > 1 else f"{os.cpu_count()}\n")
+    quota = await run(backend, ["/bin/sh", "-c", "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us"])
+    assert quota.stdout.split()[0] in ("max", "-1"), quota
+
+
 async def test_a_memory_bomb_ends_as_a_result_and_the_next_call_works(run, backend):
     bomb = "chunks = []\nwhile True:\n    chunks.append(bytearray(32 << 20))\n"
     result = await run(backend, [PYTHON, "-c", bomb], timeout=60)
