@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -404,6 +405,7 @@ class DockerSandbox:
     def _run_container(self) -> None:
         """Create and start the container (blocking). It is recorded the moment it exists, so
         a cancelled start still removes it."""
+        import docker.errors
         from docker.types import LogConfig, Ulimit
 
         ulimits = [Ulimit(name="nofile", soft=8192, hard=8192), Ulimit(name="core", soft=0, hard=0),
@@ -422,7 +424,8 @@ class DockerSandbox:
         else:
             options["network_mode"] = "none"
         mounts = self._mounts()
-        container = self._docker.containers.create(
+        create = functools.partial(
+            self._docker.containers.create,
             self.image,
             self._server_command(),
             name=self.name,
@@ -444,9 +447,19 @@ class DockerSandbox:
             log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
             runtime=self.runtime,
             environment={},
-            **self._cpu_limit(),
             **options,
         )
+        cpus = self._cpu_limit()
+        try:
+            container = create(**cpus)
+        except docker.errors.APIError as error:
+            # An engine confined to some of its CPUs refuses others ("Requested CPUs are not
+            # available"): the limit falls back to a quota.
+            if "cpuset_cpus" not in cpus or "CPUs are not available" not in str(error):
+                raise
+            log.warning("sandbox %s: the engine refused CPUs %s (%s); using a CPU quota instead",
+                        self.name, cpus["cpuset_cpus"], error)
+            container = create(nano_cpus=int(self.cpus * 1e9))
         self._container = container
         try:
             container.start()

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import subprocess
 import sys
 import tarfile
 import time
 import uuid
+import zlib
 
 import docker.errors
 import pytest
 
+from protolink.sandbox import docker as sandbox_docker
 from protolink.sandbox import reaper
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.errors import SandboxError, SandboxUnavailableError
@@ -67,6 +70,22 @@ async def test_container_lives_exactly_as_long_as_the_context(docker_client, san
     assert _containers(docker_client, sandbox.session) == []
     with pytest.raises(RuntimeError):
         await sandbox.start()  # a sandbox is not restarted
+
+
+async def test_cpus_the_engine_refuses_fall_back_to_a_quota(docker_client, sandbox_image, run, tmp_path,
+                                                             monkeypatch):
+    """An engine confined to some of its CPUs refuses a cpuset of others; the sandbox still starts,
+    limited by a CPU quota instead (here: the engine is told to have 64 CPUs, and the name picks
+    one it does not have)."""
+    monkeypatch.setitem(sandbox_docker._engine_cpus, os.environ.get("DOCKER_HOST", ""), 64)
+    name = next(f"protolink-sandbox-cpus-{n}" for n in range(1000)
+                if zlib.crc32(f"protolink-sandbox-cpus-{n}".encode()) % 64 >= (os.cpu_count() or 1))
+    sandbox = DockerSandbox([tmp_path], image=sandbox_image, name=name)
+    async with sandbox as backend:
+        config = docker_client.containers.get(sandbox.container_id).attrs["HostConfig"]
+        assert (config["CpusetCpus"], config["NanoCpus"]) == ("", 1_000_000_000)
+        assert (await run(backend, ["/bin/echo", "served"])).stdout == "served\n"
+    assert _containers(docker_client, sandbox.session) == []
 
 
 async def test_an_error_in_the_body_still_removes_the_container(docker_client, sandbox_image, tmp_path):
