@@ -43,13 +43,16 @@ async def pids_limit_hits(attacker: Attacker) -> int:
     return int(events.stdout.split()[1])
 
 
-async def times_out_or_starves_the_server(bomb: Awaitable[ProcessResult]) -> None:
+async def times_out_or_starves_the_server(what: str, bomb: Awaitable[ProcessResult]) -> None:
     """A bomb's call ends as a timed-out result, or with SandboxUnavailableError when the bomb
-    starved the server of CPU past the client's keepalive (SECURITY.md, "CPU sharing")."""
+    starved the server of CPU past the client's keepalive (SECURITY.md, "CPU sharing"); the
+    outcome is a figure."""
     try:
         result = await bomb
-    except SandboxUnavailableError:
+    except SandboxUnavailableError as error:
+        figure(f"{what}: the call ended with", f"SandboxUnavailableError ({error})")
         return
+    figure(f"{what}: the call ended with", "a timed-out result")
     assert result.timed_out
 
 
@@ -59,7 +62,7 @@ async def test_fork_bomb(attacker):
     The pids limit stops its growth; the timeout kills its process group (or, when the bomb starves the server past the client's keepalive, the call fails with SandboxUnavailableError and the group dies with it); the next call works.
     """
     before = await pids_limit_hits(attacker)
-    await times_out_or_starves_the_server(attacker.python(FORK_BOMB, timeout=3))
+    await times_out_or_starves_the_server("fork bomb", attacker.python(FORK_BOMB, timeout=3))
     assert await pids_limit_hits(attacker) > before
     await still_serves(attacker)
 
@@ -69,7 +72,7 @@ async def test_setsid_fork_bomb(attacker):
 
     The stray sweep kills every process outside a running command's group until none is left; the next call works.
     """
-    await times_out_or_starves_the_server(attacker.python(SETSID_FORK_BOMB, timeout=3))
+    await times_out_or_starves_the_server("setsid fork bomb", attacker.python(SETSID_FORK_BOMB, timeout=3))
     await still_serves(attacker)
 
 
