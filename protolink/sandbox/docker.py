@@ -165,7 +165,7 @@ def cpu_limit(cpus: float, engine_cpus: int, name: str) -> dict[str, Any]:
 
     A whole number below the engine's count is a cpuset: the container runs on that many CPUs
     (which ones follows from ``name``, so that sandboxes spread over the engine's CPUs), and
-    within them the scheduler's priorities hold, so commands at nice 19 never starve the server.
+    within them the scheduler's priorities hold: commands at nice 19 yield to the server.
     Only a fraction takes a CFS quota: a command that spends the quota (a fork bomb) stalls the
     server with it until the next period, for seconds at a time (SECURITY.md, "CPU sharing").
     As many CPUs as the engine has, or more, needs no limit.
