@@ -170,6 +170,23 @@ def attacker(sandbox: DockerSandbox, ws: Path, roots: Roots) -> Attacker:
     return Attacker(sandbox.backend, ws, roots)
 
 
+@pytest.fixture
+def box_root(tmp_path: Path) -> Path:
+    """A directory of the command user, to be the writable root of a sandbox of the test's own."""
+    root = tmp_path / "root"
+    root.mkdir()
+    os.chown(root, NOBODY, NOBODY)
+    return root
+
+
+@pytest.fixture
+async def lone_attacker(sandbox_image: str, box_root: Path) -> AsyncIterator[Attacker]:
+    """An attacker in a sandbox of its own: an attack that may end its sandbox (a fork bomb ends
+    gVisor's) takes no other test with it."""
+    async with dedicated_sandbox(sandbox_image, writable=[box_root]) as box:
+        yield Attacker(box.backend, box_root)
+
+
 STRAYS = r"""
 import json, os
 me = os.getsid(0)

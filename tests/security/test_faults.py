@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import random
 import signal
 import sys
@@ -30,7 +29,7 @@ from protolink.sandbox._pb import documents_pb2, process_pb2, sandbox_pb2, works
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.errors import SandboxUnavailableError
 
-from .conftest import HANG_GUARD, NOBODY, RUNTIME, Attacker, dedicated_sandbox, figure, still_serves
+from .conftest import HANG_GUARD, RUNTIME, Attacker, dedicated_sandbox, figure, still_serves
 
 pytestmark = pytest.mark.docker
 
@@ -40,14 +39,6 @@ async def timed_failure(call: asyncio.Future[Any], started: float) -> float:
     with pytest.raises(SandboxUnavailableError):
         await asyncio.wait_for(call, HANG_GUARD)
     return time.monotonic() - started
-
-
-@pytest.fixture
-def box_root(tmp_path: Path) -> Path:
-    root = tmp_path / "root"
-    root.mkdir()
-    os.chown(root, NOBODY, NOBODY)
-    return root
 
 
 async def test_container_killed_mid_call(sandbox_image, docker_client, box_root):

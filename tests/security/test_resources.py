@@ -56,24 +56,24 @@ async def times_out_or_starves_the_server(what: str, bomb: Awaitable[ProcessResu
     assert result.timed_out
 
 
-async def test_fork_bomb(attacker):
+async def test_fork_bomb(lone_attacker):
     """A fork bomb (os.fork in a loop) run with execute_command.
 
     The pids limit stops its growth; the timeout kills its process group (or, when the bomb starves the server past the client's keepalive, the call fails with SandboxUnavailableError and the group dies with it); the next call works.
     """
-    before = await pids_limit_hits(attacker)
-    await times_out_or_starves_the_server("fork bomb", attacker.python(FORK_BOMB, timeout=3))
-    assert await pids_limit_hits(attacker) > before
-    await still_serves(attacker)
+    before = await pids_limit_hits(lone_attacker)
+    await times_out_or_starves_the_server("fork bomb", lone_attacker.python(FORK_BOMB, timeout=3))
+    assert await pids_limit_hits(lone_attacker) > before
+    await still_serves(lone_attacker)
 
 
-async def test_setsid_fork_bomb(attacker):
+async def test_setsid_fork_bomb(lone_attacker):
     """A fork bomb whose every child calls setsid, escaping the command's process group.
 
     The stray sweep kills every process outside a running command's group until none is left; the next call works.
     """
-    await times_out_or_starves_the_server("setsid fork bomb", attacker.python(SETSID_FORK_BOMB, timeout=3))
-    await still_serves(attacker)
+    await times_out_or_starves_the_server("setsid fork bomb", lone_attacker.python(SETSID_FORK_BOMB, timeout=3))
+    await still_serves(lone_attacker)
 
 
 async def test_memory_bomb(attacker):
