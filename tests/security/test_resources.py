@@ -192,7 +192,7 @@ async def test_filling_tmp(attacker):
 
 
 @pytest.mark.parametrize("directory", ["/tmp", "/dev/shm"])
-async def test_entry_flood_in_memory_file_systems(attacker, directory):
+async def test_entry_flood_in_memory_file_systems(lone_attacker, directory):
     """A flood of empty files ("a billion files") in /tmp or /dev/shm, both tmpfs, for up to 30 s.
 
     Each tmpfs holds at most one entry per 4 KiB of its size: the flood ends with ENOSPC instead of filling the container's memory with inodes.
@@ -200,13 +200,13 @@ async def test_entry_flood_in_memory_file_systems(attacker, directory):
     code = ("import itertools, os, sys\nos.mkdir(sys.argv[1])\n"
             "for i in itertools.count():\n    open(f'{sys.argv[1]}/{i}', 'w').close()\n")
     flood = f"{directory}/flood"
-    result = await attacker.python(code, flood, timeout=30)
+    result = await lone_attacker.python(code, flood, timeout=30)
     assert not result.timed_out and "No space left on device" in result.stderr
-    count = await attacker.run(["/bin/sh", "-c", f"ls -f {flood} | wc -l; rm -rf {flood}"])
+    count = await lone_attacker.run(["/bin/sh", "-c", f"ls -f {flood} | wc -l; rm -rf {flood}"])
     limit = (LIMITS["tmpfs_bytes"] if directory == "/tmp" else SHM_BYTES) // TMPFS_BYTES_PER_ENTRY
     assert int(count.stdout.split()[0]) <= limit
     figure(f"empty files in {directory} before ENOSPC", count.stdout.split()[0])
-    await still_serves(attacker)
+    await still_serves(lone_attacker)
 
 
 @pytest.fixture(scope="module")
