@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -190,12 +191,23 @@ class LocalDocuments:
 
 
 async def _on_worker(function: Callable[..., T], timeout: float, *args: Any) -> T:
+    """``function(*args)`` on a thread; TimeoutError unless it finished within ``timeout``.
+
+    The deadline applies to the work itself: a result that was ready only after it (and
+    reached the event loop in the same moment as the timer) is a timeout too.
+    """
+    deadline = time.monotonic() + timeout
+
+    def timed() -> tuple[T, float]:
+        return function(*args), time.monotonic()
+
     try:
-        return await asyncio.wait_for(asyncio.to_thread(function, *args), timeout)
+        result, finished = await asyncio.wait_for(asyncio.to_thread(timed), timeout)
+        if finished <= deadline:
+            return result
     except TimeoutError:
-        raise TimeoutError(
-            f"document extraction did not finish within {timeout} seconds (the worker may still run)"
-        ) from None
+        pass
+    raise TimeoutError(f"document extraction did not finish within {timeout} seconds (the worker may still run)")
 
 
 def _find(
