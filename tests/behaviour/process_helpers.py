@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,4 +67,6 @@ async def sh(backend: Any, cwd: os.PathLike[str] | str, script: str) -> ProcessR
 
 
 def open_fds() -> int:
+    """Descriptors this process holds, once objects already unreachable have closed theirs."""
+    gc.collect()
     return len(os.listdir("/proc/self/fd"))

@@ -308,4 +308,4 @@ async def test_no_file_descriptor_leaks_after_exit_timeout_and_cancellation(
     call.cancel()
     with pytest.raises(ProcessCancelledError):
         await call
-    assert open_fds() == before
+    assert open_fds() <= before  # none left behind (a sandbox's gRPC channel may close one of its own)
