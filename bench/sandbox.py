@@ -66,14 +66,17 @@ async def true_once(agent: Agent, root: Path, **options: Any) -> Any:
     return await agent.call_tool("execute_command", argv=["/bin/true"], cwd=str(root), env=ENV, **options)
 
 
-async def median_of(count: int, call: Callable[[], Awaitable[Any]]) -> float:
-    await call()  # warm
-    timings = []
+async def medians_of(count: int, *calls: Callable[[], Awaitable[Any]]) -> list[float]:
+    """The median time of each call, the calls taking turns (each sees the machine as the others do)."""
+    for call in calls:
+        await call()  # warm
+    timings: list[list[float]] = [[] for _ in calls]
     for _ in range(count):
-        started = time.perf_counter()
-        await call()
-        timings.append(time.perf_counter() - started)
-    return statistics.median(timings)
+        for call, times in zip(calls, timings):
+            started = time.perf_counter()
+            await call()
+            times.append(time.perf_counter() - started)
+    return [statistics.median(times) for times in timings]
 
 
 def median_blocking(count: int, argv: list[str]) -> float:
@@ -140,8 +143,8 @@ async def main() -> None:
             boxed = agent_for(backend, root)
 
             # 1. Round trip.
-            box_true = await median_of(ROUND_TRIPS, lambda: true_once(boxed, root))
-            local_true = await median_of(ROUND_TRIPS, lambda: true_once(local, root))
+            box_true, local_true = await medians_of(ROUND_TRIPS, lambda: true_once(boxed, root),
+                                                    lambda: true_once(local, root))
             docker_exec = await asyncio.to_thread(median_blocking, DOCKER_EXECS,
                                                   ["docker", "exec", sandbox.name, "/bin/true"])
             docker_run = await asyncio.to_thread(median_blocking, DOCKER_RUNS,
@@ -154,8 +157,8 @@ async def main() -> None:
             row("  docker exec/sandbox (target >= 30)", f"{docker_exec / box_true:.0f}x")
             row("  docker run --rm/sandbox", f"{docker_run / box_true:.0f}x")
             spec = ProcessSpec(("/bin/true",), str(root), ENV, 60, 65536)
-            box_raw = await median_of(ROUND_TRIPS, lambda: backend.execute(spec, Quiet()))
-            local_raw = await median_of(ROUND_TRIPS, lambda: LocalExecutionBackend().execute(spec, Quiet()))
+            box_raw, local_raw = await medians_of(ROUND_TRIPS, lambda: backend.execute(spec, Quiet()),
+                                                  lambda: LocalExecutionBackend().execute(spec, Quiet()))
             row("  backend.execute alone: sandbox, local", f"{box_raw * 1e3:.2f} ms", f"{local_raw * 1e3:.2f} ms",
                 f"ratio {box_raw / local_raw:.2f}")
 
@@ -195,8 +198,8 @@ async def main() -> None:
             async def read(agent: Agent) -> Any:
                 return await agent.call_tool("read_document", path=str(root / "report.pdf"))
 
-            box_search, local_search = await median_of(REPEATS, lambda: search(boxed)), await median_of(REPEATS, lambda: search(local))
-            box_read, local_read = await median_of(REPEATS, lambda: read(boxed)), await median_of(REPEATS, lambda: read(local))
+            box_search, local_search = await medians_of(REPEATS, lambda: search(boxed), lambda: search(local))
+            box_read, local_read = await medians_of(REPEATS, lambda: read(boxed), lambda: read(local))
             print()
             row("", "sandbox", "local", "sandbox/local")
             row("search_files, 10,000 files (median)", f"{box_search * 1e3:.0f} ms", f"{local_search * 1e3:.0f} ms",

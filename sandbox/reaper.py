@@ -35,11 +35,13 @@ class StrayReaper:
     """Sweeps strays of ``uid`` while commands run and once after each command.
 
     ``spawner`` gives the spawner's pid (None while there is none): its children are commands.
+    ``workers`` gives the pids of the server's workers.
     """
 
-    def __init__(self, uid: int, spawner: Callable[[], int | None]) -> None:
+    def __init__(self, uid: int, spawner: Callable[[], int | None], workers: Callable[[], Collection[int]]) -> None:
         self._uid = uid
         self._spawner = spawner
+        self._workers = workers
         self._running = 0
         self._ticker: asyncio.Task[None] | None = None
         self._current: asyncio.Future[int] | None = None
@@ -69,9 +71,15 @@ class StrayReaper:
         return self._queued
 
     def _idle_and_clean(self) -> bool:
-        """No sweep is under way and one look at /proc, now, finds no stray (nearly always)."""
+        """No sweep is under way and one look at /proc, now, finds no stray (nearly always).
+
+        When /proc lists only the server's own processes (see :func:`_only_ours`), that look
+        needs no process's status.
+        """
         if self._queued is not None or (self._current is not None and not self._current.done()):
             return False
+        if _only_ours(self._spawner(), self._workers()):
+            return True
         return not _strays(self._uid, self._parents())[1]
 
     def _parents(self) -> set[int]:
@@ -114,6 +122,28 @@ def _strays(uid: int, parents: Collection[int], known: Collection[int] = ()) -> 
     processes = list(_processes())
     groups = {p.pid for p in processes if p.ppid in parents and p.pgrp == p.pid}
     return groups, [p for p in processes if uid in p.uids and p.pgrp not in groups and p.pid not in known]
+
+
+def _only_ours(spawner: int | None, workers: Collection[int]) -> bool:
+    """Whether /proc lists nothing but this server, its ancestors (the container's init
+    processes) and the spawner and workers, each still this server's unreaped child.
+
+    Listed first, checked after: a child that was not yet reaped when checked was that same
+    process when listed (a pid is free for reuse only once its process has been reaped).
+    """
+    listed = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+    ours = {1, os.getppid(), os.getpid()} - {0}  # no parent in this pid namespace: 0
+    ours.update(pid for pid in [spawner, *workers] if pid is not None and _unreaped_child(pid))
+    return listed == ours
+
+
+def _unreaped_child(pid: int) -> bool:
+    """``pid`` is a child of this process that has not been reaped (running, or a zombie)."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except OSError:
+        return False  # not our child, or no longer: the pid may belong to anyone now
+    return True
 
 
 def _kill_if_still(candidate: _Process, uid: int, groups: set[int]) -> int:

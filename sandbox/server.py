@@ -111,7 +111,7 @@ async def serve(config: ServerConfig, launcher: Launcher) -> None:
     workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
                          max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
     launcher.start()
-    reaper = StrayReaper(config.command_uid, lambda: launcher.pid)
+    reaper = StrayReaper(config.command_uid, lambda: launcher.pid, lambda: workers.pids)
     server = grpc.aio.server(
         options=server_options(config),
         interceptors=[TokenCheck(config.token)] if config.token else [],

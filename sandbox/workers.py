@@ -97,6 +97,11 @@ class WorkerPool:
         self._spawn_error: OSError | None = None
         self._busy: dict[_Worker, float] = {}  # worker -> when its current call started
 
+    @property
+    def pids(self) -> list[int]:
+        """The pids of the workers this pool holds (each a child of this process)."""
+        return [worker.process.pid for worker in self._live]
+
     async def warm(self) -> None:
         """Start one worker ahead of the first call."""
         if not self._live and (self._growing is None or self._growing.done()):
