@@ -4,7 +4,7 @@ Needs a Docker Engine and the sandbox image (built when missing)::
 
     python bench/sandbox.py
 
-One run prints, side by side:
+One run prints, side by side (sandbox and local calls are timed in turns):
   1. ``/bin/true`` through ``execute_command``: sandbox vs LocalExecutionBackend vs ``docker exec``
      vs ``docker run --rm`` (targets: sandbox/local median <= 1.5; sandbox >= 30x faster than
      ``docker exec``);
