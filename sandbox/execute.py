@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -38,14 +39,18 @@ KEEPALIVE_SECONDS = 5.0
 STARTED_NOTICE_SECONDS = 0.02
 #: Text per Output event; larger chunks are split.
 OUTPUT_CHUNK_CHARS = 64 * 1024
+#: Pauses before a command refused a process for lack of tasks (EAGAIN) is tried again: the
+#: strays a sweep has just killed (a fork bomb's) count against the limits until they are reaped.
+NO_TASK_RETRY_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
 class CommandProcesses(LocalProcesses):
     """LocalProcesses whose commands are resolved and started by the spawner, as the command
     user; supervision (output, caps, timeouts, group kills) stays in the server."""
 
-    def __init__(self, launcher: Launcher) -> None:
+    def __init__(self, launcher: Launcher, reaper: StrayReaper) -> None:
         self._launcher = launcher
+        self._reaper = reaper
 
     async def resolve_command(
         self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
@@ -53,6 +58,16 @@ class CommandProcesses(LocalProcesses):
         return await self._launcher.resolve_command(argv, cwd, env)
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+        """Start ``spec`` through the spawner; refused for lack of tasks, it is tried again
+        after a sweep for strays and a pause (NO_TASK_RETRY_SECONDS) before the refusal stands."""
+        for pause in NO_TASK_RETRY_SECONDS:
+            try:
+                return await self._launcher.launch(spec, stdout, stderr)
+            except OSError as error:
+                if error.errno != errno.EAGAIN:
+                    raise
+            await self._reaper.sweep()
+            await asyncio.sleep(pause)
         return await self._launcher.launch(spec, stdout, stderr)
 
 
@@ -62,7 +77,7 @@ class Runner:
 
     def __init__(self, launcher: Launcher, reaper: StrayReaper, activity: Activity, *, max_concurrency: int,
                  max_output_bytes: int) -> None:
-        self.processes = CommandProcesses(launcher)
+        self.processes = CommandProcesses(launcher, reaper)
         self.reaper = reaper
         self.activity = activity
         self.slots = asyncio.Semaphore(max_concurrency)

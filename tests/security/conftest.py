@@ -30,6 +30,7 @@ import pytest
 from protolink import Agent, AgentCard, StorageCheckpointStore
 from protolink.execution.process import ProcessResult
 from protolink.sandbox.docker import MiB, DockerSandbox
+from protolink.sandbox.errors import SandboxUnavailableError
 from protolink.storage import InMemoryStorage
 from protolink.tools.builtins import document_tools, filesystem_tools, git_tool, process_tool, shell_tool
 
@@ -190,19 +191,36 @@ async def lone_attacker(sandbox_image: str, box_root: Path) -> AsyncIterator[Att
 STRAYS = r"""
 import json, os
 me = os.getsid(0)
-found = []
+seen = {}
 for pid in filter(str.isdigit, os.listdir('/proc')):
     try:
-        real_uid = int(open(f'/proc/{pid}/status').read().split('\nUid:')[1].split()[0])
+        status = open(f'/proc/{pid}/status').read()
         command = open(f'/proc/{pid}/cmdline', 'rb').read().replace(b'\0', b' ').decode(errors='replace')
-        # The spawner holds the command uid as its real uid while it starts this very probe.
-        helper = command.startswith('/opt/protolink/bin/python -I -m sandbox.')
-        if real_uid == os.getuid() and os.getsid(int(pid)) != me and not helper:
-            found.append(command)
+        seen[int(pid)] = (int(status.split('\nUid:')[1].split()[0]), int(status.split('\nPPid:')[1].split()[0]),
+                          os.getpgid(int(pid)), os.getsid(int(pid)), command)
     except (OSError, IndexError):
         pass
+servers = {pid for pid, (uid, _, _, _, command) in seen.items() if uid == 0 and ' -m sandbox ' in command}
+found = []
+for pid, (real_uid, parent, group, session, command) in seen.items():
+    # The server's helpers (the spawner, forked from it or started anew, and the workers) are its
+    # children leading their own groups; the spawner holds the command uid as its real uid while
+    # it starts this very probe.
+    helper = parent in servers and group == pid
+    if real_uid == os.getuid() and session != me and not helper:
+        found.append(command)
 print(json.dumps(found))
 """
+
+
+async def ended_under_gvisor(attacker: Attacker, what: str, error: SandboxUnavailableError) -> None:
+    """The outcome of an attack that ended its sandbox: allowed only under gVisor, where the
+    Sentry's memory and tasks are what the attack exhausts (SECURITY.md); the host's cgroups
+    hold, and the next call fails at once with a typed error instead of hanging."""
+    assert GVISOR, f"{what} ended the sandbox: {error}"
+    figure(f"{what} (gVisor)", f"the sandbox ended: {error}")
+    with pytest.raises(SandboxUnavailableError):
+        await attacker.run(["/bin/echo", "next"])
 
 
 async def still_serves(attacker: Attacker) -> None:
