@@ -7,7 +7,8 @@ Needs a Docker Engine and the sandbox image (built when missing)::
 One run prints, side by side (sandbox and local calls are timed in turns):
   1. ``/bin/true`` through ``execute_command``: sandbox vs LocalExecutionBackend vs ``docker exec``
      vs ``docker run --rm`` (targets: sandbox/local median <= 1.5; sandbox >= 30x faster than
-     ``docker exec``);
+     ``docker exec``), and the sandbox's call with this client pinned to the sandbox's CPU and
+     to another;
   2. cold start, DockerSandbox entered -> first command's result, median of 10 (target <= 400 ms);
   3. 200 concurrent commands in one sandbox: throughput and errors (target >= 400/s, 0 errors);
   4. 1 GiB of stdout under a 64 KiB cap: wall time, peak memory growth of the server and of this
@@ -111,6 +112,36 @@ def server_pids(sandbox: DockerSandbox) -> list[str]:
     return [pid for pid, uid in top["Processes"] if uid == "0"]
 
 
+def sandbox_cpus(sandbox: DockerSandbox) -> set[int]:
+    """The CPUs of the sandbox's cpuset (empty when it has none)."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        cpuset = client.containers.get(sandbox.container_id).attrs["HostConfig"]["CpusetCpus"]
+    finally:
+        client.close()
+    return {int(cpu) for cpu in cpuset.split(",")} if cpuset else set()
+
+
+async def pinned_medians(count: int, call: Callable[[], Awaitable[Any]], *placements: set[int]) -> list[float]:
+    """The median time of ``call`` with this process pinned to each set of CPUs in turn."""
+    everywhere = os.sched_getaffinity(0)
+    timings: list[list[float]] = [[] for _ in placements]
+    try:
+        for _ in range(count // 50):
+            for cpus, times in zip(placements, timings):
+                os.sched_setaffinity(0, cpus)
+                await call()
+                for _ in range(50):
+                    started = time.perf_counter()
+                    await call()
+                    times.append(time.perf_counter() - started)
+    finally:
+        os.sched_setaffinity(0, everywhere)
+    return [statistics.median(times) for times in timings]
+
+
 def make_pdf(path: Path) -> None:
     from reportlab.lib.pagesizes import A4
     from reportlab.pdfgen import canvas
@@ -161,6 +192,10 @@ async def main() -> None:
                                                   lambda: LocalExecutionBackend().execute(spec, Quiet()))
             row("  backend.execute alone: sandbox, local", f"{box_raw * 1e3:.2f} ms", f"{local_raw * 1e3:.2f} ms",
                 f"ratio {box_raw / local_raw:.2f}")
+            boxed_cpus = sandbox_cpus(sandbox)
+            if boxed_cpus and (other_cpus := os.sched_getaffinity(0) - boxed_cpus):
+                same, other = await pinned_medians(ROUND_TRIPS, lambda: true_once(boxed, root), boxed_cpus, other_cpus)
+                row("  this client on the sandbox's CPU, on another", f"{same * 1e3:.2f} ms", f"{other * 1e3:.2f} ms")
 
             # 3. Concurrency.
             started = time.perf_counter()
