@@ -519,7 +519,11 @@ class DockerSandbox:
         """Kill every process of the command uid in the container (the disk budget is spent).
 
         From the host, through the container's cgroup, when this user may signal them (fast:
-        no exec); otherwise by an exec of ``kill -KILL -1`` as the command uid. Under gVisor
+        no exec): the processes whose real and saved uids are the command user's. The command
+        spawner keeps a saved uid of its own (commands cannot take it), so it is spared even in
+        the instant it starts a command with the command user as its real uid. Otherwise by an
+        exec of ``kill -KILL -1`` as the command uid, which can hit the spawner in that instant
+        (it is then replaced; SECURITY.md). Under gVisor
         always by the exec: its cgroup holds runsc's processes, not the sandbox's, and the
         Sentry runs as nobody on the host (the default command uid), so the host would kill it.
         The exec's shell is started through setpriv: gVisor gives an exec'd process of any uid
@@ -528,7 +532,8 @@ class DockerSandbox:
         if not self._gvisor:
             try:
                 for pid in _cgroup_pids(self._container):
-                    if _real_uid(pid) == self.command_uid:
+                    uids = _uids(pid)
+                    if uids is not None and uids[0] == uids[2] == self.command_uid:
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
                 return
@@ -561,12 +566,13 @@ def _cgroup_pids(container: Any) -> list[int]:
     raise LookupError(f"no pids cgroup for container {container.name}")
 
 
-def _real_uid(pid: int) -> int | None:
+def _uids(pid: int) -> tuple[int, ...] | None:
+    """The real, effective, saved and file-system uids of ``pid`` (None once it is gone)."""
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
                 if line.startswith("Uid:"):
-                    return int(line.split()[1])
+                    return tuple(int(uid) for uid in line.split()[1:])
     except (FileNotFoundError, ProcessLookupError):
         return None
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import subprocess
@@ -174,6 +175,38 @@ async def test_many_files_past_the_disk_budget_stop_the_command(run, backend, sa
     print(f"stopped after {written / MiB:.0f} MiB of a {DISK / MiB:.0f} MiB budget")
     for path in rw.iterdir():
         path.unlink()
+    assert (await run(backend, ["/bin/echo", "next"])).stdout == "next\n"
+
+
+async def test_the_disk_stop_kills_commands_and_spares_the_spawner_as_it_starts_one(run, backend, sandbox):
+    """The stop of a spent disk budget kills the command user's processes, but not one whose
+    saved uid is another (the spawner, which holds the command user as its real uid only in
+    the instant it starts a command). Two processes stand in for them, started with
+    ``docker exec`` while no command runs (the stray sweep would take them otherwise)."""
+    def started(marker: str) -> str | None:
+        top = sandbox._container.top(ps_args="-eo pid,args")["Processes"]
+        return next((pid for pid, args in top if marker in args), None)
+
+    container = sandbox._container
+    container.exec_run([PYTHON, "-c", "import time; time.sleep(60)  # a command"], user="65534:65534", detach=True)
+    container.exec_run([PYTHON, "-c", "import os, time; os.setresuid(65534, 65534, 0); time.sleep(60)  # spawner"],
+                       detach=True)
+    for _ in range(200):
+        if started("# a command") and started("# spawner"):
+            break
+        await asyncio.sleep(0.05)
+    spawner = started("# spawner")
+    assert started("# a command") and spawner
+
+    await asyncio.to_thread(sandbox._stop_commands)
+
+    for _ in range(100):
+        if not started("# a command"):
+            break
+        await asyncio.sleep(0.05)
+    assert not started("# a command")
+    assert started("# spawner") == spawner
+    os.kill(int(spawner), 9)
     assert (await run(backend, ["/bin/echo", "next"])).stdout == "next\n"
 
 
