@@ -20,12 +20,13 @@ One run prints, side by side (sandbox and local calls are timed in turns):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,13 @@ async def true_once(agent: Agent, root: Path, **options: Any) -> Any:
     return await agent.call_tool("execute_command", argv=["/bin/true"], cwd=str(root), env=ENV, **options)
 
 
+async def timed(call: Callable[[], Awaitable[Any]], times: list[float]) -> None:
+    """Await ``call()`` and append how long it took to ``times``."""
+    started = time.perf_counter()
+    await call()
+    times.append(time.perf_counter() - started)
+
+
 async def medians_of(count: int, *calls: Callable[[], Awaitable[Any]]) -> list[float]:
     """The median time of each call, the calls taking turns (each sees the machine as the others do)."""
     for call in calls:
@@ -74,9 +82,7 @@ async def medians_of(count: int, *calls: Callable[[], Awaitable[Any]]) -> list[f
     timings: list[list[float]] = [[] for _ in calls]
     for _ in range(count):
         for call, times in zip(calls, timings):
-            started = time.perf_counter()
-            await call()
-            times.append(time.perf_counter() - started)
+            await timed(call, times)
     return [statistics.median(times) for times in timings]
 
 
@@ -100,27 +106,29 @@ def reset_peak(pid: int | str) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
 
 
-def server_pids(sandbox: DockerSandbox) -> list[str]:
-    """Host pids of the container's uid-0 processes (the server, its init and its workers)."""
+@contextlib.contextmanager
+def container_of(sandbox: DockerSandbox) -> Iterator[Any]:
+    """The sandbox's container, through a Docker client of its own."""
     import docker
 
     client = docker.from_env()
     try:
-        top = client.containers.get(sandbox.container_id).top(ps_args="-eo pid,uid")
+        yield client.containers.get(sandbox.container_id)
     finally:
         client.close()
+
+
+def server_pids(sandbox: DockerSandbox) -> list[str]:
+    """Host pids of the container's uid-0 processes (the server, its init and its workers)."""
+    with container_of(sandbox) as container:
+        top = container.top(ps_args="-eo pid,uid")
     return [pid for pid, uid in top["Processes"] if uid == "0"]
 
 
 def sandbox_cpus(sandbox: DockerSandbox) -> set[int]:
     """The CPUs of the sandbox's cpuset (empty when it has none)."""
-    import docker
-
-    client = docker.from_env()
-    try:
-        cpuset = client.containers.get(sandbox.container_id).attrs["HostConfig"]["CpusetCpus"]
-    finally:
-        client.close()
+    with container_of(sandbox) as container:
+        cpuset = container.attrs["HostConfig"]["CpusetCpus"]
     return {int(cpu) for cpu in cpuset.split(",")} if cpuset else set()
 
 
@@ -134,9 +142,7 @@ async def pinned_medians(count: int, call: Callable[[], Awaitable[Any]], *placem
                 os.sched_setaffinity(0, cpus)
                 await call()
                 for _ in range(50):
-                    started = time.perf_counter()
-                    await call()
-                    times.append(time.perf_counter() - started)
+                    await timed(call, times)
     finally:
         os.sched_setaffinity(0, everywhere)
     return [statistics.median(times) for times in timings]
