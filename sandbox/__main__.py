@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
         from .launcher import Launcher
 
-        launcher = Launcher(config.command_uid, config.command_gid, max_answer_bytes=6 * config.max_message_bytes,
-                            memory_bytes=config.command_memory_bytes)
+        # A SPAWN carries one Execute request and the places its executable may be.
+        launcher = Launcher(config.command_uid, config.command_gid, max_request_bytes=2 * config.max_message_bytes,
+                            memory_bytes=config.command_memory_bytes, program=config.spawner_program)
         if config.token is None:  # a forked spawner would carry the token; else one is started afresh
             launcher.fork()  # while this process has one thread
         from .server import serve  # grpc is imported after the forks, in the serving process

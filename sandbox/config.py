@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from protolink.sandbox.roots import Root
 
+from .spawner import PROGRAM
+
 MiB = 1024 * 1024
 NOBODY = 65534
 
@@ -34,6 +36,8 @@ class ServerConfig:
     command_memory_bytes: int = 0
     max_document_seconds: float = 300.0
     operation_seconds: float = 300.0
+    #: The compiled spawner (sandbox/spawner.c) that starts commands.
+    spawner_program: str = PROGRAM
 
     @property
     def tcp(self) -> bool:
@@ -64,6 +68,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                         help="RLIMIT_AS of every command; 0 for none")
     parser.add_argument("--max-document-seconds", type=float, default=ServerConfig.max_document_seconds)
     parser.add_argument("--operation-seconds", type=float, default=ServerConfig.operation_seconds)
+    parser.add_argument("--spawner-program", default=ServerConfig.spawner_program,
+                        help="the compiled spawner (default: where the image installs it)")
     args = parser.parse_args(argv)
     if not args.listen.startswith(("unix:///", "tcp://")):
         parser.error("--listen must be unix:///ABSOLUTE/PATH or tcp://HOST:PORT")
@@ -71,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         parser.error("commands never run as uid or gid 0")
     if args.listen.startswith("tcp://") and not args.token_file:
         parser.error("tcp:// listening requires --token-file")
+    if not os.path.isabs(args.spawner_program):
+        parser.error("--spawner-program must be an absolute path")
     if args.command_memory_bytes < 0:
         parser.error("--command-memory-bytes must be 0 (none) or a positive number of bytes")
     for name in ("max_document_seconds", "operation_seconds"):
@@ -91,6 +99,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         command_memory_bytes=args.command_memory_bytes,
         max_document_seconds=args.max_document_seconds,
         operation_seconds=args.operation_seconds,
+        spawner_program=args.spawner_program,
     )
 
 

@@ -29,7 +29,7 @@ from protolink.sandbox._pb import process_pb2
 from protolink.sandbox.errors import SandboxLimitError, to_status
 
 from .activity import Activity
-from .launcher import CommandSpec, Launcher
+from .launcher import CommandSpec, Launcher, ResolutionChanged
 from .reaper import StrayReaper
 
 #: A quiet process still sends an event this often, so either side notices a dead peer.
@@ -62,13 +62,32 @@ class CommandProcesses(LocalProcesses):
         after a sweep for strays and a pause (NO_TASK_RETRY_SECONDS) before the refusal stands."""
         for pause in NO_TASK_RETRY_SECONDS:
             try:
-                return await self._launcher.launch(spec, stdout, stderr)
+                return await self._start(spec, stdout, stderr)
             except OSError as error:
                 if error.errno != errno.EAGAIN:
                     raise
             await self._reaper.sweep()
             await asyncio.sleep(pause)
-        return await self._launcher.launch(spec, stdout, stderr)
+        return await self._start(spec, stdout, stderr)
+
+    async def _start(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+        try:
+            return await self._launcher.launch(spec, stdout, stderr)
+        except ResolutionChanged:
+            if not isinstance(spec, CommandSpec) or spec.resolved_from is None:
+                raise  # only a command with a reused resolution is checked
+            raise ValueError(await self._change(spec, *spec.resolved_from)) from None
+
+    async def _change(self, spec: ProcessSpec, executable: str, cwd: str) -> str:
+        """Why ``executable`` in ``cwd`` no longer resolves to the argv[0] and cwd of ``spec``."""
+        try:
+            (resolved, *_), directory = await self._launcher.resolve_command([executable], cwd, spec.env)
+        except ValueError as error:
+            return f"{error}; nothing was started"
+        if (resolved, directory) == (spec.argv[0], spec.cwd):
+            return f"{executable!r} in {cwd!r} changed while it was starting; nothing was started"
+        return (f"{executable!r} in {cwd!r} now resolves to {resolved!r} in {directory!r}, not to the "
+                f"{spec.argv[0]!r} in {spec.cwd!r} resolved before approval; nothing was started")
 
 
 class Runner:

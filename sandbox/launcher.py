@@ -10,27 +10,30 @@ from __future__ import annotations
 
 import array
 import asyncio
+import functools
 import itertools
-import json
 import logging
 import os
 import signal
 import socket
 import sys
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from protolink.execution.groups import signal_group
 from protolink.execution.process import ProcessSpec
+from protolink.execution.resolve import check_command, executable_candidates, missing_directory, missing_executable
 from protolink.sandbox.errors import SandboxError
 
 from . import spawner
-from .spawner import EXITED, FAILED, HEADER, REFUSED, RESOLVE, RESOLVED, SPAWN, STARTED
+from .spawner import CHANGED, EXITED, FAILED, HEADER, NUMBER, PROGRAM, REFUSED, RESOLVED, STARTED
 
 #: A spawner that leaves a request unanswered this long is replaced.
 ANSWER_SECONDS = 10.0
+#: The largest answer a spawner may send (a number, or an errno and its message).
+MAX_ANSWER_BYTES = 4096
 #: How often a killed spawner is checked for its exit until it is reaped.
 REAP_POLL_SECONDS = 0.01
 
@@ -54,13 +57,20 @@ class SpawnerError(SandboxError):
     """The spawner died, stopped answering or broke its protocol; it is being replaced."""
 
 
-class Launcher:
-    """Starts commands as ``uid``/``gid`` and resolves them with that user's permissions."""
+class ResolutionChanged(Exception):
+    """The command as written no longer names the approved directory and executable; nothing started."""
 
-    def __init__(self, uid: int, gid: int, *, max_answer_bytes: int, memory_bytes: int = 0) -> None:
+
+class Launcher:
+    """Starts commands as ``uid``/``gid`` through the spawner ``program``, and resolves them
+    with that user's permissions."""
+
+    def __init__(self, uid: int, gid: int, *, max_request_bytes: int, memory_bytes: int = 0,
+                 program: str = PROGRAM) -> None:
         self._uid, self._gid = uid, gid
         self._memory_bytes = memory_bytes
-        self._max_answer_bytes = max_answer_bytes
+        self._max_request_bytes = max_request_bytes
+        self._program = program
         self._forked: tuple[int, socket.socket] | None = None
         self._current: SpawnerConnection | None = None
         self._closed = False
@@ -74,7 +84,8 @@ class Launcher:
             code = 1
             try:
                 ours.close()
-                code = spawner.run(theirs, self._uid, self._gid, server, self._memory_bytes)
+                code = spawner.run(theirs.fileno(), self._uid, self._gid, server, memory_bytes=self._memory_bytes,
+                                   max_request_bytes=self._max_request_bytes, program=self._program)
             finally:
                 os._exit(code)
         theirs.close()
@@ -96,14 +107,21 @@ class Launcher:
     async def resolve_command(
         self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
     ) -> tuple[tuple[str, ...], str]:
-        """argv[0] and the working directory resolved as the command user would find them."""
-        request = {"argv": list(argv), "cwd": cwd, "env": dict(env)}
+        """argv[0] and the working directory resolved as the command user would find them, by
+        the rules of :func:`protolink.execution.resolve.resolve_command`."""
+        check_command(argv, cwd, env)
         try:
-            return await self._connection().request(RESOLVE, request)
+            directory, index = await self._connection().resolve(cwd, executable_candidates(argv[0], cwd=".", env=env))
         except SpawnerError:
             # Resolving changes nothing: a fresh spawner is asked once (a command may have
             # killed the last one while it was starting another command).
-            return await self._connection().request(RESOLVE, request)
+            directory, index = await self._connection().resolve(cwd, executable_candidates(argv[0], cwd=".", env=env))
+        if directory is None:
+            raise missing_directory(cwd)
+        candidates = executable_candidates(argv[0], cwd=directory, env=env)
+        if index < 0:
+            raise missing_executable(argv[0], cwd=directory, env=env)
+        return (next(itertools.islice(candidates, index, None)), *argv[1:]), directory
 
     async def aclose(self) -> None:
         """Stop the spawner (commands it started are the stray sweep's to kill)."""
@@ -118,7 +136,7 @@ class Launcher:
             loop = asyncio.get_running_loop()
             pid, channel = self._forked if self._forked is not None else self._start()
             self._forked = None
-            self._current = SpawnerConnection(pid, channel, loop, self._max_answer_bytes)
+            self._current = SpawnerConnection(pid, channel, loop, self._max_request_bytes)
         return self._current
 
     def _start(self) -> tuple[int, socket.socket]:
@@ -128,7 +146,8 @@ class Launcher:
             theirs.set_inheritable(True)
             argv = [sys.executable, "-I", "-m", "sandbox.spawner", "--uid", str(self._uid), "--gid", str(self._gid),
                     "--channel-fd", str(theirs.fileno()), "--server", str(os.getpid()),
-                    "--memory-bytes", str(self._memory_bytes)]
+                    "--memory-bytes", str(self._memory_bytes), "--max-request-bytes", str(self._max_request_bytes),
+                    "--program", self._program]
             pid = os.posix_spawn(sys.executable, argv, {"PATH": os.defpath}, setsid=True)
         except BaseException:
             ours.close()
@@ -158,13 +177,14 @@ class _Command:
 class SpawnerConnection:
     """One spawner process: its channel, the requests it has not answered, the commands it runs."""
 
-    def __init__(self, pid: int, channel: socket.socket, loop: asyncio.AbstractEventLoop, max_answer_bytes: int) -> None:
+    def __init__(self, pid: int, channel: socket.socket, loop: asyncio.AbstractEventLoop,
+                 max_request_bytes: int) -> None:
         self.pid = pid
         self.alive = True
         self._channel = channel
         self._loop = loop
-        self._max_answer_bytes = max_answer_bytes
-        self._pending: dict[int, tuple[int, asyncio.Future[Any], asyncio.TimerHandle]] = {}
+        self._max_request_bytes = max_request_bytes
+        self._pending: dict[int, tuple[Callable[[int, int, bytes], Any], asyncio.Future[Any], asyncio.TimerHandle]] = {}
         self._commands: dict[int, _Command] = {}
         self._received = bytearray()
         self._outbox: deque[tuple[memoryview, list[int]]] = deque()
@@ -173,23 +193,36 @@ class SpawnerConnection:
         loop.add_reader(channel, self._readable)
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> _Command:
-        """:meth:`Launcher.launch` through this spawner."""
-        request: dict[str, Any] = {"argv": list(spec.argv), "cwd": spec.cwd, "env": dict(spec.env)}
+        """:meth:`Launcher.launch` through this spawner: OSError when the command cannot start,
+        ValueError when it cannot be passed, ResolutionChanged when its check fails."""
+        check_command(spec.argv, spec.cwd, spec.env)
+        check = None
         if isinstance(spec, CommandSpec) and spec.resolved_from is not None:
-            request["written"] = list(spec.resolved_from)
-        answer = self.request(SPAWN, request, (stdout, stderr))
+            executable, written_cwd = spec.resolved_from
+            check = (written_cwd, executable_candidates(executable, cwd=spec.cwd, env=spec.env))
+        request = next(_ids)
+        frame = spawner.spawn_request(request, spec.argv, spec.cwd, spec.env, check, max_bytes=self._max_request_bytes)
         try:
-            return await answer  # canceled, the request stays pending: a command it starts is then killed
+            command: _Command = await self._ask(request, frame, (stdout, stderr), self._started)
+            return command  # canceled, the request stays pending: a command it starts is then killed
         except SpawnerError as error:
             raise OSError(str(error)) from None  # this command could not start; the next one can
 
-    def request(self, kind: int, payload: dict[str, Any], fds: Sequence[int] = ()) -> asyncio.Future[Any]:
-        """Send a request; the future gets its answer, or SpawnerError."""
+    async def resolve(self, cwd: str, candidates: Iterable[str]) -> tuple[str | None, int]:
+        """The real path of the directory ``cwd`` names (None: none) and the index of the first
+        executable file among ``candidates`` (relative ones taken there; -1: none)."""
         request = next(_ids)
+        frame, count = spawner.resolve_request(request, cwd, candidates, max_bytes=self._max_request_bytes)
+        found: tuple[str | None, int] = await self._ask(request, frame, (), functools.partial(_resolution, count))
+        return found
+
+    def _ask(self, request: int, frame: bytes, fds: Sequence[int],
+             read: Callable[[int, int, bytes], Any]) -> asyncio.Future[Any]:
+        """Send ``frame``; its answer goes through ``read`` (kind, request, payload) into the future."""
         answer: asyncio.Future[Any] = self._loop.create_future()
         overdue = self._loop.call_later(ANSWER_SECONDS, self._lose, f"it left a request unanswered for {ANSWER_SECONDS:g} s")
-        self._pending[request] = (kind, answer, overdue)
-        self._send(spawner.encode(kind, request, payload), fds)
+        self._pending[request] = (read, answer, overdue)
+        self._send(frame, fds)
         return answer
 
     async def close(self, reason: str) -> None:
@@ -249,7 +282,7 @@ class SpawnerConnection:
         self._received += data
         while len(self._received) >= HEADER.size and self.alive:
             kind, request, length = HEADER.unpack_from(self._received)
-            if length > self._max_answer_bytes:
+            if length > MAX_ANSWER_BYTES:
                 self._lose(f"it sent an answer of {length} bytes")
                 return
             if len(self._received) < HEADER.size + length:
@@ -257,33 +290,16 @@ class SpawnerConnection:
             payload = bytes(self._received[HEADER.size : HEADER.size + length])
             del self._received[: HEADER.size + length]
             try:
-                self._answer(kind, request, json.loads(payload))
-            except (ValueError, TypeError, KeyError, RecursionError) as error:
+                self._answer(kind, request, payload)
+            except (ValueError, KeyError) as error:
                 self._lose(f"it sent an invalid answer ({error!r})")
 
-    def _answer(self, kind: int, request: int, payload: dict[str, Any]) -> None:
+    def _answer(self, kind: int, request: int, payload: bytes) -> None:
         if kind == EXITED:
-            code = payload["code"]
-            if not isinstance(code, int) or isinstance(code, bool):
-                raise ValueError("exit code")
-            self._commands.pop(request).ended(code)
+            self._commands.pop(request).ended(_number(payload))
             return
-        asked, answer, overdue = self._pending[request]  # left pending while the answer is checked
-        if asked == SPAWN and kind == STARTED:
-            outcome: Any = _Command(_positive(payload["pid"]), self._loop)
-            self._commands[request] = outcome
-        elif asked == SPAWN and kind == FAILED:
-            number, message = payload["errno"], _text(payload["message"])
-            outcome = OSError(number, message) if isinstance(number, int) and number > 0 else ValueError(message)
-        elif asked == RESOLVE and kind == RESOLVED:
-            argv, cwd = payload["argv"], _text(payload["cwd"])
-            if not argv or not isinstance(argv, list):
-                raise ValueError("argv")
-            outcome = (tuple(_text(item) for item in argv), cwd)
-        elif asked == RESOLVE and kind == REFUSED:
-            outcome = ValueError(_text(payload["message"]))
-        else:
-            raise ValueError(f"answer kind {kind} to request kind {asked}")
+        read, answer, overdue = self._pending[request]  # left pending while the answer is checked
+        outcome = read(kind, request, payload)
         del self._pending[request]
         overdue.cancel()
         if answer.done():  # canceled while it was starting
@@ -294,6 +310,19 @@ class SpawnerConnection:
             answer.set_exception(outcome)
         else:
             answer.set_result(outcome)
+
+    def _started(self, kind: int, request: int, payload: bytes) -> _Command | Exception:
+        """A SPAWN's answer: the started command, or why nothing started."""
+        if kind == STARTED:
+            command = _Command(_positive(_number(payload)), self._loop)
+            self._commands[request] = command
+            return command
+        if kind == FAILED:
+            number, message = _number(payload[: NUMBER.size]), payload[NUMBER.size :].decode("utf-8", "replace")
+            return OSError(number, message) if number > 0 else ValueError(message)
+        if kind == CHANGED and not payload:
+            return ResolutionChanged()
+        raise ValueError(f"answer kind {kind} with {len(payload)} bytes to a SPAWN")
 
     def _lose(self, reason: str, *, log_it: bool = True) -> None:
         """Give this spawner up: kill it, fail what waits on it, end what it ran."""
@@ -343,13 +372,26 @@ def _fail(answer: asyncio.Future[Any], error: BaseException) -> None:
         answer.set_exception(error)
 
 
-def _positive(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError("pid")
+def _resolution(count: int, kind: int, request: int, payload: bytes) -> tuple[str | None, int]:
+    """A RESOLVE's answer about ``count`` candidates: (directory or None, index or -1)."""
+    if kind == REFUSED and not payload:
+        return None, -1
+    if kind != RESOLVED:
+        raise ValueError(f"answer kind {kind} with {len(payload)} bytes to a RESOLVE")
+    index, directory = _number(payload[: NUMBER.size]), os.fsdecode(payload[NUMBER.size :])
+    if not -1 <= index < count or not directory.startswith("/") or "\0" in directory:
+        raise ValueError(f"resolution {index} of {count} in {directory!r}")
+    return directory, index
+
+
+def _number(payload: bytes) -> int:
+    if len(payload) != NUMBER.size:
+        raise ValueError(f"a number of {len(payload)} bytes")
+    value: int = NUMBER.unpack(payload)[0]
     return value
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError("expected text")
+def _positive(value: int) -> int:
+    if value <= 0:
+        raise ValueError("pid")
     return value

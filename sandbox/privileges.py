@@ -8,7 +8,7 @@ import ctypes
 import os
 import resource
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 _PR_SET_PDEATHSIG = 1
 _PR_GET_PDEATHSIG = 2
@@ -56,12 +56,15 @@ def set_oom_score_adj(score: int, *, fd: int | None = None) -> None:
         adjust.write(str(score))
 
 
-def helper_arguments(prog: str, argv: list[str] | None, *extra: str) -> argparse.Namespace:
+def helper_arguments(prog: str, argv: list[str] | None, *extra: str, text: Sequence[str] = ()) -> argparse.Namespace:
     """The command line of a helper the server starts (worker, spawner): the identity it acts
-    as, the server it dies with, and the integer options named in ``extra``."""
+    as, the server it dies with, the integer options named in ``extra`` and the text options
+    named in ``text``."""
     parser = argparse.ArgumentParser(prog=prog)
     for option in ("--uid", "--gid", "--server", *extra):
         parser.add_argument(option, type=int, required=True)
+    for option in text:
+        parser.add_argument(option, required=True)
     args = parser.parse_args(argv)
     if args.uid == 0 or args.gid == 0:
         parser.error("helpers never act as uid or gid 0")

@@ -16,12 +16,15 @@ import contextlib
 import errno
 import os
 import signal
+import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import NamedTuple
 
 INTERVAL_SECONDS = 0.5
 #: Sweeps of /proc in one kill_strays call, at most (each signals what the previous missed).
 MAX_PASSES = 100
+#: Processes started since the last look that a quick look checks one by one, at most.
+NEW_PIDS_CHECKED = 8
 
 
 class _Process(NamedTuple):
@@ -49,7 +52,9 @@ class StrayReaper:
         # A thread of its own, started now: when strays have filled the pids limit, no new
         # thread can start, and that is when sweeps matter most.
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="protolink-strays")
-        self._thread.submit(lambda: None).result()
+        self._pids = _PidCounter(lambda: self._thread.submit(threading.get_native_id).result())
+        #: The last pid handed out at a moment /proc listed only the server's own processes.
+        self._quiet: int | None = None
 
     @contextlib.asynccontextmanager
     async def command(self) -> AsyncIterator[None]:
@@ -73,14 +78,36 @@ class StrayReaper:
     def _idle_and_clean(self) -> bool:
         """No sweep is under way and one look at /proc, now, finds no stray (nearly always).
 
-        When /proc lists only the server's own processes (see :func:`_only_ours`), that look
-        needs no process's status.
+        Quickest: nothing but the server's own processes was left at the last look, and every
+        process started since is gone (:meth:`_none_left_since_quiet`). Next: /proc lists only
+        the server's own processes (:func:`_only_ours`). Either needs no process's status.
         """
         if self._queued is not None or (self._current is not None and not self._current.done()):
             return False
-        if _only_ours(self._spawner(), self._workers()):
+        if self._none_left_since_quiet():
             return True
+        last = self._pids.last()
+        if _only_ours(self._spawner(), self._workers()):
+            self._quiet = last  # read before the listing: a process started after it is checked later
+            return True
+        self._quiet = None
         return not _strays(self._uid, self._parents())[1]
+
+    def _none_left_since_quiet(self) -> bool:
+        """Whether every process started since the quiet moment is gone (a process that existed
+        then was the server's own), with no process started while this looked."""
+        if self._quiet is None or (last := self._pids.last()) is None:
+            return False
+        if not 0 <= last - self._quiet <= NEW_PIDS_CHECKED:
+            return False
+        # A zombie, or any thread's id, is still there. A process that forked and exited while
+        # this looked handed out a pid: the second reading differs.
+        if any(os.path.exists(f"/proc/{pid}") for pid in range(self._quiet + 1, last + 1)):
+            return False
+        if self._pids.last() != last:
+            return False
+        self._quiet = last
+        return True
 
     def _parents(self) -> set[int]:
         parents = {os.getpid()}
@@ -135,6 +162,36 @@ def _only_ours(spawner: int | None, workers: Collection[int]) -> bool:
     ours = {1, os.getppid(), os.getpid()} - {0}  # no parent in this pid namespace: 0
     ours.update(pid for pid in [spawner, *workers] if pid is not None and _unreaped_child(pid))
     return listed == ours
+
+
+class _PidCounter:
+    """The last pid handed out in this pid namespace: the last field of /proc/loadavg.
+
+    Trusted only if it counts: ``start`` starts a thread or process and returns its id, which
+    must be new between two readings (gVisor's reads "0" always).
+    """
+
+    def __init__(self, start: Callable[[], int]) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._fd = None
+        before = self.last()
+        started = start()
+        after = self.last()
+        if self._fd is not None and (before is None or after is None or not before < started <= after):
+            os.close(self._fd)
+            self._fd = None
+
+    def last(self) -> int | None:
+        """None where the kernel does not tell (then no look is quick)."""
+        if self._fd is None:
+            return None
+        try:
+            last = os.pread(self._fd, 256, 0).split()[-1]
+        except (OSError, IndexError):
+            return None
+        return int(last) if last.isdigit() else None
 
 
 def _unreaped_child(pid: int) -> bool:

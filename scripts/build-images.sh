@@ -2,8 +2,9 @@
 # Build the project's images without any image registry.
 #   base: protolink/base:bookworm, a Debian minbase made by debootstrap and `docker import`.
 #   sandbox: protolink/sandbox:<inputs hash> (and :latest), FROM the base, with this project and
-#     its runtime dependencies installed from a wheelhouse that pip makes on the host; the image
-#     build itself runs with no network.
+#     its runtime dependencies installed from a wheelhouse that pip makes on the host, and the
+#     command spawner compiled on the host (scripts/build-spawner.sh); the image build itself
+#     runs with no network.
 # Both phases are incremental: an image whose inputs are unchanged is not rebuilt.
 # BASE_IMAGE=IMAGE skips the debootstrap and uses IMAGE as the base instead (pulled if missing).
 # DEBIAN_MIRROR=URL overrides the mirror taken from apt's configuration.
@@ -164,7 +165,7 @@ build_sandbox() {
     local base_id inputs tag
     base_id=$(docker image inspect --format '{{.Id}}' "$BASE_REF")
     inputs=$(printf '%s\n' "$SANDBOX_RECIPE_VERSION" "$base_id" "$(source_hash)" "$(runtime_requirements)" \
-        | cat - "$ROOT/images/sandbox/Dockerfile" | sha256sum | cut -c1-16)
+        | cat - "$ROOT/images/sandbox/Dockerfile" "$HERE/build-spawner.sh" | sha256sum | cut -c1-16)
     tag=$SANDBOX_REPO:$inputs
     if docker image inspect "$tag" >/dev/null 2>&1; then
         docker tag "$tag" "$SANDBOX_REPO:latest"
@@ -177,7 +178,9 @@ build_sandbox() {
     deps=$(deps_wheelhouse)
     CONTEXT=$(mktemp -d /var/tmp/protolink-sandbox.XXXXXX)
     trap 'rm -rf "$CONTEXT"' EXIT
-    mkdir -p "$CONTEXT/wheels/deps" "$CONTEXT/wheels/project" "$CONTEXT/src"
+    mkdir -p "$CONTEXT/wheels/deps" "$CONTEXT/wheels/project" "$CONTEXT/src" "$CONTEXT/bin"
+    say "sandbox: compiling the command spawner"
+    bash "$HERE/build-spawner.sh" "$CONTEXT/bin/protolink-spawner"
     cp "$ROOT/images/sandbox/Dockerfile" "$CONTEXT/"
     cp -l "$deps"/*.whl "$CONTEXT/wheels/deps/" 2>/dev/null || cp "$deps"/*.whl "$CONTEXT/wheels/deps/"
     # The wheel is built from a copy so the work tree gets no build/ or egg-info.

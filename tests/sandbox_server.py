@@ -13,6 +13,7 @@ import os
 import pwd
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -24,6 +25,15 @@ from protolink.sandbox import SandboxBackend, connect
 #: Where commands find a Python interpreter they may run (the test venv may live under /root).
 HOST_PYTHON = "/usr/bin/python3"
 _FIRST_TEST_UID = 61000
+_PROJECT = Path(__file__).resolve().parent.parent
+#: The command spawner compiled for this host (the image carries its own).
+SPAWNER_PROGRAM = _PROJECT / "build" / "protolink-spawner"
+
+
+def spawner_program() -> str:
+    """The compiled spawner for servers run on this host, (re)built when its source changed."""
+    subprocess.run(["bash", str(_PROJECT / "scripts" / "build-spawner.sh"), str(SPAWNER_PROGRAM)], check=True)
+    return str(SPAWNER_PROGRAM)
 
 
 @dataclass
@@ -80,7 +90,7 @@ async def sandbox_server(
     address = listen.removeprefix("tcp://")
     log = home / "server.log"
     command = [sys.executable, "-m", "sandbox", "--listen", listen, "--boundary", "test-host",
-               "--command-uid", str(uid), "--command-gid", str(uid), *args]
+               "--command-uid", str(uid), "--command-gid", str(uid), "--spawner-program", spawner_program(), *args]
     for path, writable in roots:
         command += ["--root", f"{path}:{'rw' if writable else 'ro'}"]
     with open(log, "wb") as log_file:

@@ -15,7 +15,7 @@ These functions block on the file system; async callers use
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 
@@ -37,22 +37,42 @@ def resolve_directory(path: str) -> str:
         raise ValueError(f"working directory must be an absolute path, got {path!r}")
     real = os.path.realpath(path)
     if not os.path.isdir(real):
-        raise ValueError(f"working directory {path!r} does not exist or is not a directory")
+        raise missing_directory(path)
     return real
+
+
+def missing_directory(path: str) -> ValueError:
+    """The error for a working directory ``path`` that names no directory."""
+    return ValueError(f"working directory {path!r} does not exist or is not a directory")
 
 
 def resolve_executable(name: str, *, cwd: str, env: Mapping[str, str]) -> str:
     """The absolute path of the executable ``name`` names (see the module rules)."""
+    for candidate in executable_candidates(name, cwd=cwd, env=env):
+        if _is_executable_file(candidate):
+            return candidate
+    raise missing_executable(name, cwd=cwd, env=env)
+
+
+def missing_executable(name: str, *, cwd: str, env: Mapping[str, str]) -> ValueError:
+    """The error for a ``name`` none of whose candidates is an executable file."""
+    if "/" in name:
+        return ValueError(f"executable {name!r} is not an executable file (looked at {os.path.join(cwd, name)!r})")
+    return ValueError(f"executable {name!r} was not found on the supplied PATH {env['PATH']!r}")
+
+
+def executable_candidates(name: str, *, cwd: str, env: Mapping[str, str]) -> Iterator[str]:
+    """The files ``name`` may name, in order (the executable is the first that is an executable
+    file); ``cwd`` is the resolved working directory (``"."`` leaves relative candidates
+    relative to it). ValueError, when iterated, if ``name`` cannot name one."""
     _check_text("executable", name)
     if not name:
         raise ValueError("executable must not be empty")
     if "/" in name:
         # An absolute name stays as it is. A relative one is joined, not normalized: ".." after
         # a symbolic link means what the kernel says, and the preview must name that file.
-        path = os.path.join(cwd, name)
-        if not _is_executable_file(path):
-            raise ValueError(f"executable {name!r} is not an executable file (looked at {path!r})")
-        return path
+        yield os.path.join(cwd, name)
+        return
     search_path = env.get("PATH")
     if not search_path:
         raise ValueError(
@@ -61,10 +81,7 @@ def resolve_executable(name: str, *, cwd: str, env: Mapping[str, str]) -> str:
         )
     for entry in search_path.split(os.pathsep):
         if os.path.isabs(entry):
-            candidate = os.path.join(entry, name)
-            if _is_executable_file(candidate):
-                return candidate
-    raise ValueError(f"executable {name!r} was not found on the supplied PATH {search_path!r}")
+            yield os.path.join(entry, name)
 
 
 def resolve_command(

@@ -31,7 +31,8 @@ from .conftest import GVISOR, HANG_GUARD, NOBODY, Attacker, figure, still_serves
 SERVICE = "protolink.sandbox.v1.Sandbox"
 
 #: Applies ``sys.argv[1]`` ("kill SIGNAL" or "prlimit") to PID 1 and every sandbox helper (a
-#: Python process run with ``-m``: the server, its workers, any other); prints name pid -> errno.
+#: Python process run with ``-m``: the server, its workers, any other; and the command spawner);
+#: prints name pid -> errno.
 TAMPER = r"""
 import json, os, resource, sys
 action, me, answers = sys.argv[1].split(), os.getpid(), {}
@@ -43,6 +44,8 @@ for pid in map(int, filter(str.isdigit, os.listdir('/proc'))):
         continue
     if pid != me and command[2:3] == [b'-m']:
         targets[f'{command[3].decode()} {pid}'] = pid
+    elif command[0].endswith(b'/protolink-spawner'):
+        targets[f'spawner {pid}'] = pid
 for name, pid in targets.items():
     try:
         if action[0] == 'kill':
@@ -59,7 +62,7 @@ print(json.dumps(answers))
 async def tamper(attacker: Attacker, action: str) -> dict[str, int]:
     await attacker.call("list_files", path=str(attacker.ws))  # a worker exists
     answers = await attacker.probe(TAMPER, action)
-    assert {name.split()[0] for name in answers} >= {"init", "sandbox", "sandbox.worker"}, answers
+    assert {name.split()[0] for name in answers} >= {"init", "sandbox", "sandbox.worker", "spawner"}, answers
     return answers
 
 
@@ -110,12 +113,11 @@ def role(pid):
     if pid == 1:
         return 'init'
     command = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')
+    if command[0].endswith(b'/protolink-spawner'):
+        return 'spawner'
     if command[2:3] != [b'-m'] or not command[3].startswith(b'sandbox'):
         return None
-    if command[3] != b'sandbox':
-        return command[3].decode().removeprefix('sandbox.')
-    real_uid = int(open(f'/proc/{pid}/status').read().split('\nUid:')[1].split()[0])
-    return 'server' if real_uid == 0 else 'spawner'  # the first spawner is forked from the server
+    return 'server' if command[3] == b'sandbox' else command[3].decode().removeprefix('sandbox.')
 def attempt(call):
     try:
         call()

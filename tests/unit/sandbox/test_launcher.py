@@ -5,7 +5,6 @@ answer still kills the command once it starts."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -17,9 +16,9 @@ import pytest
 
 from protolink.execution.process import ProcessSpec
 from sandbox import spawner
-from sandbox.launcher import SpawnerConnection, SpawnerError
+from sandbox.launcher import MAX_ANSWER_BYTES, CommandSpec, SpawnerConnection, SpawnerError
 
-MAX_ANSWER_BYTES = 1 << 16
+MAX_REQUEST_BYTES = 1 << 16
 
 
 class FakeSpawner:
@@ -30,12 +29,13 @@ class FakeSpawner:
         self.server_end, self.channel = socket.socketpair()
         self.channel.settimeout(30)
 
-    def request(self) -> tuple[int, int, dict]:
+    def request(self) -> tuple[int, int, list[str]]:
+        """The next request: kind, id and its NUL-terminated fields."""
         kind, request, length = spawner.HEADER.unpack(self._exactly(spawner.HEADER.size))
-        return kind, request, json.loads(self._exactly(length))
+        return kind, request, os.fsdecode(self._exactly(length)).split("\0")[:-1]
 
-    def answer(self, kind: int, request: int, payload: dict) -> None:
-        self.channel.sendall(spawner.encode(kind, request, payload))
+    def answer(self, kind: int, request: int, payload: bytes = b"") -> None:
+        self.channel.sendall(spawner.HEADER.pack(kind, request, len(payload)) + payload)
 
     def gone(self) -> bool:
         return not Path(f"/proc/{self.process.pid}").exists()
@@ -58,7 +58,11 @@ def fake() -> Iterator[FakeSpawner]:
 
 
 def connect(fake: FakeSpawner) -> SpawnerConnection:
-    return SpawnerConnection(fake.process.pid, fake.server_end, asyncio.get_running_loop(), MAX_ANSWER_BYTES)
+    return SpawnerConnection(fake.process.pid, fake.server_end, asyncio.get_running_loop(), MAX_REQUEST_BYTES)
+
+
+def number(value: int) -> bytes:
+    return spawner.NUMBER.pack(value)
 
 
 async def settled(condition) -> None:
@@ -69,27 +73,89 @@ async def settled(condition) -> None:
     pytest.fail("the condition never held")
 
 
-@pytest.mark.parametrize("answer", [
-    b"not json",
-    json.dumps(["a", "list"]).encode(),
-    json.dumps({"argv": "not a list", "cwd": "/"}).encode(),
-    json.dumps({"argv": [1], "cwd": "/"}).encode(),
-    b"[" * 5_000,  # nested past the recursion limit
-])
-async def test_an_answer_that_does_not_fit_kills_the_spawner(fake, answer):
+async def test_requests_carry_the_command_and_the_candidates_of_a_reused_resolution(fake):
     connection = connect(fake)
-    asked = connection.request(spawner.RESOLVE, {"argv": ["true"], "cwd": "/", "env": {}})
+    read, write = os.pipe()
+    spec = CommandSpec(("/usr/bin/true", "a b"), "/srv", {"PATH": "/usr/local/bin:relative:/usr/bin"}, 5, 100,
+                       resolved_from=("true", "/srv/."))
+    launched = asyncio.ensure_future(connection.launch(spec, write, write))
+    kind, request, fields = await asyncio.to_thread(fake.request)
+    assert kind == spawner.SPAWN
+    assert fields == ["2", "/usr/bin/true", "a b", "/srv", "1", "PATH=/usr/local/bin:relative:/usr/bin",
+                      "/srv/.", "2", "/usr/local/bin/true", "/usr/bin/true"]
+    fake.answer(spawner.FAILED, request, number(2) + b"No such file or directory")
+    with pytest.raises(FileNotFoundError, match="No such file"):
+        await launched
+    resolving = asyncio.ensure_future(connection.resolve("/srv", ["./bin/tool"]))
+    kind, request, fields = await asyncio.to_thread(fake.request)
+    assert (kind, fields) == (spawner.RESOLVE, ["/srv", "1", "./bin/tool"])
+    fake.answer(spawner.RESOLVED, request, number(0) + b"/srv")
+    assert await resolving == ("/srv", 0)
+    os.close(read)
+    os.close(write)
+
+
+async def test_text_with_a_nul_is_refused_before_anything_is_sent(fake):
+    connection = connect(fake)
+    with pytest.raises(ValueError, match="NUL"):
+        await connection.launch(ProcessSpec(("/bin/echo", "a\0b"), "/", {}, 5, 100), 1, 2)
+    fake.channel.settimeout(0.2)
+    with pytest.raises(TimeoutError):
+        fake.channel.recv(1)
+    assert connection.alive
+
+
+async def test_a_path_too_long_to_pass_on_is_refused(fake):
+    connection = connect(fake)
+    spec = CommandSpec(("/usr/bin/true",), "/", {"PATH": ":".join(["/x"] * 4000)}, 5, 100, resolved_from=("t" * 20, "/"))
+    with pytest.raises(ValueError, match="too large"):
+        await connection.launch(spec, 1, 2)
+    assert connection.alive
+
+
+@pytest.mark.parametrize("kind, payload", [
+    (spawner.RESOLVED, b"\0\0\0"),  # not a number
+    (spawner.RESOLVED, number(1) + b"/srv"),  # no such candidate
+    (spawner.RESOLVED, number(-2) + b"/srv"),
+    (spawner.RESOLVED, number(0) + b"srv"),  # not an absolute path
+    (spawner.REFUSED, b"why"),  # REFUSED carries nothing
+    (spawner.STARTED, number(7)),  # an answer to a SPAWN
+    (99, b""),  # no such kind
+])
+async def test_an_answer_that_does_not_fit_kills_the_spawner(fake, kind, payload):
+    connection = connect(fake)
+    asked = asyncio.ensure_future(connection.resolve("/srv", ["/bin/true"]))
     _, request, _ = await asyncio.to_thread(fake.request)
-    fake.channel.sendall(spawner.HEADER.pack(spawner.RESOLVED, request, len(answer)) + answer)
+    fake.answer(kind, request, payload)
     with pytest.raises(SpawnerError, match="invalid answer"):
         await asked
     await settled(fake.gone)
     assert not connection.alive
 
 
+@pytest.mark.parametrize("kind, payload", [
+    (spawner.STARTED, number(0)),  # no such pid
+    (spawner.STARTED, number(7) + b"\0"),
+    (spawner.FAILED, b"\0\0"),
+    (spawner.CHANGED, b"x"),
+    (spawner.RESOLVED, number(0) + b"/"),  # an answer to a RESOLVE
+])
+async def test_a_launch_answer_that_does_not_fit_kills_the_spawner(fake, kind, payload):
+    connection = connect(fake)
+    read, write = os.pipe()
+    launched = asyncio.ensure_future(connection.launch(ProcessSpec(("/bin/true",), "/", {}, 5, 100), write, write))
+    _, request, _ = await asyncio.to_thread(fake.request)
+    fake.answer(kind, request, payload)
+    with pytest.raises(OSError, match="invalid answer"):
+        await launched
+    await settled(fake.gone)
+    os.close(read)
+    os.close(write)
+
+
 async def test_an_oversized_answer_kills_the_spawner(fake):
     connection = connect(fake)
-    asked = connection.request(spawner.RESOLVE, {"argv": ["true"], "cwd": "/", "env": {}})
+    asked = asyncio.ensure_future(connection.resolve("/", ["/bin/true"]))
     _, request, _ = await asyncio.to_thread(fake.request)
     fake.channel.sendall(spawner.HEADER.pack(spawner.RESOLVED, request, MAX_ANSWER_BYTES + 1))
     with pytest.raises(SpawnerError, match="answer of"):
@@ -98,8 +164,8 @@ async def test_an_oversized_answer_kills_the_spawner(fake):
 
 
 @pytest.mark.parametrize("kind, payload", [
-    (spawner.EXITED, {"code": 0}),  # no such command
-    (spawner.STARTED, {"pid": 1}),  # no such request
+    (spawner.EXITED, number(0)),  # no such command
+    (spawner.STARTED, number(1)),  # no such request
 ])
 async def test_an_answer_to_nothing_kills_the_spawner(fake, kind, payload):
     connection = connect(fake)
@@ -113,11 +179,12 @@ async def test_a_spawner_that_dies_ends_its_commands_and_fails_what_waits(fake):
     read, write = os.pipe()
     launched = asyncio.ensure_future(connection.launch(ProcessSpec(("/bin/true",), "/", {}, 5, 100), write, write))
     _, request, _ = await asyncio.to_thread(fake.request)
-    fake.answer(spawner.STARTED, request, {"pid": fake.process.pid})
+    fake.answer(spawner.STARTED, request, number(fake.process.pid))
     command = await launched
     os.close(read)
     os.close(write)
-    waiting = connection.request(spawner.RESOLVE, {"argv": ["true"], "cwd": "/", "env": {}})
+    waiting = asyncio.ensure_future(connection.resolve("/", ["/bin/true"]))
+    await asyncio.to_thread(fake.request)
     fake.channel.close()  # the spawner is gone
     with pytest.raises(SpawnerError, match="exited"):
         await waiting
@@ -135,7 +202,7 @@ async def test_a_launch_canceled_before_its_answer_kills_the_command_once_it_sta
     with pytest.raises(asyncio.CancelledError):
         await launch
     command = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    fake.answer(spawner.STARTED, request, {"pid": command.pid})
+    fake.answer(spawner.STARTED, request, number(command.pid))
     assert await asyncio.to_thread(command.wait, 30) == -signal.SIGKILL
     os.close(read)
     os.close(write)

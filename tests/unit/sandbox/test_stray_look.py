@@ -49,3 +49,50 @@ def test_only_the_servers_own_processes_listed_is_a_clean_look():
     done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_the_quickest_look_trusts_only_processes_started_since_a_quiet_moment_and_gone():
+    """In a pid namespace of its own: after a clean look, a command that came and went leaves a
+    clean look without reading /proc's listing; a process still there, a zombie, a stray or too
+    many new processes send the look the long way."""
+    script = textwrap.dedent("""
+        import os, subprocess
+        from sandbox.reaper import NEW_PIDS_CHECKED, StrayReaper
+        reaper = StrayReaper(65533, lambda: None, lambda: [])
+        assert not reaper._none_left_since_quiet(), "no quiet moment yet"
+        assert reaper._idle_and_clean(), "alone"
+        subprocess.run(["true"], check=True)
+        subprocess.run(["sh", "-c", "true & wait"], check=True)
+        assert reaper._none_left_since_quiet(), "commands that came and went"
+        running = subprocess.Popen(["sleep", "60"])
+        assert not reaper._none_left_since_quiet(), "a process still running"
+        running.kill(); os.waitid(os.P_PID, running.pid, os.WEXITED | os.WNOWAIT)
+        assert not reaper._none_left_since_quiet(), "a zombie"
+        running.wait()
+        assert reaper._none_left_since_quiet(), "reaped"
+        subprocess.run(["sh", "-c", "setsid sleep 60 & exit 0"], check=True)
+        assert not reaper._none_left_since_quiet(), "a stray"
+        assert not reaper._none_left_since_quiet(), "still a stray"
+        subprocess.run(["pkill", "-KILL", "-x", "sleep"])
+        assert not reaper._none_left_since_quiet(), "a killed stray not yet reaped"
+        os.waitpid(-1, 0)  # this process is the namespace's init: orphans are its children
+        assert reaper._none_left_since_quiet(), "the stray is gone"
+        for _ in range(NEW_PIDS_CHECKED + 1):
+            subprocess.run(["true"], check=True)
+        assert not reaper._none_left_since_quiet(), "more new processes than checked one by one"
+        assert reaper._idle_and_clean(), "alone again"
+        subprocess.run(["true"], check=True)
+        assert reaper._none_left_since_quiet(), "quiet again"
+        print("ok")
+    """)
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_pid_counter_that_does_not_count_is_not_used():
+    from sandbox.reaper import _PidCounter
+
+    assert _PidCounter(lambda: 0).last() is None  # gVisor's /proc/loadavg ends in 0, whatever starts
+    counter = _PidCounter(lambda: subprocess.Popen(["true"]).pid)
+    assert counter.last() is not None

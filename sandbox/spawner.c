@@ -1,0 +1,427 @@
+/*
+ * protolink-spawner: starts the sandbox's commands as the command user (see sandbox/spawner.py).
+ *
+ * `python -m sandbox.spawner` (or the server's fork of it) takes the command user's identity
+ * and then executes this program, which serves the server's channel until it closes: each
+ * SPAWN request starts one command with vfork and execve and is answered with STARTED (its pid)
+ * or FAILED (errno and message); each command's exit is reported with EXITED. A request that
+ * carries a resolution check (the command as written, resolved again) starts nothing unless the
+ * check passes (CHANGED otherwise). A RESOLVE request looks a command up with the command user's
+ * permissions. The rules of resolution are the server's (protolink/execution/resolve.py): it
+ * sends the candidate files in order, and this program only says which directory a path names
+ * and which candidate is the first executable file. The server (sandbox/launcher.py) holds the
+ * other end of the wire format, stated once here and once there (a test compares them):
+ *
+ *   frame:    kind (u8), request id (u64), payload length (u32), all big-endian; then the payload
+ *   SPAWN:    NUL-terminated fields: argc, argv..., cwd, envc, NAME=VALUE..., written cwd (empty:
+ *             no check), candidate count, candidates...; the stdout and stderr pipe ends ride
+ *             along as SCM_RIGHTS
+ *   RESOLVE:  NUL-terminated fields: written cwd, candidate count, candidates (relative ones are
+ *             taken in the directory the written cwd names)
+ *   STARTED:  pid (i32)      FAILED: errno (i32), message      EXITED: exit code (i32, -signal)
+ *   CHANGED:  empty: the written cwd or the first executable candidate is no longer the approved one
+ *   RESOLVED: index of the first executable candidate (i32, -1: none), then the directory's real path
+ *   REFUSED:  empty: the written cwd names no directory
+ *
+ * A command starts as Python's subprocess would start it for the host (start_process): leader
+ * of a new session, stdin on /dev/null, stdout and stderr on the pipes, the working directory
+ * and environment of the request, umask 022, no other descriptors, every signal at its default
+ * and unblocked, every CPU this process started with, oom_score_adj --oom-command.
+ *
+ * Identity (set before the exec): effective uid the command user's, real and saved uid the
+ * shield; only around each vfork is the real uid the command user's, so the child gets it.
+ * A broken frame or an unexpected failure ends this process; the server starts another.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { SPAWN = 1, RESOLVE = 2, STARTED = 11, FAILED = 12, EXITED = 13, RESOLVED = 14, REFUSED = 15, CHANGED = 16 };
+enum { HEADER_SIZE = 13, PIPE_FDS = 2, COMMAND_UMASK = 022 };
+
+struct options {
+    int channel, oom_fd, oom_command, oom_helper;
+    uid_t uid, shield;
+    pid_t server;
+    uint32_t max_request_bytes;
+};
+
+struct child {
+    pid_t pid;
+    uint64_t request;
+};
+
+static struct options opt;
+static struct child *children;
+static size_t child_count, child_room;
+static cpu_set_t all_cpus;
+static int devnull = -1;
+/* Written by the vfork child (it shares this memory) when it cannot exec. */
+static volatile int child_error;
+
+static _Noreturn void die(const char *what) {
+    fprintf(stderr, "protolink-spawner: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static _Noreturn void broken(const char *what) {
+    fprintf(stderr, "protolink-spawner: %s\n", what);
+    exit(1);
+}
+
+static void put_u32(unsigned char *at, uint32_t value) {
+    at[0] = value >> 24; at[1] = value >> 16; at[2] = value >> 8; at[3] = value;
+}
+
+static uint32_t get_u32(const unsigned char *at) {
+    return (uint32_t)at[0] << 24 | (uint32_t)at[1] << 16 | (uint32_t)at[2] << 8 | at[3];
+}
+
+static void send_all(const unsigned char *data, size_t size) {
+    while (size) {
+        ssize_t sent = send(opt.channel, data, size, MSG_NOSIGNAL);
+        if (sent < 0 && errno == EINTR) continue;
+        if (sent < 0) exit(errno == EPIPE || errno == ECONNRESET ? 0 : 1);  /* the server is gone */
+        data += sent;
+        size -= (size_t)sent;
+    }
+}
+
+static void answer(int kind, uint64_t request, const void *payload, uint32_t length) {
+    unsigned char header[HEADER_SIZE];
+    header[0] = (unsigned char)kind;
+    put_u32(header + 1, (uint32_t)(request >> 32));
+    put_u32(header + 5, (uint32_t)request);
+    put_u32(header + 9, length);
+    send_all(header, sizeof header);
+    if (length) send_all(payload, length);
+}
+
+static void answer_number(int kind, uint64_t request, uint32_t number) {
+    unsigned char payload[4];
+    put_u32(payload, number);
+    answer(kind, request, payload, sizeof payload);
+}
+
+static void answer_failure(uint64_t request, int error, const char *message) {
+    size_t length = strlen(message);
+    unsigned char *payload = malloc(4 + length);
+    if (!payload) die("malloc");
+    put_u32(payload, (uint32_t)error);
+    memcpy(payload + 4, message, length);
+    answer(FAILED, request, payload, (uint32_t)(4 + length));
+    free(payload);
+}
+
+/* Read exactly `size` bytes; false at end of stream before the first byte, exit on a partial frame. */
+static int receive(unsigned char *into, size_t size, int *fds, int *fd_count) {
+    size_t got = 0;
+    while (got < size) {
+        struct iovec part = {into + got, size - got};
+        union { struct cmsghdr header; char space[CMSG_SPACE(4 * sizeof(int))]; } control;
+        struct msghdr message = {.msg_iov = &part, .msg_iovlen = 1};
+        if (fds) {
+            message.msg_control = control.space;
+            message.msg_controllen = sizeof control.space;
+        }
+        ssize_t n = recvmsg(opt.channel, &message, fds ? MSG_CMSG_CLOEXEC : 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) die("recvmsg");
+        if (fds) {
+            for (struct cmsghdr *c = CMSG_FIRSTHDR(&message); c; c = CMSG_NXTHDR(&message, c)) {
+                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+                size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                for (size_t i = 0; i < count; i++) {
+                    int fd;
+                    memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+                    if (*fd_count < PIPE_FDS) fds[(*fd_count)++] = fd;
+                    else close(fd);
+                }
+            }
+        }
+        if (n == 0) {
+            if (got == 0) return 0;
+            broken("the channel closed in the middle of a frame");
+        }
+        got += (size_t)n;
+    }
+    return 1;
+}
+
+/* The request's NUL-terminated fields, one after another. */
+struct fields {
+    char *next, *end;
+};
+
+static char *field(struct fields *in) {
+    char *start = in->next;
+    char *nul = start < in->end ? memchr(start, '\0', (size_t)(in->end - start)) : NULL;
+    if (!nul) broken("a SPAWN request ends in the middle of a field");
+    in->next = nul + 1;
+    return start;
+}
+
+static size_t count(struct fields *in) {
+    char *text = field(in), *rest;
+    errno = 0;
+    unsigned long value = strtoul(text, &rest, 10);
+    if (errno || *text == '\0' || *rest != '\0' || value > (size_t)(in->end - in->next)) broken("a SPAWN request has a bad count");
+    return value;
+}
+
+/* `count` fields as a NULL-terminated vector (pointing into the payload). */
+static char **vector(struct fields *in, size_t n) {
+    char **items = calloc(n + 1, sizeof *items);
+    if (!items) die("calloc");
+    for (size_t i = 0; i < n; i++) items[i] = field(in);
+    return items;
+}
+
+/* The real path of the directory `path` names (to free), or NULL. */
+static char *directory(const char *path) {
+    char *real = realpath(path, NULL);
+    struct stat info;
+    if (real && (stat(real, &info) != 0 || !S_ISDIR(info.st_mode))) {
+        free(real);
+        real = NULL;
+    }
+    return real;
+}
+
+/* The index of the first executable file (a regular file we may execute, by effective ids)
+ * among `candidates`, relative ones taken in `dir`; -1 when there is none. */
+static long first_executable(const char *dir, char **candidates) {
+    int at = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    long found = -1;
+    for (long i = 0; at >= 0 && candidates[i] && found < 0; i++) {
+        struct stat info;
+        if (fstatat(at, candidates[i], &info, 0) == 0 && S_ISREG(info.st_mode)
+            && faccessat(at, candidates[i], X_OK, AT_EACCESS) == 0)
+            found = i;
+    }
+    if (at >= 0) close(at);
+    return found;
+}
+
+/* Whether `written` still names the approved directory `cwd` and the first executable file
+ * among the candidates is still `argv0`. */
+static int still_resolves(const char *written, const char *cwd, const char *argv0, char **candidates) {
+    char *real = directory(written);
+    int same = real && strcmp(real, cwd) == 0;
+    free(real);
+    long found = same ? first_executable(cwd, candidates) : -1;
+    return found >= 0 && strcmp(candidates[found], argv0) == 0;
+}
+
+static void resolve(uint64_t request, char *payload, uint32_t length) {
+    struct fields in = {payload, payload + length};
+    char *written = field(&in);
+    char **candidates = vector(&in, count(&in));
+    if (in.next != in.end) broken("a RESOLVE request has fields left over");
+    char *real = directory(written);
+    if (!real) {
+        answer(REFUSED, request, NULL, 0);
+    } else {
+        size_t size = strlen(real);
+        unsigned char *found = malloc(4 + size);
+        if (!found) die("malloc");
+        put_u32(found, (uint32_t)first_executable(real, candidates));
+        memcpy(found + 4, real, size);
+        answer(RESOLVED, request, found, (uint32_t)(4 + size));
+        free(found);
+        free(real);
+    }
+    free(candidates);
+}
+
+static void set_oom_score_adj(int score) {
+    char text[16];
+    int length = snprintf(text, sizeof text, "%d", score);
+    if (write(opt.oom_fd, text, (size_t)length) != length) die("oom_score_adj");
+}
+
+static void remember(pid_t pid, uint64_t request) {
+    if (child_count == child_room) {
+        child_room = child_room ? 2 * child_room : 64;
+        children = realloc(children, child_room * sizeof *children);
+        if (!children) die("realloc");
+    }
+    children[child_count++] = (struct child){pid, request};
+}
+
+/* Start argv as the command user; the pid, or -1 with errno set (nothing left running). */
+static pid_t start(char **argv, const char *cwd, char **env, int out, int err) {
+    sigset_t none;
+    sigemptyset(&none);
+    set_oom_score_adj(opt.oom_command);
+    /* A command may have pinned this process: its children get every CPU. */
+    if (sched_setaffinity(0, sizeof all_cpus, &all_cpus) != 0) die("sched_setaffinity");
+    if (setresuid(opt.uid, (uid_t)-1, (uid_t)-1) != 0) die("setresuid to the command user");
+    child_error = 0;
+    pid_t pid = vfork();
+    if (pid == 0) {
+        if (setsid() < 0 || dup2(devnull, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 || chdir(cwd) < 0) {
+            child_error = errno;
+            _exit(127);
+        }
+        umask(COMMAND_UMASK);
+        syscall(SYS_close_range, 3U, ~0U, 0U);  /* every other descriptor is close-on-exec anyway */
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execve(argv[0], argv, env);
+        child_error = errno;
+        _exit(127);
+    }
+    int error = pid < 0 ? errno : child_error;
+    if (setresuid(opt.shield, (uid_t)-1, (uid_t)-1) != 0) die("setresuid back to the shield");
+    set_oom_score_adj(opt.oom_helper);
+    if (pid > 0 && error) {
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+        pid = -1;
+    }
+    errno = error;
+    return pid;
+}
+
+static void spawn(uint64_t request, char *payload, uint32_t length, const int *fds, int fd_count) {
+    struct fields in = {payload, payload + length};
+    char **argv = vector(&in, count(&in));
+    char *cwd = field(&in);
+    char **env = vector(&in, count(&in));
+    char *written = field(&in);
+    char **candidates = vector(&in, count(&in));
+    if (in.next != in.end || !argv[0]) broken("a SPAWN request has fields left over or no argv");
+    if (fd_count != PIPE_FDS) {
+        answer_failure(request, EMFILE, "the output pipes did not arrive");
+    } else if (*written && !still_resolves(written, cwd, argv[0], candidates)) {
+        answer(CHANGED, request, NULL, 0);
+    } else {
+        pid_t pid = start(argv, cwd, env, fds[0], fds[1]);
+        if (pid < 0) {
+            answer_failure(request, errno, strerror(errno));
+        } else {
+            remember(pid, request);
+            answer_number(STARTED, request, (uint32_t)pid);
+        }
+    }
+    free(argv);
+    free(env);
+    free(candidates);
+}
+
+/* Serve one frame; false once the server has closed the channel. */
+static int serve_request(void) {
+    unsigned char header[HEADER_SIZE];
+    int fds[PIPE_FDS], fd_count = 0;
+    if (!receive(header, sizeof header, fds, &fd_count)) return 0;
+    uint64_t request = (uint64_t)get_u32(header + 1) << 32 | get_u32(header + 5);
+    uint32_t length = get_u32(header + 9);
+    if (header[0] != SPAWN && header[0] != RESOLVE) broken("an unknown request kind");
+    if (length > opt.max_request_bytes) broken("a request over --max-request-bytes");
+    char *payload = malloc(length ? length : 1);
+    if (!payload) die("malloc");
+    if (length && !receive((unsigned char *)payload, length, NULL, NULL)) broken("the channel closed in the middle of a frame");
+    if (header[0] == SPAWN) spawn(request, payload, length, fds, fd_count);
+    else resolve(request, payload, length);
+    for (int i = 0; i < fd_count; i++) close(fds[i]);
+    free(payload);
+    return 1;
+}
+
+static void reap(int signals) {
+    struct signalfd_siginfo info;
+    while (read(signals, &info, sizeof info) > 0) {}
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0) return;
+        for (size_t i = 0; i < child_count; i++) {
+            if (children[i].pid != pid) continue;
+            int code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+            uint64_t request = children[i].request;
+            children[i] = children[--child_count];
+            answer_number(EXITED, request, (uint32_t)code);
+            break;
+        }
+    }
+}
+
+static long number(const char *text, long low, long high) {
+    char *rest;
+    errno = 0;
+    long value = strtol(text, &rest, 10);
+    if (errno || *text == '\0' || *rest != '\0' || value < low || value > high) broken("a bad number on the command line");
+    return value;
+}
+
+static void parse(int argc, char **argv) {
+    if (argc != 17) broken("usage: protolink-spawner --channel-fd N --oom-fd N --oom-command N --oom-helper N "
+                           "--uid N --shield N --server PID --max-request-bytes N");
+    for (int i = 1; i < argc; i += 2) {
+        const char *name = argv[i], *value = argv[i + 1];
+        if (!strcmp(name, "--channel-fd")) opt.channel = (int)number(value, 3, INT_MAX);
+        else if (!strcmp(name, "--oom-fd")) opt.oom_fd = (int)number(value, 3, INT_MAX);
+        else if (!strcmp(name, "--oom-command")) opt.oom_command = (int)number(value, -1000, 1000);
+        else if (!strcmp(name, "--oom-helper")) opt.oom_helper = (int)number(value, -1000, 1000);
+        else if (!strcmp(name, "--uid")) opt.uid = (uid_t)number(value, 1, UINT32_MAX - 1);
+        else if (!strcmp(name, "--shield")) opt.shield = (uid_t)number(value, 1, UINT32_MAX - 1);
+        else if (!strcmp(name, "--server")) opt.server = (pid_t)number(value, 1, INT_MAX);
+        else if (!strcmp(name, "--max-request-bytes")) opt.max_request_bytes = (uint32_t)number(value, 1, UINT32_MAX);
+        else broken("an unknown option");
+    }
+    if (!opt.channel || !opt.oom_fd || !opt.uid || !opt.shield || !opt.server || !opt.max_request_bytes)
+        broken("an option is missing");
+}
+
+int main(int argc, char **argv) {
+    parse(argc, argv);
+    /* The exec made the saved uid the effective one (the command user's): take the shield back. */
+    uid_t real, effective, saved;
+    if (setresuid((uid_t)-1, (uid_t)-1, opt.shield) != 0 || getresuid(&real, &effective, &saved) != 0)
+        die("setresuid");
+    if (real != opt.shield || effective != opt.uid || saved != opt.shield)
+        broken("started with other uids than the shield (real, saved) and the command user (effective)");
+    /* The exec cleared the parent-death signal (the real and effective uids differ). */
+    if (prctl(PR_SET_DUMPABLE, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) die("prctl");
+    if (getppid() != opt.server) exit(1);
+    if (fcntl(opt.channel, F_SETFD, FD_CLOEXEC) != 0 || fcntl(opt.oom_fd, F_SETFD, FD_CLOEXEC) != 0) die("fcntl");
+    /* Commands get every signal at its default (Python ignored SIGPIPE before the exec). */
+    for (int signum = 1; signum < NSIG; signum++)
+        if (signum != SIGKILL && signum != SIGSTOP) signal(signum, SIG_DFL);
+    /* Received descriptors must never land on 0, 1 or 2. */
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd) die("/dev/null");
+    devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull < 0) die("/dev/null");
+    if (sched_getaffinity(0, sizeof all_cpus, &all_cpus) != 0) die("sched_getaffinity");
+    sigset_t child_exits;
+    sigemptyset(&child_exits);
+    sigaddset(&child_exits, SIGCHLD);
+    if (sigprocmask(SIG_BLOCK, &child_exits, NULL) != 0) die("sigprocmask");
+    int signals = signalfd(-1, &child_exits, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (signals < 0) die("signalfd");
+    struct pollfd watched[2] = {{.fd = opt.channel, .events = POLLIN}, {.fd = signals, .events = POLLIN}};
+    for (;;) {
+        if (poll(watched, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            die("poll");
+        }
+        if (watched[1].revents) reap(signals);
+        if (watched[0].revents && !serve_request()) return 0;
+    }
+}
