@@ -98,21 +98,6 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def drop_to(uid: int, gid: int, *, real_uid: int) -> None:
-    """Become ``uid``/``gid`` for good, with no supplementary groups and no capabilities.
-
-    ``real_uid`` becomes the real and saved uid while ``uid`` stays the effective (and file
-    system) uid: files are accessed and created as ``uid``, and processes of ``uid`` cannot
-    signal or ``prlimit`` this one, but they can renice it and set its CPU affinity (the
-    kernel compares the caller's effective uid with the target's real or effective uid). The
-    kernel also marks the process non-dumpable on this credential change, and clears its
-    parent-death signal; it stays non-dumpable because nothing is executed afterwards.
-    """
-    _assume_ids(gid, real_uid, uid)
-    _set_capabilities(0)
-    _check_credentials((real_uid, uid, real_uid, uid), gid)
-
-
 def drop_to_shielded(uid: int, gid: int) -> None:
     """Act on files as ``uid``/``gid`` for good, out of reach of ``uid``'s processes.
 
@@ -124,7 +109,7 @@ def drop_to_shielded(uid: int, gid: int) -> None:
     CAP_SETUID, kept through the uid change (KEEPCAPS) and dropped with every other capability
     right after. fsuid and capabilities belong to the calling thread: call this while the
     process has one thread. Where the kernel keeps no file-system uid (gVisor's ``setfsuid``
-    fails), the effective uid becomes ``uid`` instead: :func:`drop_to`'s weaker shield.
+    fails), the effective uid becomes ``uid`` instead: the spawner's weaker shield (``spawner.c``).
     Changing ids clears the parent-death signal and makes the process non-dumpable.
     """
     _check_single_threaded()

@@ -1,8 +1,8 @@
 /*
  * protolink-spawner: starts the sandbox's commands as the command user (see sandbox/spawner.py).
  *
- * `python -m sandbox.spawner` (or the server's fork of it) takes the command user's identity
- * and then executes this program, which serves the server's channel until it closes: each
+ * `python -m sandbox.spawner` (or the server's fork of it) executes this program, which takes the
+ * command user's identity (below) and serves the server's channel until it closes: each
  * SPAWN request starts one command with vfork and execve and is answered with STARTED (its pid)
  * or FAILED (errno and message); each command's exit is reported with EXITED. A request that
  * carries a resolution check (the command as written, resolved again) starts nothing unless the
@@ -28,14 +28,23 @@
  * and environment of the request, umask 022, no other descriptors, every signal at its default
  * and unblocked, every CPU this process started with, oom_score_adj --oom-command.
  *
- * Identity (set before the exec): effective uid the command user's, real and saved uid the
- * shield; only around each vfork is the real uid the command user's, so the child gets it.
+ * Identity: `python -m sandbox.spawner` executes this program as root, with no new privileges,
+ * nice 19 and its other limits set; the program then takes its identity for good (take_identity):
+ * no supplementary groups, every gid --gid, no capabilities, effective (and so file-system) uid
+ * the command user's, real and saved uid the shield (an unprivileged uid of its own). Files are
+ * accessed and created as the command user, and the command user's processes cannot signal or
+ * prlimit this one (they may renice it and set its affinity: the kernel compares the caller's
+ * effective uid with the target's real or effective uid). Only around each vfork is the real uid
+ * the command user's too, so the child gets it.
+ *
  * A broken frame or an unexpected failure ends this process; the server starts another.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -58,6 +67,7 @@ enum { HEADER_SIZE = 13, PIPE_FDS = 2, COMMAND_UMASK = 022 };
 struct options {
     int channel, oom_fd, oom_command, oom_helper;
     uid_t uid, shield;
+    gid_t gid;
     pid_t server;
     uint32_t max_request_bytes;
 };
@@ -361,6 +371,25 @@ static void reap(int signals) {
     }
 }
 
+/* Become the command user for good (see the identity at the top), and check that it took. */
+static void take_identity(void) {
+    if (setgroups(0, NULL) != 0 || setresgid(opt.gid, opt.gid, opt.gid) != 0
+        || setresuid(opt.shield, opt.uid, opt.shield) != 0)
+        die("taking the command user's identity");
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct none[2] = {{0, 0, 0}, {0, 0, 0}}, caps[2];
+    if (syscall(SYS_capset, &header, none) != 0) die("capset");
+    uid_t real, effective, saved;
+    gid_t real_gid, effective_gid, saved_gid;
+    if (getresuid(&real, &effective, &saved) != 0 || getresgid(&real_gid, &effective_gid, &saved_gid) != 0
+        || syscall(SYS_capget, &header, caps) != 0)
+        die("checking the identity");
+    if (real != opt.shield || effective != opt.uid || saved != opt.shield || real_gid != opt.gid
+        || effective_gid != opt.gid || saved_gid != opt.gid || getgroups(0, NULL) != 0
+        || memcmp(caps, none, sizeof caps) != 0)
+        broken("the identity did not take: other uids, gids, groups or capabilities remain");
+}
+
 static long number(const char *text, long low, long high) {
     char *rest;
     errno = 0;
@@ -370,8 +399,8 @@ static long number(const char *text, long low, long high) {
 }
 
 static void parse(int argc, char **argv) {
-    if (argc != 17) broken("usage: protolink-spawner --channel-fd N --oom-fd N --oom-command N --oom-helper N "
-                           "--uid N --shield N --server PID --max-request-bytes N");
+    if (argc != 19) broken("usage: protolink-spawner --channel-fd N --oom-fd N --oom-command N --oom-helper N "
+                           "--uid N --gid N --shield N --server PID --max-request-bytes N");
     for (int i = 1; i < argc; i += 2) {
         const char *name = argv[i], *value = argv[i + 1];
         if (!strcmp(name, "--channel-fd")) opt.channel = (int)number(value, 3, INT_MAX);
@@ -379,24 +408,20 @@ static void parse(int argc, char **argv) {
         else if (!strcmp(name, "--oom-command")) opt.oom_command = (int)number(value, -1000, 1000);
         else if (!strcmp(name, "--oom-helper")) opt.oom_helper = (int)number(value, -1000, 1000);
         else if (!strcmp(name, "--uid")) opt.uid = (uid_t)number(value, 1, UINT32_MAX - 1);
+        else if (!strcmp(name, "--gid")) opt.gid = (gid_t)number(value, 1, UINT32_MAX - 1);
         else if (!strcmp(name, "--shield")) opt.shield = (uid_t)number(value, 1, UINT32_MAX - 1);
         else if (!strcmp(name, "--server")) opt.server = (pid_t)number(value, 1, INT_MAX);
         else if (!strcmp(name, "--max-request-bytes")) opt.max_request_bytes = (uint32_t)number(value, 1, UINT32_MAX);
         else broken("an unknown option");
     }
-    if (!opt.channel || !opt.oom_fd || !opt.uid || !opt.shield || !opt.server || !opt.max_request_bytes)
+    if (!opt.channel || !opt.oom_fd || !opt.uid || !opt.gid || !opt.shield || !opt.server || !opt.max_request_bytes)
         broken("an option is missing");
 }
 
 int main(int argc, char **argv) {
     parse(argc, argv);
-    /* The exec made the saved uid the effective one (the command user's): take the shield back. */
-    uid_t real, effective, saved;
-    if (setresuid((uid_t)-1, (uid_t)-1, opt.shield) != 0 || getresuid(&real, &effective, &saved) != 0)
-        die("setresuid");
-    if (real != opt.shield || effective != opt.uid || saved != opt.shield)
-        broken("started with other uids than the shield (real, saved) and the command user (effective)");
-    /* The exec cleared the parent-death signal (the real and effective uids differ). */
+    take_identity();
+    /* The change of identity cleared the parent-death signal. */
     if (prctl(PR_SET_DUMPABLE, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) die("prctl");
     if (getppid() != opt.server) exit(1);
     if (fcntl(opt.channel, F_SETFD, FD_CLOEXEC) != 0 || fcntl(opt.oom_fd, F_SETFD, FD_CLOEXEC) != 0) die("fcntl");

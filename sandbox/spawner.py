@@ -8,9 +8,9 @@ and environment with the two ends of the output pipes (``SCM_RIGHTS``). It answe
 command's pid, reaps it and reports its exit code. The server keeps everything else: output,
 caps, timeouts, group kills and strays.
 
-This module takes the identity (:func:`run`), then executes the compiled spawner
-(``sandbox/spawner.c``, installed at :data:`PROGRAM`), which serves the channel with no
-interpreter in the way of each start. It starts a command exactly as
+This module prepares the process (:func:`run`), then executes the compiled spawner
+(``sandbox/spawner.c``, installed at :data:`PROGRAM`), which takes the identity below and
+serves the channel with no interpreter in the way of each start. It starts a command exactly as
 :func:`protolink.execution.processes.start_process` does on the host. It also resolves
 commands with exactly the permissions commands will have, and checks again, before it starts
 one, a command whose resolution the client reused. The rules stay in
@@ -42,7 +42,7 @@ import sys
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 
-from .privileges import (OOM_COMMAND, OOM_HELPER, OOM_SCORE_ADJ, die_with_parent, drop_to, forbid_new_privileges,
+from .privileges import (OOM_COMMAND, OOM_HELPER, OOM_SCORE_ADJ, die_with_parent, forbid_new_privileges,
                          helper_arguments, limit, make_non_dumpable, set_oom_score_adj, shielding_uid)
 
 #: Where the image installs the compiled spawner (``python -m sandbox --spawner-program``).
@@ -103,8 +103,8 @@ def _frame(kind: int, request: int, fields: list[str], max_bytes: int) -> bytes:
 
 def run(channel: int, uid: int, gid: int, server: int, *, memory_bytes: int, max_request_bytes: int,
         program: str = PROGRAM) -> int:
-    """Take the command user's identity, then become ``program`` serving ``channel``; returns
-    (an exit code) only when that fails.
+    """Prepare this process, then become ``program`` serving ``channel`` as ``uid``/``gid``;
+    returns (an exit code) only when that fails.
 
     ``memory_bytes`` (0: none) becomes the address-space limit of the spawner and so of every
     command it starts.
@@ -114,14 +114,11 @@ def run(channel: int, uid: int, gid: int, server: int, *, memory_bytes: int, max
             os.setsid()  # a group of its own: the stray sweep spares it, group kills miss it
         make_non_dumpable()
         os.chdir("/")
-        # Opened while this process is root: once non-dumpable, its /proc files are root's; and
-        # the command user may have no way through the directories to the program.
+        # Opened while this process is root: once non-dumpable, its /proc files are root's.
         oom_score_adj = os.open(OOM_SCORE_ADJ, os.O_WRONLY)
-        executable = os.open(program, os.O_RDONLY | os.O_CLOEXEC)
         set_oom_score_adj(OOM_HELPER, fd=oom_score_adj)
-        drop_to(uid, gid, real_uid=shielding_uid(uid))
         forbid_new_privileges()
-        die_with_parent(server)  # after the drop, which clears the parent-death signal (the program sets it again)
+        die_with_parent(server)  # until the program sets it again, after it has changed its identity
         # Commands inherit the lowest priority and cannot raise it (RLIMIT_NICE is 0): however
         # many of them spin, the server and its workers still get the CPU they need.
         os.setpriority(os.PRIO_PROCESS, 0, 19)
@@ -129,10 +126,12 @@ def run(channel: int, uid: int, gid: int, server: int, *, memory_bytes: int, max
             limit(resource.RLIMIT_AS, memory_bytes)
         os.set_inheritable(channel, True)
         os.set_inheritable(oom_score_adj, True)
-        os.execve(executable, [program, "--channel-fd", str(channel), "--oom-fd", str(oom_score_adj),
-                               "--oom-command", str(OOM_COMMAND), "--oom-helper", str(OOM_HELPER),
-                               "--uid", str(uid), "--shield", str(shielding_uid(uid)), "--server", str(server),
-                               "--max-request-bytes", str(max_request_bytes)], {})
+        # Executed as root, it takes its identity itself: an exec after the drop would make the
+        # saved uid the command user's (Linux) or the effective uid the shield (gVisor).
+        os.execve(program, [program, "--channel-fd", str(channel), "--oom-fd", str(oom_score_adj),
+                            "--oom-command", str(OOM_COMMAND), "--oom-helper", str(OOM_HELPER),
+                            "--uid", str(uid), "--gid", str(gid), "--shield", str(shielding_uid(uid)),
+                            "--server", str(server), "--max-request-bytes", str(max_request_bytes)], {})
     except Exception:
         traceback.print_exc()
     return 1
