@@ -212,7 +212,7 @@ def test_a_broken_spawn_request_ends_the_spawner_with_a_reason(started, payload,
     assert code == 1 and reason in errors
 
 
-def test_an_unknown_or_oversized_request_ends_the_spawner(started):
+def test_an_unknown_request_kind_ends_the_spawner(started):
     started.channel.sendall(spawner.HEADER.pack(7, 1, 0))
     assert started.ended() == (1, "protolink-spawner: an unknown request kind\n")
 
