@@ -425,9 +425,16 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_DUMPABLE, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) die("prctl");
     if (getppid() != opt.server) exit(1);
     if (fcntl(opt.channel, F_SETFD, FD_CLOEXEC) != 0 || fcntl(opt.oom_fd, F_SETFD, FD_CLOEXEC) != 0) die("fcntl");
-    /* Commands get every signal at its default (Python ignored SIGPIPE before the exec). */
-    for (int signum = 1; signum < NSIG; signum++)
-        if (signum != SIGKILL && signum != SIGSTOP) signal(signum, SIG_DFL);
+    /* Commands get every signal at its default: an ignored signal stays ignored across execve
+     * (Python ignores SIGPIPE; whatever started the server may ignore others). The system call
+     * itself, because the C library refuses the two real-time signals it keeps for itself. Its
+     * struct sigaction all zero is SIG_DFL with no flags and an empty mask. */
+    for (int signum = 1; signum < NSIG; signum++) {
+        unsigned long default_action[4] = {0};
+        if (signum != SIGKILL && signum != SIGSTOP
+            && syscall(SYS_rt_sigaction, signum, default_action, NULL, sizeof(uint64_t)) != 0)
+            die("rt_sigaction");
+    }
     /* Received descriptors must never land on 0, 1 or 2. */
     for (int fd = 0; fd < 3; fd++)
         if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd) die("/dev/null");
