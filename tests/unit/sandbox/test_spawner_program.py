@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import array
 import os
+import platform
 import re
 import shutil
 import signal
@@ -24,6 +25,17 @@ from tests.sandbox_server import spawner_program, unused_uid
 
 MAX_REQUEST_BYTES = 1 << 16
 ENV = {"PATH": "/usr/bin:/bin", "ONLY": "this"}
+#: rt_sigaction's system call number here: the C library's own wrappers refuse signal 32.
+RT_SIGACTION = {"x86_64": 13, "aarch64": 134}[platform.machine()]
+#: ``python -m sandbox.spawner`` with signal 32 ignored, as whatever starts a server may leave it
+#: (a CI run did): commands must not inherit it. Python itself ignores SIGPIPE.
+IGNORING_32 = f"""
+import ctypes, os, sys
+ignore = (ctypes.c_ulong * 4)(1, 0, 0, 0)  # SIG_IGN, no flags, an empty mask
+if ctypes.CDLL(None, use_errno=True).syscall({RT_SIGACTION}, 32, ignore, None, 8) != 0:
+    raise OSError(ctypes.get_errno(), "rt_sigaction")
+os.execv(sys.executable, [sys.executable, "-I", "-m", "sandbox.spawner", *sys.argv[1:]])
+"""
 
 
 class Spawner:
@@ -35,7 +47,7 @@ class Spawner:
         self.channel = ours
         self.channel.settimeout(30)
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "sandbox.spawner", "--uid", str(self.uid), "--gid", str(self.uid),
+            [sys.executable, "-I", "-c", IGNORING_32, "--uid", str(self.uid), "--gid", str(self.uid),
              "--server", str(os.getpid()), "--channel-fd", str(theirs.fileno()), "--memory-bytes", "0",
              "--max-request-bytes", str(MAX_REQUEST_BYTES), "--program", spawner_program()],
             pass_fds=(theirs.fileno(),), stderr=subprocess.PIPE, cwd="/", env={})
