@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,12 +110,17 @@ class Launcher:
         """argv[0] and the working directory resolved as the command user would find them, by
         the rules of :func:`protolink.execution.resolve.resolve_command`."""
         check_command(argv, cwd, env)
+
+        def ask() -> Awaitable[tuple[str | None, int]]:
+            # Relative candidates stay relative: the spawner takes them in the directory it finds.
+            return self._connection().resolve(cwd, executable_candidates(argv[0], cwd=".", env=env))
+
         try:
-            directory, index = await self._connection().resolve(cwd, executable_candidates(argv[0], cwd=".", env=env))
+            directory, index = await ask()
         except SpawnerError:
             # Resolving changes nothing: a fresh spawner is asked once (a command may have
             # killed the last one while it was starting another command).
-            directory, index = await self._connection().resolve(cwd, executable_candidates(argv[0], cwd=".", env=env))
+            directory, index = await ask()
         if directory is None:
             raise missing_directory(cwd)
         candidates = executable_candidates(argv[0], cwd=directory, env=env)

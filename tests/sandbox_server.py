@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import pwd
 import shutil
@@ -30,6 +31,7 @@ _PROJECT = Path(__file__).resolve().parent.parent
 SPAWNER_PROGRAM = _PROJECT / "build" / "protolink-spawner"
 
 
+@functools.cache
 def spawner_program() -> str:
     """The compiled spawner for servers run on this host, (re)built when its source changed."""
     subprocess.run(["bash", str(_PROJECT / "scripts" / "build-spawner.sh"), str(SPAWNER_PROGRAM)], check=True)
