@@ -122,8 +122,11 @@ class StrayReaper:
         return await asyncio.get_running_loop().run_in_executor(self._thread, kill_strays, self._uid, self._parents())
 
     async def _tick(self) -> None:
-        while self._running:
+        """Sweep every :data:`INTERVAL_SECONDS` until a wake finds no command running."""
+        while True:
             await asyncio.sleep(INTERVAL_SECONDS)
+            if not self._running:
+                return
             await self.sweep()
 
 

@@ -70,12 +70,14 @@ def test_the_quickest_look_trusts_only_processes_started_since_a_quiet_moment_an
         assert not reaper._none_left_since_quiet(), "a zombie"
         running.wait()
         assert reaper._none_left_since_quiet(), "reaped"
-        subprocess.run(["sh", "-c", "setsid sleep 60 & exit 0"], check=True)
+        daemon = subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"],
+                                capture_output=True, text=True, check=True)
+        stray = int(daemon.stdout)
         assert not reaper._none_left_since_quiet(), "a stray"
         assert not reaper._none_left_since_quiet(), "still a stray"
-        subprocess.run(["pkill", "-KILL", "-x", "sleep"])
+        os.kill(stray, 9)
         assert not reaper._none_left_since_quiet(), "a killed stray not yet reaped"
-        os.waitpid(-1, 0)  # this process is the namespace's init: orphans are its children
+        os.waitpid(stray, 0)  # this process is the namespace's init: orphans are its children
         assert reaper._none_left_since_quiet(), "the stray is gone"
         for _ in range(NEW_PIDS_CHECKED + 1):
             subprocess.run(["true"], check=True)
@@ -96,3 +98,45 @@ def test_a_pid_counter_that_does_not_count_is_not_used():
     assert _PidCounter(lambda: 0).last() is None  # gVisor's /proc/loadavg ends in 0, whatever starts
     counter = _PidCounter(lambda: subprocess.Popen(["true"]).pid)
     assert counter.last() is not None
+
+
+def test_no_sweep_runs_once_the_last_command_has_ended():
+    """Sweeps run while commands run and once after each: a process of the command uid started
+    after the last command ended lives on until the next command (the periodic sweep's timer,
+    still running when the command ended, does not fire once more). In a pid namespace of its
+    own, under an init that is not the reaper's process (as in the container)."""
+    script = textwrap.dedent("""
+        import asyncio, subprocess
+        from sandbox.reaper import INTERVAL_SECONDS, StrayReaper
+
+        def alive(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except (FileNotFoundError, ProcessLookupError):  # gone, or going
+                return False
+
+        async def main():
+            reaper = StrayReaper(65533, lambda: None, lambda: [])
+            async with reaper.command():
+                await asyncio.sleep(INTERVAL_SECONDS * 1.2)  # the timer is mid-wait when it ends
+            daemon = subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], user=65533,
+                                    capture_output=True, text=True, check=True)
+            pid = int(daemon.stdout)
+            await asyncio.sleep(INTERVAL_SECONDS * 2)
+            assert alive(pid), "swept with no command running"
+            async with reaper.command():
+                pass
+            for _ in range(100):  # signalled: dead as soon as the kernel delivers it
+                if not alive(pid):
+                    break
+                await asyncio.sleep(0.05)
+            assert not alive(pid), "the next command's sweep kills it"
+            print("ok")
+
+        asyncio.run(main())
+    """)
+    init = ["sh", "-c", '"$@" & wait', "init", sys.executable, "-c", script]
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", *init],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr
