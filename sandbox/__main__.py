@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
         # of an error); commands and workers never use gRPC, so they are not needed.
         os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
         from .launcher import Launcher
+        from .privileges import subreapers_work
+
+        subreapers = subreapers_work()  # before the spawner: no child may be orphaned meanwhile
 
         # A SPAWN carries one Execute request and the places its executable may be.
         launcher = Launcher(config.command_uid, config.command_gid, max_request_bytes=2 * config.max_message_bytes,
@@ -28,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
             launcher.fork()  # while this process has one thread
         from .server import serve  # grpc is imported after the forks, in the serving process
 
-        asyncio.run(serve(config, launcher))
+        asyncio.run(serve(config, launcher, subreapers=subreapers))
         return 0
 
     code = run_under_reaper(serve)

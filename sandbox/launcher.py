@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -28,7 +29,7 @@ from protolink.execution.resolve import check_command, executable_candidates, mi
 from protolink.sandbox.errors import SandboxError
 
 from . import spawner
-from .spawner import CHANGED, EXITED, FAILED, HEADER, NUMBER, PROGRAM, REFUSED, RESOLVED, STARTED
+from .spawner import CHANGED, EXITED, FAILED, HEADER, NUMBER, PIDS, PROGRAM, REFUSED, RESOLVED, STARTED
 
 #: A spawner that leaves a request unanswered this long is replaced.
 ANSWER_SECONDS = 10.0
@@ -165,13 +166,20 @@ class Launcher:
 class _Command:
     """A command the spawner started: the :class:`~protolink.execution.processes.Leader` the server supervises."""
 
-    def __init__(self, pid: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, pid: int, keeper: int, loop: asyncio.AbstractEventLoop) -> None:
         self.pid = pid
         self.exited: asyncio.Future[None] = loop.create_future()
         self.exit_code: int | None = None
+        self._keeper = keeper
 
     def close(self) -> None:
-        """Nothing to stop watching: the spawner reports every exit."""
+        """The command has ended for the server. A keeper that has not reported its exit yet (a
+        fork bomb may starve it) is killed, so that what the command left drops out from under
+        the spawner and the stray sweep takes it. Its pid is not free for reuse until the
+        spawner has reaped it and reported the exit."""
+        if not self.exited.done():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._keeper, signal.SIGKILL)
 
     def ended(self, code: int | None) -> None:
         if not self.exited.done():
@@ -319,7 +327,10 @@ class SpawnerConnection:
     def _started(self, kind: int, request: int, payload: bytes) -> _Command | Exception:
         """A SPAWN's answer: the started command, or why nothing started."""
         if kind == STARTED:
-            command = _Command(_positive(_number(payload)), self._loop)
+            if len(payload) != PIDS.size:
+                raise ValueError(f"pids of {len(payload)} bytes")
+            pid, keeper = PIDS.unpack(payload)
+            command = _Command(_positive(pid), _positive(keeper), self._loop)
             self._commands[request] = command
             return command
         if kind == FAILED:

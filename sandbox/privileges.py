@@ -81,6 +81,17 @@ def become_subreaper() -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
+def subreapers_work() -> bool:
+    """Whether processes may become child subreapers here (gVisor refuses). Call it while this
+    process has no children: it is a subreaper for a moment."""
+    try:
+        become_subreaper()
+    except OSError:
+        return False
+    _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+    return True
+
+
 def forbid_new_privileges() -> None:
     """This process and everything it executes can never gain privileges (setuid bits, file capabilities)."""
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)

@@ -1,11 +1,20 @@
-"""Kills processes of the command user that no running command or worker accounts for.
+"""Kills processes of the command user that no running command accounts for.
 
-Every worker and the spawner are children of the server, every command a child of the spawner,
-and each leads its own session and process group. Any process of the command uid outside the
-groups those children lead is a stray: a daemon that called setsid, double-forked or outlived
-its command. Strays are killed after each command and every :data:`INTERVAL_SECONDS` while
+Every worker and the spawner are children of the server, and every command a child of its
+keeper, a child of the spawner that is a child subreaper: whatever a command's descendants
+orphan is reparented to its keeper, so every process descended from a running command is
+below the server, whatever its process group or session. A keeper exits as soon as its
+command does, and what the command left behind is reparented above the server. A process of
+the command uid that does not descend from the server is therefore a stray: left behind by a
+command that has ended (a daemon, a setsid fork bomb, a background job), or started by no
+command at all. Strays are killed after each command and every :data:`INTERVAL_SECONDS` while
 commands run. The host backend cannot do this (other processes of the user are not its own);
 inside the sandbox the command uid is ours alone.
+
+Where subreapers are refused (gVisor), orphans go to PID 1 while their command still runs.
+There a sweep remembers which command (keeper) each process descended from when it was seen,
+and spares a process while that keeper lives; a process first seen already orphaned may come
+from any command running then, and is spared until all of those have ended (SECURITY.md).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ import errno
 import os
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import NamedTuple
 
 INTERVAL_SECONDS = 0.5
@@ -27,24 +36,31 @@ MAX_PASSES = 100
 NEW_PIDS_CHECKED = 8
 
 
+#: Parent links followed up from one process, at most (a pid namespace holds fewer processes).
+MAX_DEPTH = 1 << 16
+
+
 class _Process(NamedTuple):
     pid: int
     ppid: int
-    pgrp: int
     uids: frozenset[int]
 
 
 class StrayReaper:
     """Sweeps strays of ``uid`` while commands run and once after each command.
 
-    ``spawner`` gives the spawner's pid (None while there is none): its children are commands.
-    ``workers`` gives the pids of the server's workers.
+    ``spawner`` gives the spawner's pid (None while there is none): its children are the
+    commands' keepers. ``workers`` gives the pids of the server's workers. ``subreapers``
+    says whether keepers are subreapers here; without them sweeps remember descent
+    (:class:`Origins`).
     """
 
-    def __init__(self, uid: int, spawner: Callable[[], int | None], workers: Callable[[], Collection[int]]) -> None:
+    def __init__(self, uid: int, spawner: Callable[[], int | None], workers: Callable[[], Collection[int]], *,
+                 subreapers: bool = True) -> None:
         self._uid = uid
         self._spawner = spawner
         self._workers = workers
+        self._origins = None if subreapers else Origins(uid, spawner)
         self._running = 0
         self._ticker: asyncio.Task[None] | None = None
         self._current: asyncio.Future[int] | None = None
@@ -91,7 +107,7 @@ class StrayReaper:
             self._quiet = last  # read before the listing: a process started after it is checked later
             return True
         self._quiet = None
-        return not _strays(self._uid, self._parents())[1]
+        return not _strays(self._uid, os.getpid(), _processes())
 
     def _none_left_since_quiet(self) -> bool:
         """Whether every process started since the quiet moment is gone (a process that existed
@@ -109,17 +125,12 @@ class StrayReaper:
         self._quiet = last
         return True
 
-    def _parents(self) -> set[int]:
-        parents = {os.getpid()}
-        if (spawner := self._spawner()) is not None:
-            parents.add(spawner)
-        return parents
-
     async def _sweep_after(self, previous: asyncio.Future[int] | None) -> int:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         self._current, self._queued = self._queued, None
-        return await asyncio.get_running_loop().run_in_executor(self._thread, kill_strays, self._uid, self._parents())
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, kill_strays, self._uid, os.getpid(), self._origins)
 
     async def _tick(self) -> None:
         """Sweep every :data:`INTERVAL_SECONDS` until a wake finds no command running."""
@@ -130,28 +141,92 @@ class StrayReaper:
             await self.sweep()
 
 
-def kill_strays(uid: int, parents: Collection[int]) -> int:
-    """SIGKILL every process of ``uid`` outside the groups led by children of ``parents``.
+class Origins:
+    """Where subreapers are refused: the keepers each process of ``uid`` may descend from.
 
-    With no ``parents`` (at shutdown), every process of ``uid`` dies. Strays may
-    fork while they are being killed (a fork bomb that calls setsid), so passes repeat until
-    one finds no stray it has not signalled yet. Returns how many were signalled.
+    A process seen below a keeper descends from that keeper, also once it is orphaned to
+    PID 1. A process first seen outside the server's tree may come from any keeper alive then.
+    It is spared while one of its keepers lives. Pids are sequential where this is used
+    (gVisor), so a pid names one process for as long as it is remembered.
+    """
+
+    def __init__(self, uid: int, spawner: Callable[[], int | None]) -> None:
+        self._uid = uid
+        self._spawner = spawner
+        self._seen: dict[int, frozenset[int]] = {}
+        self._keepers: frozenset[int] = frozenset()
+
+    def update(self, processes: Mapping[int, _Process]) -> None:
+        """Take one look at /proc into account."""
+        spawner = self._spawner()
+        self._keepers = frozenset(p.pid for p in processes.values() if spawner is not None and p.ppid == spawner)
+        keeper_of = _Ancestry(processes, self._keepers)
+        seen = {}
+        for process in processes.values():
+            if self._uid not in process.uids:
+                continue
+            keeper = keeper_of(process.pid)
+            if keeper is not None:
+                seen[process.pid] = frozenset((keeper,))
+            else:
+                seen[process.pid] = self._seen.get(process.pid, self._keepers)
+        self._seen = seen
+
+    def spares(self, pid: int) -> bool:
+        """Whether a keeper ``pid`` may descend from still lives."""
+        return not self._seen.get(pid, frozenset()).isdisjoint(self._keepers)
+
+
+class _Ancestry:
+    """In one look at /proc: the first of ``tops`` found going up from a process (None: none)."""
+
+    def __init__(self, processes: Mapping[int, _Process], tops: Collection[int]) -> None:
+        self._processes = processes
+        self._found: dict[int, int | None] = {top: top for top in tops}
+
+    def __call__(self, pid: int) -> int | None:
+        chain = []
+        found: int | None = None
+        while len(chain) < MAX_DEPTH:
+            if pid in self._found:
+                found = self._found[pid]
+                break
+            process = self._processes.get(pid)
+            if process is None or process.ppid == 0:
+                break  # the top of the namespace, or a parent that exited while /proc was read
+            chain.append(pid)
+            pid = process.ppid
+        for member in chain:
+            self._found[member] = found
+        return found
+
+
+def kill_strays(uid: int, root: int | None, origins: Origins | None = None) -> int:
+    """SIGKILL every process of ``uid`` that does not descend from ``root`` (and that
+    ``origins``, where given, does not spare).
+
+    With no ``root`` (at shutdown), every process of ``uid`` dies. Strays may fork while
+    they are being killed (a fork bomb that calls setsid), so passes repeat until one finds no
+    stray it has not signalled yet. Returns how many were signalled.
     """
     signalled: set[int] = set()
     for _ in range(MAX_PASSES):
-        groups, strays = _strays(uid, parents, signalled)
+        processes = _processes()
+        if origins is not None:
+            origins.update(processes)
+        strays = [p for p in _strays(uid, root, processes)
+                  if p.pid not in signalled and (origins is None or not origins.spares(p.pid))]
         if not strays:
             break
-        signalled.update(p.pid for p in strays if _kill_if_still(p, uid, groups))
+        outside: set[int] = set()
+        signalled.update(p.pid for p in strays if _kill_if_still(p.pid, uid, root, outside))
     return len(signalled)
 
 
-def _strays(uid: int, parents: Collection[int], known: Collection[int] = ()) -> tuple[set[int], list[_Process]]:
-    """One look at /proc: the groups led by children of ``parents``, and the processes of
-    ``uid`` outside them that are not ``known`` already."""
-    processes = list(_processes())
-    groups = {p.pid for p in processes if p.ppid in parents and p.pgrp == p.pid}
-    return groups, [p for p in processes if uid in p.uids and p.pgrp not in groups and p.pid not in known]
+def _strays(uid: int, root: int | None, processes: Mapping[int, _Process]) -> list[_Process]:
+    """The processes of ``uid`` that do not descend from ``root`` in this look at /proc."""
+    below = _Ancestry(processes, () if root is None else (root,))
+    return [p for p in processes.values() if uid in p.uids and below(p.pid) is None]
 
 
 def _only_ours(spawner: int | None, workers: Collection[int]) -> bool:
@@ -206,23 +281,28 @@ def _unreaped_child(pid: int) -> bool:
     return True
 
 
-def _kill_if_still(candidate: _Process, uid: int, groups: set[int]) -> int:
+def _kill_if_still(pid: int, uid: int, root: int | None, outside: set[int]) -> int:
+    """SIGKILL ``pid`` if, read afresh, it is still a process of ``uid`` outside ``root``'s tree.
+
+    ``outside`` holds pids found outside in this pass: a process never moves into the tree
+    (orphans are reparented upwards, and nothing below the server adopts from outside), so
+    they stay outside."""
     # The pidfd pins the process: if the pid was reused meanwhile, /proc now describes the
     # new process and the check below applies to the process the signal would reach.
     # gVisor has no pidfds (ENOSYS): there the check and the kill are two calls, and only a
     # pid reused between them could be missed or hit (gVisor hands pids out in sequence).
     pidfd: int | None = None
     try:
-        pidfd = os.pidfd_open(candidate.pid)
+        pidfd = os.pidfd_open(pid)
     except OSError as error:
         if error.errno != errno.ENOSYS:
             return 0
     try:
-        current = _read(candidate.pid)
-        if current is None or uid not in current.uids or current.pgrp in groups:
+        current = _read(pid)
+        if current is None or uid not in current.uids or (root is not None and not _outside(current, root, outside)):
             return 0
         if pidfd is None:
-            os.kill(candidate.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         else:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         return 1
@@ -233,17 +313,46 @@ def _kill_if_still(candidate: _Process, uid: int, groups: set[int]) -> int:
             os.close(pidfd)
 
 
-def _processes() -> Iterator[_Process]:
+def _outside(process: _Process, root: int, outside: set[int]) -> bool:
+    """Whether ``process`` does not descend from ``root``, following its parents afresh.
+
+    An ancestor that exits meanwhile has handed its children to a subreaper or PID 1 before it
+    could be reaped, so the walk starts again from ``process``; after a few such restarts the
+    answer is False (spared until the next pass)."""
+    for _ in range(3):
+        chain = [process.pid]
+        parent = process.ppid
+        while len(chain) < MAX_DEPTH:
+            if parent == root:
+                return False
+            if parent == 0 or parent in outside:
+                outside.update(chain)
+                return True
+            ancestor = _read(parent)
+            if ancestor is None:
+                break
+            chain.append(parent)
+            parent = ancestor.ppid
+        else:
+            return False
+        fresh = _read(process.pid)
+        if fresh is None:
+            return False
+        process = fresh
+    return False
+
+
+def _processes() -> dict[int, _Process]:
+    """One look at /proc: every process that could be read, by pid."""
+    found = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit() and (process := _read(int(entry.name))) is not None:
-            yield process
+            found[process.pid] = process
+    return found
 
 
 def _read(pid: int) -> _Process | None:
-    """Uids, parent and process group from /proc/PID/status (one read).
-
-    gVisor's status has no ``NSpgid`` line: there the group comes from ``getpgid``.
-    """
+    """Uids and parent from /proc/PID/status (one read); None once the process is gone or a zombie."""
     try:
         fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -254,14 +363,10 @@ def _read(pid: int) -> _Process | None:
         return None
     finally:
         os.close(fd)
-    ppid, pgrp, uids = (_field(status, name) for name in (b"PPid", b"NSpgid", b"Uid"))
-    if not (ppid and uids):
-        return None
-    try:
-        group = int(pgrp[0]) if pgrp else os.getpgid(pid)
-    except ProcessLookupError:
-        return None  # gone
-    return _Process(pid, int(ppid[0]), group, frozenset(map(int, uids)))
+    state, ppid, uids = (_field(status, name) for name in (b"State", b"PPid", b"Uid"))
+    if not (ppid and uids) or state[:1] == [b"Z"]:
+        return None  # a zombie is dead already
+    return _Process(pid, int(ppid[0]), frozenset(map(int, uids)))
 
 
 def _field(status: bytes, name: bytes) -> list[bytes]:

@@ -105,13 +105,15 @@ async def _warm_when_quiet(service: SandboxService, workers: WorkerPool) -> None
     await workers.warm()
 
 
-async def serve(config: ServerConfig, launcher: Launcher) -> None:
-    """Serve until SIGTERM or SIGINT; then stop accepting, kill every command and worker."""
+async def serve(config: ServerConfig, launcher: Launcher, *, subreapers: bool) -> None:
+    """Serve until SIGTERM or SIGINT; then stop accepting, kill every command and worker.
+
+    ``subreapers``: whether the commands' keepers are subreapers here (see :mod:`sandbox.reaper`)."""
     os.umask(0o077)  # the socket is created owner-only; commands and workers set their own umask
     workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
                          max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
     launcher.start()
-    reaper = StrayReaper(config.command_uid, lambda: launcher.pid, lambda: workers.pids)
+    reaper = StrayReaper(config.command_uid, lambda: launcher.pid, lambda: workers.pids, subreapers=subreapers)
     server = grpc.aio.server(
         options=server_options(config),
         interceptors=[TokenCheck(config.token)] if config.token else [],
@@ -139,4 +141,4 @@ async def serve(config: ServerConfig, launcher: Launcher) -> None:
         await server.stop(STOP_GRACE_SECONDS)
         await workers.aclose()
         await launcher.aclose()
-        await asyncio.to_thread(kill_strays, config.command_uid, ())
+        await asyncio.to_thread(kill_strays, config.command_uid, None)

@@ -18,7 +18,8 @@
  *             along as SCM_RIGHTS
  *   RESOLVE:  NUL-terminated fields: written cwd, candidate count, candidates (relative ones are
  *             taken in the directory the written cwd names)
- *   STARTED:  pid (i32)      FAILED: errno (i32), message      EXITED: exit code (i32, -signal)
+ *   STARTED:  the command's pid, its keeper's pid (i32 each)
+ *   FAILED:   errno (i32), message      EXITED: exit code (i32, -signal)
  *   CHANGED:  empty: the written cwd or the first executable candidate is no longer the approved one
  *   RESOLVED: index of the first executable candidate (i32, -1: none), then the directory's real path
  *   REFUSED:  empty: the written cwd names no directory
@@ -26,16 +27,28 @@
  * A command starts as Python's subprocess would start it for the host (start_process): leader
  * of a new session, stdin on /dev/null, stdout and stderr on the pipes, the working directory
  * and environment of the request, umask 022, no other descriptors, every signal at its default
- * and unblocked, every CPU this process started with, oom_score_adj --oom-command.
+ * and unblocked, every CPU this process started with, oom_score_adj --oom-command, nice 19 (the
+ * lowest priority: the container's RLIMIT_NICE is 0, so commands cannot raise it, and however
+ * many of them spin, the server, its workers, this process and the keepers get the CPU first).
  *
- * Identity: `python -m sandbox.spawner` executes this program as root, with no new privileges,
- * nice 19 and its other limits set; the program then takes its identity for good (take_identity):
+ * Each command has a keeper: a child of this process that starts the command and is its
+ * parent, a child subreaper (PR_SET_CHILD_SUBREAPER) so that whatever the command's descendants
+ * orphan (double forks, daemons, setsid) is reparented to the keeper, never to PID 1. So every
+ * process descended from a running command stays below this process, whatever its group or
+ * session. The keeper reaps those orphans, and when the command exits it reports the exit and
+ * exits too: what the command left behind drops out from under this process, and the server's
+ * stray sweep (sandbox/reaper.py) kills it. Where subreapers are refused (gVisor) the keeper
+ * is a plain parent and the server tracks descent by what its sweeps saw. The keeper holds the
+ * command's oom_score_adj (it cannot open its own /proc files to lower it).
+ *
+ * Identity: `python -m sandbox.spawner` executes this program as root, with no new privileges
+ * and its limits set; the program then takes its identity for good (take_identity):
  * no supplementary groups, every gid --gid, no capabilities, effective (and so file-system) uid
  * the command user's, real and saved uid the shield (an unprivileged uid of its own). Files are
  * accessed and created as the command user, and the command user's processes cannot signal or
  * prlimit this one (they may renice it and set its affinity: the kernel compares the caller's
- * effective uid with the target's real or effective uid). Only around each vfork is the real uid
- * the command user's too, so the child gets it.
+ * effective uid with the target's real or effective uid). Keepers have the same identity; each
+ * command takes the command user's real uid itself, in the child, before it executes.
  *
  * A broken frame or an unexpected failure ends this process; the server starts another.
  */
@@ -53,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -62,7 +76,7 @@
 #include <unistd.h>
 
 enum { SPAWN = 1, RESOLVE = 2, STARTED = 11, FAILED = 12, EXITED = 13, RESOLVED = 14, REFUSED = 15, CHANGED = 16 };
-enum { HEADER_SIZE = 13, PIPE_FDS = 2, COMMAND_UMASK = 022 };
+enum { HEADER_SIZE = 13, PIPE_FDS = 2, COMMAND_UMASK = 022, COMMAND_NICE = 19 };
 
 struct options {
     int channel, oom_fd, oom_command, oom_helper;
@@ -72,16 +86,19 @@ struct options {
     uint32_t max_request_bytes;
 };
 
+/* A running command's keeper, and the read end of the pipe it reports on: first the command's
+ * pid and the errno of its start, then its exit code. */
 struct child {
-    pid_t pid;
+    pid_t keeper;
     uint64_t request;
+    int report;
 };
 
 static struct options opt;
 static struct child *children;
 static size_t child_count, child_room;
 static cpu_set_t all_cpus;
-static int devnull = -1;
+static int devnull = -1, signals = -1;
 /* Written by the vfork child (it shares this memory) when it cannot exec. */
 static volatile int child_error;
 
@@ -266,46 +283,130 @@ static void set_oom_score_adj(int score) {
     if (write(opt.oom_fd, text, (size_t)length) != length) die("oom_score_adj");
 }
 
-static void remember(pid_t pid, uint64_t request) {
+static void remember(pid_t keeper, uint64_t request, int report) {
     if (child_count == child_room) {
         child_room = child_room ? 2 * child_room : 64;
         children = realloc(children, child_room * sizeof *children);
         if (!children) die("realloc");
     }
-    children[child_count++] = (struct child){pid, request};
+    children[child_count++] = (struct child){keeper, request, report};
 }
 
-/* Start argv as the command user; the pid, or -1 with errno set (nothing left running). */
-static pid_t start(char **argv, const char *cwd, char **env, int out, int err) {
+/* Write all of `size` bytes to `fd` (a pipe to the spawner); false when it cannot. */
+static int write_all(int fd, const void *data, size_t size) {
+    const char *at = data;
+    while (size) {
+        ssize_t written = write(fd, at, size);
+        if (written < 0 && errno == EINTR) continue;
+        if (written <= 0) return 0;
+        at += written;
+        size -= (size_t)written;
+    }
+    return 1;
+}
+
+/* Read exactly `size` bytes from `fd`; false at end of file (or an error) before that. */
+static int read_all(int fd, void *into, size_t size) {
+    char *at = into;
+    while (size) {
+        ssize_t got = read(fd, at, size);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return 0;
+        at += got;
+        size -= (size_t)got;
+    }
+    return 1;
+}
+
+/* The keeper (see the top): start argv as the command user, report its pid and the errno of
+ * its start on `report`, reap what comes to it until the command exits, report the exit code. */
+static _Noreturn void keep(char **argv, const char *cwd, char **env, int out, int err, int report,
+                           pid_t spawner) {
     sigset_t none;
     sigemptyset(&none);
-    set_oom_score_adj(opt.oom_command);
-    /* A command may have pinned this process: its children get every CPU. */
-    if (sched_setaffinity(0, sizeof all_cpus, &all_cpus) != 0) die("sched_setaffinity");
-    if (setresuid(opt.uid, (uid_t)-1, (uid_t)-1) != 0) die("setresuid to the command user");
+    /* Nothing of the spawner's but what the command needs: not its channel, not the pipes of
+     * other commands' keepers. */
+    close(opt.channel);
+    close(opt.oom_fd);
+    close(signals);
+    for (size_t i = 0; i < child_count; i++) close(children[i].report);
+    /* Refused under gVisor: the keeper is then a plain parent (the server knows). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != spawner) _exit(1);
     child_error = 0;
     pid_t pid = vfork();
     if (pid == 0) {
-        if (setsid() < 0 || dup2(devnull, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 || chdir(cwd) < 0) {
+        /* The child takes the command user's real uid itself (its effective uid already is),
+         * with the system call: the C library's wrapper would act on the keeper's threads. The
+         * keeper's own real uid stays the shield, so commands can never signal it. */
+        if (syscall(SYS_setresuid, opt.uid, (uid_t)-1, (uid_t)-1) != 0 || setsid() < 0 || dup2(devnull, 0) < 0
+            || dup2(out, 1) < 0 || dup2(err, 2) < 0 || chdir(cwd) < 0) {
             child_error = errno;
             _exit(127);
         }
         umask(COMMAND_UMASK);
+        setpriority(PRIO_PROCESS, 0, COMMAND_NICE);
         syscall(SYS_close_range, 3U, ~0U, 0U);  /* every other descriptor is close-on-exec anyway */
         sigprocmask(SIG_SETMASK, &none, NULL);
         execve(argv[0], argv, env);
         child_error = errno;
         _exit(127);
     }
-    int error = pid < 0 ? errno : child_error;
-    if (setresuid(opt.shield, (uid_t)-1, (uid_t)-1) != 0) die("setresuid back to the shield");
-    set_oom_score_adj(opt.oom_helper);
-    if (pid > 0 && error) {
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
-        pid = -1;
+    int32_t started[2] = {pid, pid < 0 ? errno : child_error};
+    close(out);
+    close(err);
+    close(devnull);
+    if (started[1]) {
+        if (pid > 0) while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+        started[0] = -1;
     }
-    errno = error;
-    return pid;
+    if (!write_all(report, started, sizeof started) || started[1]) _exit(0);
+    int status = 0;
+    for (;;) {
+        pid_t reaped = waitpid(-1, &status, 0);
+        if (reaped == pid) break;
+        if (reaped < 0 && errno != EINTR) _exit(1);
+    }
+    int32_t code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+    write_all(report, &code, sizeof code);
+    _exit(0);
+}
+
+/* Start argv as the command user under a keeper of its own; the command's pid (and the keeper's
+ * in `keeper`), or -1 with errno set, and `failure` when the errno's own text would not say what
+ * happened. */
+static pid_t start(char **argv, const char *cwd, char **env, int out, int err, uint64_t request,
+                   pid_t *keeper, const char **failure) {
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) return -1;
+    /* The keeper and its command take the command's score, and every CPU: a command may have
+     * pinned this process. */
+    set_oom_score_adj(opt.oom_command);
+    if (sched_setaffinity(0, sizeof all_cpus, &all_cpus) != 0) die("sched_setaffinity");
+    pid_t spawner = getpid();
+    *keeper = fork();
+    if (*keeper == 0) {
+        close(report[0]);
+        keep(argv, cwd, env, out, err, report[1], spawner);
+    }
+    int error = errno;
+    set_oom_score_adj(opt.oom_helper);
+    close(report[1]);
+    int32_t started[2] = {-1, ECHILD};  /* a keeper that died before it reported */
+    if (*keeper < 0) {
+        close(report[0]);
+        errno = error;
+        return -1;
+    }
+    if (!read_all(report[0], started, sizeof started) || started[0] <= 0) {
+        while (waitpid(*keeper, NULL, 0) < 0 && errno == EINTR) {}
+        close(report[0]);
+        errno = started[1] > 0 ? started[1] : ECHILD;
+        if (errno == ECHILD) *failure = "the command's keeper ended before it reported the start";
+        return -1;
+    }
+    remember(*keeper, request, report[0]);
+    return started[0];
 }
 
 static void spawn(uint64_t request, char *payload, uint32_t length, const int *fds, int fd_count) {
@@ -321,12 +422,16 @@ static void spawn(uint64_t request, char *payload, uint32_t length, const int *f
     } else if (*written && !still_resolves(written, cwd, argv[0], candidates)) {
         answer(CHANGED, request, NULL, 0);
     } else {
-        pid_t pid = start(argv, cwd, env, fds[0], fds[1]);
+        const char *failure = NULL;
+        pid_t keeper;
+        pid_t pid = start(argv, cwd, env, fds[0], fds[1], request, &keeper, &failure);
         if (pid < 0) {
-            answer_failure(request, errno, strerror(errno));
+            answer_failure(request, errno, failure ? failure : strerror(errno));
         } else {
-            remember(pid, request);
-            answer_number(STARTED, request, (uint32_t)pid);
+            unsigned char pids[8];
+            put_u32(pids, (uint32_t)pid);
+            put_u32(pids + 4, (uint32_t)keeper);
+            answer(STARTED, request, pids, sizeof pids);
         }
     }
     free(argv);
@@ -353,7 +458,9 @@ static int serve_request(void) {
     return 1;
 }
 
-static void reap(int signals) {
+/* Reap exited keepers and report their commands' exits (a keeper that died before its command
+ * exited reports the signal that ended it). */
+static void reap(void) {
     struct signalfd_siginfo info;
     while (read(signals, &info, sizeof info) > 0) {}
     for (;;) {
@@ -361,9 +468,12 @@ static void reap(int signals) {
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid <= 0) return;
         for (size_t i = 0; i < child_count; i++) {
-            if (children[i].pid != pid) continue;
-            int code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+            if (children[i].keeper != pid) continue;
+            int32_t code;
+            if (!read_all(children[i].report, &code, sizeof code))
+                code = WIFSIGNALED(status) ? -WTERMSIG(status) : -SIGKILL;
             uint64_t request = children[i].request;
+            close(children[i].report);
             children[i] = children[--child_count];
             answer_number(EXITED, request, (uint32_t)code);
             break;
@@ -445,7 +555,7 @@ int main(int argc, char **argv) {
     sigemptyset(&child_exits);
     sigaddset(&child_exits, SIGCHLD);
     if (sigprocmask(SIG_BLOCK, &child_exits, NULL) != 0) die("sigprocmask");
-    int signals = signalfd(-1, &child_exits, SFD_NONBLOCK | SFD_CLOEXEC);
+    signals = signalfd(-1, &child_exits, SFD_NONBLOCK | SFD_CLOEXEC);
     if (signals < 0) die("signalfd");
     struct pollfd watched[2] = {{.fd = opt.channel, .events = POLLIN}, {.fd = signals, .events = POLLIN}};
     for (;;) {
@@ -453,7 +563,7 @@ int main(int argc, char **argv) {
             if (errno == EINTR) continue;
             die("poll");
         }
-        if (watched[1].revents) reap(signals);
+        if (watched[1].revents) reap();
         if (watched[0].revents && !serve_request()) return 0;
     }
 }

@@ -5,8 +5,11 @@ a server that changes the uid in each child pays a full ``fork`` (or an extra ex
 launcher such as setpriv) for every command. So one small single-threaded process takes the
 command user's identity once, and the server sends it each command's argv, working directory
 and environment with the two ends of the output pipes (``SCM_RIGHTS``). It answers with the
-command's pid, reaps it and reports its exit code. The server keeps everything else: output,
-caps, timeouts, group kills and strays.
+command's pid and reports its exit code. Each command runs under a keeper of its own, a child
+subreaper that adopts whatever the command's descendants orphan, so that everything descended
+from a running command stays below the spawner whatever its group or session, and leaves it
+when the command ends (see ``spawner.c`` and :mod:`sandbox.reaper`). The server keeps
+everything else: output, caps, timeouts, group kills and strays.
 
 This module prepares the process (:func:`run`), then executes the compiled spawner
 (``sandbox/spawner.c``, installed at :data:`PROGRAM`), which takes the identity below and
@@ -21,11 +24,12 @@ file.
 Identity: effective uid and gid the command user's, no supplementary groups, no new
 privileges, non-dumpable, and a real and saved uid of its own
 (:func:`~sandbox.privileges.shielding_uid`) so that commands cannot signal or ``prlimit`` it.
-Only while it starts a command is its real uid the command user's (the child must get it);
-changing the real uid alone keeps the process non-dumpable and keeps its parent-death signal.
-Unlike a worker (:func:`~sandbox.privileges.drop_to_shielded`) it cannot keep the command uid
-out of its effective uid, so commands may renice it (it is at nice 19 already) and set its CPU
-affinity: a child that changes uids would need CAP_SETUID and a fork instead of vfork (see
+A keeper has the same identity, and each command takes the command user's real uid itself
+(from its effective uid, which needs no privilege) before it executes: neither the spawner nor
+a keeper ever has it as real or saved uid, so commands can never signal them. Unlike a worker
+(:func:`~sandbox.privileges.drop_to_shielded`) they cannot keep the command uid out of their
+effective uid, so commands may renice them (to a lower priority only) and set their CPU
+affinity: a child could only take an identity its parent does not hold with CAP_SETUID (see
 SECURITY.md, "The command spawner acts as the command user").
 
 Wire format (stated here and in ``spawner.c``): :data:`HEADER` (kind, request id, payload
@@ -49,9 +53,11 @@ from .privileges import (OOM_COMMAND, OOM_HELPER, OOM_SCORE_ADJ, die_with_parent
 PROGRAM = "/opt/protolink/libexec/protolink-spawner"
 
 HEADER = struct.Struct("!BQI")
-#: The numbers answers carry: a pid (STARTED), an exit code, negative for the signal that
-#: ended the command (EXITED), an errno before the message (FAILED), a candidate's index (RESOLVED).
+#: The numbers answers carry: an exit code, negative for the signal that ended the command
+#: (EXITED), an errno before the message (FAILED), a candidate's index (RESOLVED).
 NUMBER = struct.Struct("!i")
+#: A STARTED answer: the command's pid and its keeper's.
+PIDS = struct.Struct("!ii")
 # Requests (server -> spawner): payloads made by spawn_request and resolve_request.
 SPAWN, RESOLVE = 1, 2
 # Answers (spawner -> server). CHANGED: a SPAWN's check failed and nothing started; RESOLVED:
@@ -119,9 +125,6 @@ def run(channel: int, uid: int, gid: int, server: int, *, memory_bytes: int, max
         set_oom_score_adj(OOM_HELPER, fd=oom_score_adj)
         forbid_new_privileges()
         die_with_parent(server)  # until the program sets it again, after it has changed its identity
-        # Commands inherit the lowest priority and cannot raise it (RLIMIT_NICE is 0): however
-        # many of them spin, the server and its workers still get the CPU they need.
-        os.setpriority(os.PRIO_PROCESS, 0, 19)
         if memory_bytes:
             limit(resource.RLIMIT_AS, memory_bytes)
         os.set_inheritable(channel, True)

@@ -45,6 +45,17 @@ def _progress(line: str) -> None:
     print(line, file=sys.__stderr__, flush=True)  # a first image build takes minutes: show it
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``contained`` check what a sandbox promises beyond the spec: descendants that
+    left the command's process group or session die with it. The host backend kills the group
+    only (the spec), so those tests are not collected for it."""
+    dropped = [item for item in items if item.get_closest_marker("contained")
+               and getattr(item, "callspec", None) is not None and item.callspec.params.get("backend_kind") == "local"]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
+
+
 @pytest.fixture(scope="session")
 def workspace_root(backend_kind: str) -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix=f"protolink-tests-{backend_kind}-")).resolve()

@@ -89,7 +89,7 @@ async def test_fork_bomb(lone_attacker):
 async def test_setsid_fork_bomb(lone_attacker):
     """A fork bomb whose every child calls setsid, escaping the command's process group.
 
-    The stray sweep kills every process outside a running command's group until none is left; a command refused a process while their remains are reaped is tried again; the next call works. Under gVisor the bomb may end the sandbox instead (a typed error).
+    While the command runs the bomb stays below its keeper (a child subreaper), whatever its sessions; at the timeout its group is killed, its keeper exits with it, and the stray sweep kills everything the bomb left until none is left; a command refused a process while their remains are reaped is tried again; the next call works. Under gVisor the bomb may end the sandbox instead (a typed error).
     """
     await times_out_or_starves_the_server("setsid fork bomb", lone_attacker.python(SETSID_FORK_BOMB, timeout=3))
     await serves_after_a_bomb(lone_attacker, "setsid fork bomb")
@@ -135,7 +135,7 @@ async def test_sigterm_ignoring_process(attacker):
 async def test_setsid_double_fork_daemon(attacker):
     """A daemon that double-forks, calls setsid and closes its pipes, then keeps writing a file.
 
-    The command returns at once; the daemon is killed by the stray sweep and stops writing.
+    The command returns at once; its keeper exits with it, and the stray sweep kills the daemon, which stops writing.
     """
     beat = attacker.ws / "heartbeat"
     code = f"""
@@ -163,7 +163,7 @@ while True:
 async def test_daemon_holding_the_output_pipes(attacker):
     """A background process that calls setsid and keeps the command's stdout and stderr open for 1000 s.
 
-    The call returns once its own process exits (the pipes are drained for a bounded grace); the holder is killed.
+    The call returns once its own process exits (the pipes are drained for a bounded grace, as on the host); the holder is killed with everything else the command left.
     """
     result = await attacker.shell("setsid sleep 1000 & echo started")
     assert result.stdout == "started\n" and not result.timed_out

@@ -65,6 +65,10 @@ def number(value: int) -> bytes:
     return spawner.NUMBER.pack(value)
 
 
+def pids(command: int, keeper: int) -> bytes:
+    return spawner.PIDS.pack(command, keeper)
+
+
 async def settled(condition) -> None:
     for _ in range(600):
         if condition():
@@ -119,7 +123,7 @@ async def test_a_path_too_long_to_pass_on_is_refused(fake):
     (spawner.RESOLVED, number(-2) + b"/srv"),
     (spawner.RESOLVED, number(0) + b"srv"),  # not an absolute path
     (spawner.REFUSED, b"why"),  # REFUSED carries nothing
-    (spawner.STARTED, number(7)),  # an answer to a SPAWN
+    (spawner.STARTED, pids(7, 8)),  # an answer to a SPAWN
     (99, b""),  # no such kind
 ])
 async def test_an_answer_that_does_not_fit_kills_the_spawner(fake, kind, payload):
@@ -134,8 +138,10 @@ async def test_an_answer_that_does_not_fit_kills_the_spawner(fake, kind, payload
 
 
 @pytest.mark.parametrize("kind, payload", [
-    (spawner.STARTED, number(0)),  # no such pid
-    (spawner.STARTED, number(7) + b"\0"),
+    (spawner.STARTED, pids(0, 8)),  # no such pid
+    (spawner.STARTED, pids(7, 0)),  # no such keeper
+    (spawner.STARTED, number(7)),  # no keeper
+    (spawner.STARTED, pids(7, 8) + b"\0"),
     (spawner.FAILED, b"\0\0"),
     (spawner.CHANGED, b"x"),
     (spawner.RESOLVED, number(0) + b"/"),  # an answer to a RESOLVE
@@ -179,7 +185,7 @@ async def test_a_spawner_that_dies_ends_its_commands_and_fails_what_waits(fake):
     read, write = os.pipe()
     launched = asyncio.ensure_future(connection.launch(ProcessSpec(("/bin/true",), "/", {}, 5, 100), write, write))
     _, request, _ = await asyncio.to_thread(fake.request)
-    fake.answer(spawner.STARTED, request, number(fake.process.pid))
+    fake.answer(spawner.STARTED, request, pids(fake.process.pid, fake.process.pid))
     command = await launched
     os.close(read)
     os.close(write)
@@ -202,7 +208,7 @@ async def test_a_launch_canceled_before_its_answer_kills_the_command_once_it_sta
     with pytest.raises(asyncio.CancelledError):
         await launch
     command = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    fake.answer(spawner.STARTED, request, number(command.pid))
+    fake.answer(spawner.STARTED, request, pids(command.pid, command.pid))
     assert await asyncio.to_thread(command.wait, 30) == -signal.SIGKILL
     os.close(read)
     os.close(write)

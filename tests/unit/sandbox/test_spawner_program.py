@@ -154,6 +154,44 @@ def test_exit_codes_and_signals_are_reported(started):
     assert started.run(["/bin/sh", "-c", "kill -TERM $$"])[:2] == (spawner.STARTED, -signal.SIGTERM)
 
 
+def test_a_commands_orphans_stay_below_the_spawner_until_the_command_exits(started, place):
+    """Each command's parent is its keeper, a child subreaper below the spawner holding nothing
+    of the spawner's: what the command orphans is reparented to the keeper while the command
+    runs, and the keeper exits with the command."""
+    go = place / "go"
+    script = f"(setsid sleep 30 >/dev/null 2>&1 & echo $!); echo $PPID; while [ ! -e {go} ]; do sleep 0.01; done"
+    read, write = os.pipe()
+    frame = spawner.spawn_request(0, ["/bin/sh", "-c", script], "/", ENV, None, max_bytes=MAX_REQUEST_BYTES)
+    started.send(spawner.SPAWN, frame[spawner.HEADER.size :], (write, write))
+    os.close(write)
+    with os.fdopen(read, "rb") as output:
+        kind, _, payload = started.answer()
+        orphan, keeper = int(output.readline()), int(output.readline())
+        try:
+            assert (kind, spawner.PIDS.unpack(payload)[1]) == (spawner.STARTED, keeper)
+            assert _parent(orphan) == keeper and _parent(keeper) == started.process.pid
+            assert _status(keeper, "NoNewPrivs") == "1"
+            held = [os.readlink(f"/proc/{keeper}/fd/{fd}") for fd in os.listdir(f"/proc/{keeper}/fd")]
+            assert len(held) == 4 and not any(link.startswith("socket:") for link in held), held  # 0-2, its report
+            go.touch()
+            output.read()
+            kind, _, code = started.answer()
+            assert (kind, spawner.NUMBER.unpack(code)[0]) == (spawner.EXITED, 0)
+            assert not os.path.exists(f"/proc/{keeper}")
+            assert _parent(orphan) not in (keeper, started.process.pid)  # out from under the spawner
+        finally:
+            os.kill(orphan, signal.SIGKILL)
+
+
+def _parent(pid: int) -> int:
+    return int(_status(pid, "PPid"))
+
+
+def _status(pid: int, field: str) -> str:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return next(line.split(":", 1)[1].strip() for line in lines if line.startswith(f"{field}:"))
+
+
 def test_a_command_that_cannot_start_fails_with_its_errno(started, place):
     kind, message, _ = started.run(["/no/such/program"])
     assert (kind, message) == (spawner.FAILED, os.strerror(2))
