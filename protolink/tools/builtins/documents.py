@@ -71,8 +71,8 @@ def document_tools(
     name the document through the root's real path. Inputs are limited to
     ``max_file_bytes``; text and cell characters share ``max_output_chars``; at most
     ``max_sections`` sections are returned; Office archives may declare at most
-    ``max_archive_bytes`` expanded bytes. ``timeout_seconds`` stops waiting
-    for a worker (it cannot stop a parser). Results report ``truncated``.
+    ``max_archive_bytes`` expanded bytes. ``timeout_seconds`` stops waiting for a worker (it
+    cannot stop a parser). Results report ``truncated``.
     """
     resolved = canonical_roots(roots)
     limits = DocumentLimits(
