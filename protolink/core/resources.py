@@ -267,7 +267,8 @@ class FilesystemResource:
     """Regular files beneath explicit roots as a Resource; resource ids are absolute paths.
 
     Reads and conditional replacements go through a workspace backend (the host by default),
-    which applies the descriptor-based path rules next to the files.
+    which applies the descriptor-based path rules next to the files. A resource id may spell a
+    root through an alias; snapshots name the file through the root's real path.
     """
 
     def __init__(self, roots: Sequence[str | os.PathLike[str]], *, backend: WorkspaceBackend | None = None,
@@ -286,7 +287,10 @@ class FilesystemResource:
 
     async def read(self, resource_id: str) -> ResourceSnapshot:
         """The file's bytes, mode and identity; an absent file yields ``exists=False``."""
-        return await self.backend.snapshot_file(resource_id, roots=self.roots, max_file_bytes=self.max_file_bytes)
+        from protolink.execution.paths import canonical_target
+
+        path = (await asyncio.to_thread(canonical_target, resource_id, self.roots)).path
+        return await self.backend.snapshot_file(path, roots=self.roots, max_file_bytes=self.max_file_bytes)
 
     async def replace(self, expected_snapshot: ResourceSnapshot, data: bytes | None,
                       mode: int | None) -> ResourceRevision:

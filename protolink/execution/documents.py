@@ -128,8 +128,9 @@ class DocumentSearchResult:
 @runtime_checkable
 class DocumentBackend(Protocol):
     """Where documents are read. Both methods apply the filesystem path rules to ``path`` and
-    ``roots``, the extraction ``limits``, and stop waiting after ``limits.timeout_seconds``
-    (TimeoutError). Unreadable or unsupported documents raise ValueError (DocumentError)."""
+    ``roots`` (real spellings, as for WorkspaceBackend), the extraction ``limits``, and stop
+    waiting after ``limits.timeout_seconds`` (TimeoutError). Unreadable or unsupported
+    documents raise ValueError (DocumentError)."""
 
     async def read_document(
         self, path: str, *, roots: Sequence[str], limits: DocumentLimits

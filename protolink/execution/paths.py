@@ -7,6 +7,11 @@ rather than followed, including one swapped in after the lexical check. Special 
 never opened for reading: their type is checked with ``fstatat`` first and again on the
 opened descriptor.
 
+Roots are their real paths, resolved at registration. Where the roots were registered (the
+host), :func:`canonical_target` also accepts a root spelled through symlinks outside every root
+(an alias, such as macOS ``/tmp`` for ``/private/tmp``) and respells the path through the
+root's real path; every operation then names files by that canonical spelling.
+
 These functions run wherever the files are (the host, or the server inside a sandbox), and
 take the roots as explicit arguments. They are the POSIX descriptor-based boundary the spec
 describes, not an OS sandbox.
@@ -83,7 +88,8 @@ def canonical_roots(roots: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
     """Resolve explicit roots once, at registration: absolute existing directories, realpath'd.
 
     Aliases such as macOS ``/tmp`` become their real paths, so later checks are lexical plus
-    descriptor walks that follow no symlink at all.
+    descriptor walks that follow no symlink beneath a root (:func:`canonical_target` respells a
+    requested path written through an alias).
     """
     require_posix()
     if isinstance(roots, (str, bytes, os.PathLike)):
@@ -109,23 +115,27 @@ def resolve_under_roots(path: str, roots: Sequence[str]) -> WorkspacePath:
     ``.`` and repeated slashes are normalized away. The deepest matching root wins. No file
     system access happens here; opening is done by :func:`open_directory` and friends.
     """
-    if not isinstance(path, str) or not path:
-        raise ValueError("path must be a non-empty string")
-    if "\0" in path or len(path) > MAX_PATH_CHARS:
-        raise ValueError(f"path must be at most {MAX_PATH_CHARS} characters without NUL")
-    if not path.startswith("/"):
-        raise ValueError(f"path {path!r} must be absolute")
-    parts = _split(path)
-    if ".." in parts:
-        raise ValueError(f"path {path!r} must not contain '..'")
-    best: WorkspacePath | None = None
-    for root in roots:
-        root_parts = _checked_root(root)
-        if parts[: len(root_parts)] == root_parts and (best is None or len(root_parts) > len(_split(best.root))):
-            best = WorkspacePath(_join("/", root_parts), parts[len(root_parts):])
-    if best is None:
-        raise ValueError(f"path {path!r} is not inside a configured root")
-    return best
+    target = _lexically_beneath(_checked_parts(path), roots)
+    if target is None:
+        raise _outside(path)
+    return target
+
+
+def canonical_target(path: str, roots: Sequence[str]) -> WorkspacePath:
+    """``path`` beneath ``roots``, spelled through the root's real path (which the result names).
+
+    A path written beneath a root's real path is taken as :func:`resolve_under_roots` takes it,
+    without touching the file system. Otherwise its leading components may spell a root through
+    symlinks outside every root (an alias: a link to the root or to one of its parents): they
+    are resolved on this host, one at a time, until they name a root, and the rest is kept as
+    written, so a symlink beneath the root is still rejected when the path is opened. Symlinks
+    are followed only on the way to a root itself; ValueError when none is reached that way.
+    """
+    parts = _checked_parts(path)
+    target = _lexically_beneath(parts, roots) or _through_alias(parts, roots)
+    if target is None:
+        raise _outside(path)
+    return target
 
 
 @contextmanager
@@ -267,6 +277,51 @@ def _require_regular(st: os.stat_result, path: str) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise ValueError(f"{path} is a directory, not a regular file")
     raise ValueError(f"{path} is a special file, not a regular file")
+
+
+def _through_alias(parts: tuple[str, ...], roots: Sequence[str]) -> WorkspacePath | None:
+    """Resolve ``parts`` one component at a time until the real path so far is a root."""
+    real: tuple[str, ...] = ()
+    for index, name in enumerate(parts):
+        step = _join("/", (*real, name))
+        try:
+            if stat.S_ISLNK(os.lstat(step).st_mode):
+                step = os.path.realpath(step, strict=True)
+        except OSError:  # missing, not a directory, a symlink loop, not searchable
+            return None
+        real = _split(step)
+        reached = _lexically_beneath(real, roots)
+        if reached is not None:  # a root itself, or a directory beneath one reached by a symlink
+            return _lexically_beneath((*real, *parts[index + 1:]), roots) if not reached.parts else None
+    return None
+
+
+def _checked_parts(path: str) -> tuple[str, ...]:
+    """The components of an absolute path of at most MAX_PATH_CHARS, without NUL or ``..``."""
+    if not isinstance(path, str) or not path:
+        raise ValueError("path must be a non-empty string")
+    if "\0" in path or len(path) > MAX_PATH_CHARS:
+        raise ValueError(f"path must be at most {MAX_PATH_CHARS} characters without NUL")
+    if not path.startswith("/"):
+        raise ValueError(f"path {path!r} must be absolute")
+    parts = _split(path)
+    if ".." in parts:
+        raise ValueError(f"path {path!r} must not contain '..'")
+    return parts
+
+
+def _lexically_beneath(parts: tuple[str, ...], roots: Sequence[str]) -> WorkspacePath | None:
+    """The deepest root that ``parts`` lies beneath (or names), with the parts below it."""
+    best: WorkspacePath | None = None
+    for root in roots:
+        root_parts = _checked_root(root)
+        if parts[: len(root_parts)] == root_parts and (best is None or len(root_parts) > len(_split(best.root))):
+            best = WorkspacePath(_join("/", root_parts), parts[len(root_parts):])
+    return best
+
+
+def _outside(path: str) -> ValueError:
+    return ValueError(f"path {path!r} is not inside a configured root")
 
 
 def _checked_root(root: str) -> tuple[str, ...]:

@@ -29,10 +29,12 @@ __all__ = [
 class WorkspaceBackend(Protocol):
     """File operations beneath explicit roots, wherever the files are.
 
-    Paths must be absolute and beneath one of ``roots`` (canonical absolute directories);
-    ``..``, symlinks beneath roots and special files are rejected (ValueError), missing
-    targets raise FileNotFoundError, and a conditional replacement whose target changed raises
-    ResourceConflictError without writing.
+    Paths must be absolute and written beneath one of ``roots`` (canonical absolute
+    directories), as :func:`~protolink.execution.paths.canonical_target` spells them: callers
+    resolve aliases where the roots were registered, so every backend sees the same real
+    paths. ``..``, symlinks beneath roots and special files are rejected (ValueError),
+    missing targets raise FileNotFoundError, and a conditional replacement whose target
+    changed raises ResourceConflictError without writing.
     """
 
     async def read_text(self, path: str, *, roots: Sequence[str], offset: int, max_chars: int,

@@ -74,16 +74,6 @@ def test_roots_must_be_existing_absolute_directories(root: Path, backend) -> Non
             filesystem_tools(roots=bad, backend=backend)
 
 
-async def test_root_aliases_are_resolved_at_registration(root: Path, workspace: Path, backend) -> None:
-    alias = workspace / "alias"
-    alias.symlink_to(root, target_is_directory=True)
-    (root / "a.txt").write_text("through the real path\n")
-    agent = file_agent(root, backend, roots=[alias], writable=False)
-    listing = await agent.call_tool("list_files", path=str(root))
-    assert [item["path"] for item in listing["items"]] == [str(root / "a.txt")]
-    assert (await read(agent, root / "a.txt"))["content"] == "through the real path\n"
-
-
 # -- read_file ------------------------------------------------------------------------------
 
 

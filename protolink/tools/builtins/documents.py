@@ -8,6 +8,7 @@ no symlinks, regular files only. Extraction runs on the configured :class:`Docum
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence
@@ -25,7 +26,7 @@ from protolink.execution.documents import (
     check_search,
 )
 from protolink.execution.extract import EXTENSIONS, detect_format
-from protolink.execution.paths import MAX_PATH_CHARS, canonical_roots, resolve_under_roots
+from protolink.execution.paths import MAX_PATH_CHARS, canonical_roots, canonical_target
 
 from ._budget import within_budget
 
@@ -66,10 +67,12 @@ def document_tools(
     """Create ``read_document(path)`` and ``search_document(path, query, max_results=20)``.
 
     Both require ``filesystem.read``. ``roots`` are existing absolute directories, resolved
-    now. Inputs are limited to ``max_file_bytes``; text and cell characters share
-    ``max_output_chars``; at most ``max_sections`` sections are returned; Office archives may
-    declare at most ``max_archive_bytes`` expanded bytes. ``timeout_seconds`` stops waiting
-    for a worker (it cannot stop a parser). Results report ``truncated``.
+    now; paths may spell a root through an alias, as with ``filesystem_tools``, and results
+    name the document through the root's real path. Inputs are limited to
+    ``max_file_bytes``; text and cell characters share ``max_output_chars``; at most
+    ``max_sections`` sections are returned; Office archives may declare at most
+    ``max_archive_bytes`` expanded bytes. ``timeout_seconds`` stops waiting for a worker (it
+    cannot stop a parser). Results report ``truncated``.
     """
     resolved = canonical_roots(roots)
     limits = DocumentLimits(
@@ -84,7 +87,7 @@ def document_tools(
         raise TypeError(f"backend must implement DocumentBackend, not {type(documents).__name__}")
 
     async def prepare_read(args: ReadDocumentArguments, ctx: ToolContext) -> Preparation:
-        path, preview = _target(args.path, resolved)
+        path, preview = await _target(args.path, resolved)
 
         async def execute(ctx: ToolContext) -> dict[str, Any]:
             extraction = await within_budget(ctx, limits.timeout_seconds, "read_document", lambda timeout: (
@@ -95,7 +98,7 @@ def document_tools(
 
     async def prepare_search(args: SearchDocumentArguments, ctx: ToolContext) -> Preparation:
         check_search(args.query, args.max_results)
-        path, preview = _target(args.path, resolved)
+        path, preview = await _target(args.path, resolved)
 
         async def execute(ctx: ToolContext) -> dict[str, Any]:
             result = await within_budget(ctx, limits.timeout_seconds, "search_document", lambda timeout: (
@@ -133,10 +136,10 @@ def document_tools(
     ]
 
 
-def _target(path: str, roots: Sequence[str]) -> tuple[str, Artifact]:
+async def _target(path: str, roots: Sequence[str]) -> tuple[str, Artifact]:
     """The canonical path and its preview; ValueError (before approval) for a path outside the
     roots or an unsupported document type."""
-    canonical = resolve_under_roots(path, roots).path
+    canonical = (await asyncio.to_thread(canonical_target, path, roots)).path
     format_name = detect_format(canonical)
     return canonical, Artifact(kind="document", title=canonical, content={"path": canonical, "format": format_name})
 

@@ -9,6 +9,7 @@ host, then replace the file only if it still matches what was approved.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -32,7 +33,7 @@ from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContex
 from protolink.execution.fsread import MAX_READ_CHARS, decode_text
 from protolink.execution.fssearch import MAX_RESULTS
 from protolink.execution.fswrite import CREATE_MODE
-from protolink.execution.paths import MAX_PATH_CHARS, canonical_roots, resolve_under_roots
+from protolink.execution.paths import MAX_PATH_CHARS, canonical_roots, canonical_target
 from protolink.execution.workspace import WorkspaceBackend
 
 READ, WRITE, RESTORE = "filesystem.read", "filesystem.write", "filesystem.restore"
@@ -100,9 +101,12 @@ def filesystem_tools(
 
     Supplying ``checkpoints`` adds ``create_file``, ``replace_file``, ``edit_file``
     (``filesystem.write``), ``preview_change`` (``filesystem.read``) and ``restore_change``
-    (``filesystem.restore``). ``roots`` are existing absolute directories, resolved now (so
-    aliases such as macOS ``/tmp`` work). Files larger than ``max_file_bytes`` are not read,
-    searched or written. ``backend`` is where the files are (the host by default).
+    (``filesystem.restore``). ``roots`` are existing absolute directories, resolved now to
+    their real paths. A requested path may spell a root through its real path or through an
+    alias (symlinks outside every root, such as macOS ``/tmp``); results, approvals and
+    recovery records always name files through the root's real path. Files larger than
+    ``max_file_bytes`` are not read, searched or written. ``backend`` is where the files are
+    (the host by default); aliases are resolved here, so it only ever sees real paths.
     """
     resolved = canonical_roots(roots)
     if max_file_bytes < 1:
@@ -151,22 +155,22 @@ class _Reads:
         ]
 
     async def prepare_read(self, args: ReadFileArguments, ctx: ToolContext) -> Preparation:
-        return self._prepared(args.path, lambda path: self.backend.read_text(
+        return await self._prepared(args.path, lambda path: self.backend.read_text(
             path, roots=self.roots, offset=args.offset, max_chars=args.max_chars,
             max_file_bytes=self.max_file_bytes))
 
     async def prepare_list(self, args: ListFilesArguments, ctx: ToolContext) -> Preparation:
-        return self._prepared(args.path, lambda path: self.backend.list_files(
+        return await self._prepared(args.path, lambda path: self.backend.list_files(
             path, roots=self.roots, pattern=args.pattern, recursive=args.recursive, max_results=args.max_results))
 
     async def prepare_search(self, args: SearchFilesArguments, ctx: ToolContext) -> Preparation:
-        return self._prepared(args.path, lambda path: self.backend.search_files(
+        return await self._prepared(args.path, lambda path: self.backend.search_files(
             path, roots=self.roots, query=args.query, pattern=args.pattern, case_sensitive=args.case_sensitive,
             max_results=args.max_results, max_file_bytes=self.max_file_bytes))
 
-    def _prepared(self, path: str, call: Callable[[str], Awaitable[Any]]) -> Preparation:
+    async def _prepared(self, path: str, call: Callable[[str], Awaitable[Any]]) -> Preparation:
         """A read of the canonical ``path``; a path outside the roots fails here, before authorization."""
-        canonical = resolve_under_roots(path, self.roots).path
+        canonical = (await asyncio.to_thread(canonical_target, path, self.roots)).path
 
         async def execute(ctx: ToolContext) -> dict[str, Any]:
             return (await call(canonical)).to_dict()
