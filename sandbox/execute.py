@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 
 from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
 from protolink.execution.processes import Leader, LocalProcesses
+from protolink.execution.resolve import Resolved, changed_executable
 from protolink.sandbox import messages
 from protolink.sandbox._pb import process_pb2
 from protolink.sandbox.errors import SandboxLimitError, to_status
@@ -52,9 +53,7 @@ class CommandProcesses(LocalProcesses):
         self._launcher = launcher
         self._reaper = reaper
 
-    async def resolve_command(
-        self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
-    ) -> tuple[tuple[str, ...], str]:
+    async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
         return await self._launcher.resolve_command(argv, cwd, env)
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
@@ -74,20 +73,24 @@ class CommandProcesses(LocalProcesses):
         try:
             return await self._launcher.launch(spec, stdout, stderr)
         except ResolutionChanged:
-            if not isinstance(spec, CommandSpec) or spec.resolved_from is None:
-                raise  # only a command with a reused resolution is checked
-            raise ValueError(await self._change(spec, *spec.resolved_from)) from None
+            raise ValueError(await self._change(spec)) from None
 
-    async def _change(self, spec: ProcessSpec, executable: str, cwd: str) -> str:
-        """Why ``executable`` in ``cwd`` no longer resolves to the argv[0] and cwd of ``spec``."""
+    async def _change(self, spec: ProcessSpec) -> str:
+        """Why the command of ``spec`` no longer starts the approved file in the approved directory."""
         try:
-            (resolved, *_), directory = await self._launcher.resolve_command([executable], cwd, spec.env)
+            if isinstance(spec, CommandSpec) and spec.resolved_from is not None:
+                executable, cwd = spec.resolved_from
+                written = await self._launcher.resolve_command([executable], cwd, spec.env)
+                if (written.argv[0], written.cwd) != (spec.argv[0], spec.cwd):
+                    return (f"{executable!r} in {cwd!r} now resolves to {written.argv[0]!r} in {written.cwd!r}, not "
+                            f"to the {spec.argv[0]!r} in {spec.cwd!r} resolved before approval; nothing was started")
+            if spec.real_executable is not None:
+                now = (await self._launcher.resolve_command([spec.argv[0]], spec.cwd, spec.env)).real_executable
+                if now != spec.real_executable:
+                    return str(changed_executable(spec.argv[0], now, spec.real_executable))
         except ValueError as error:
             return f"{error}; nothing was started"
-        if (resolved, directory) == (spec.argv[0], spec.cwd):
-            return f"{executable!r} in {cwd!r} changed while it was starting; nothing was started"
-        return (f"{executable!r} in {cwd!r} now resolves to {resolved!r} in {directory!r}, not to the "
-                f"{spec.argv[0]!r} in {spec.cwd!r} resolved before approval; nothing was started")
+        return f"{spec.argv[0]!r} in {spec.cwd!r} changed while it was starting; nothing was started"
 
 
 class Runner:

@@ -25,7 +25,8 @@ from typing import Any
 
 from protolink.execution.groups import signal_group
 from protolink.execution.process import ProcessSpec
-from protolink.execution.resolve import check_command, executable_candidates, missing_directory, missing_executable
+from protolink.execution.resolve import (Resolved, check_command, executable_candidates, missing_directory,
+                                        missing_executable)
 from protolink.sandbox.errors import SandboxError
 
 from . import spawner
@@ -51,7 +52,8 @@ class CommandSpec(ProcessSpec):
 
     @classmethod
     def of(cls, spec: ProcessSpec, resolved_from: tuple[str, str] | None) -> CommandSpec:
-        return cls(spec.argv, spec.cwd, spec.env, spec.timeout_seconds, spec.max_output_bytes, resolved_from)
+        return cls(spec.argv, spec.cwd, spec.env, spec.timeout_seconds, spec.max_output_bytes, spec.real_executable,
+                   resolved_from)
 
 
 class SpawnerError(SandboxError):
@@ -59,7 +61,8 @@ class SpawnerError(SandboxError):
 
 
 class ResolutionChanged(Exception):
-    """The command as written no longer names the approved directory and executable; nothing started."""
+    """The command as written no longer names the approved directory and executable, or argv[0]
+    no longer resolves to the approved file; nothing started."""
 
 
 class Launcher:
@@ -105,29 +108,27 @@ class Launcher:
         """Start ``spec`` (see :meth:`LocalProcesses.launch`); canceled, it is killed once it starts."""
         return await self._connection().launch(spec, stdout, stderr)
 
-    async def resolve_command(
-        self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
-    ) -> tuple[tuple[str, ...], str]:
-        """argv[0] and the working directory resolved as the command user would find them, by
-        the rules of :func:`protolink.execution.resolve.resolve_command`."""
+    async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
+        """argv[0], the file it runs and the working directory resolved as the command user
+        would find them, by the rules of :func:`protolink.execution.resolve.resolve_command`."""
         check_command(argv, cwd, env)
 
-        def ask() -> Awaitable[tuple[str | None, int]]:
+        def ask() -> Awaitable[tuple[str | None, int, str]]:
             # Relative candidates stay relative: the spawner takes them in the directory it finds.
             return self._connection().resolve(cwd, executable_candidates(argv[0], cwd=".", env=env))
 
         try:
-            directory, index = await ask()
+            directory, index, real = await ask()
         except SpawnerError:
-            # Resolving changes nothing: a fresh spawner is asked once (a command may have
-            # killed the last one while it was starting another command).
-            directory, index = await ask()
+            # Resolving changes nothing: a fresh spawner is asked once (it may have died
+            # meanwhile for another reason).
+            directory, index, real = await ask()
         if directory is None:
             raise missing_directory(cwd)
         candidates = executable_candidates(argv[0], cwd=directory, env=env)
         if index < 0:
             raise missing_executable(argv[0], cwd=directory, env=env)
-        return (next(itertools.islice(candidates, index, None)), *argv[1:]), directory
+        return Resolved((next(itertools.islice(candidates, index, None)), *argv[1:]), directory, real)
 
     async def aclose(self) -> None:
         """Stop the spawner (commands it started are the stray sweep's to kill)."""
@@ -214,19 +215,21 @@ class SpawnerConnection:
             executable, written_cwd = spec.resolved_from
             check = (written_cwd, executable_candidates(executable, cwd=spec.cwd, env=spec.env))
         request = next(_ids)
-        frame = spawner.spawn_request(request, spec.argv, spec.cwd, spec.env, check, max_bytes=self._max_request_bytes)
+        frame = spawner.spawn_request(request, spec.argv, spec.cwd, spec.env, check, max_bytes=self._max_request_bytes,
+                                      real_executable=spec.real_executable)
         try:
             command: _Command = await self._ask(request, frame, (stdout, stderr), self._started)
             return command  # canceled, the request stays pending: a command it starts is then killed
         except SpawnerError as error:
             raise OSError(str(error)) from None  # this command could not start; the next one can
 
-    async def resolve(self, cwd: str, candidates: Iterable[str]) -> tuple[str | None, int]:
-        """The real path of the directory ``cwd`` names (None: none) and the index of the first
-        executable file among ``candidates`` (relative ones taken there; -1: none)."""
+    async def resolve(self, cwd: str, candidates: Iterable[str]) -> tuple[str | None, int, str]:
+        """The real path of the directory ``cwd`` names (None: none), the index of the first
+        executable file among ``candidates`` (relative ones taken there; -1: none) and that
+        file's real path ("" when none)."""
         request = next(_ids)
         frame, count = spawner.resolve_request(request, cwd, candidates, max_bytes=self._max_request_bytes)
-        found: tuple[str | None, int] = await self._ask(request, frame, (), functools.partial(_resolution, count))
+        found: tuple[str | None, int, str] = await self._ask(request, frame, (), functools.partial(_resolution, count))
         return found
 
     def _ask(self, request: int, frame: bytes, fds: Sequence[int],
@@ -388,16 +391,20 @@ def _fail(answer: asyncio.Future[Any], error: BaseException) -> None:
         answer.set_exception(error)
 
 
-def _resolution(count: int, kind: int, request: int, payload: bytes) -> tuple[str | None, int]:
-    """A RESOLVE's answer about ``count`` candidates: (directory or None, index or -1)."""
+def _resolution(count: int, kind: int, request: int, payload: bytes) -> tuple[str | None, int, str]:
+    """A RESOLVE's answer about ``count`` candidates: (directory or None, index or -1, the
+    candidate's real path or "")."""
     if kind == REFUSED and not payload:
-        return None, -1
+        return None, -1, ""
     if kind != RESOLVED:
         raise ValueError(f"answer kind {kind} with {len(payload)} bytes to a RESOLVE")
-    index, directory = _number(payload[: NUMBER.size]), os.fsdecode(payload[NUMBER.size :])
-    if not -1 <= index < count or not directory.startswith("/") or "\0" in directory:
+    index = _number(payload[: NUMBER.size])
+    directory, separator, real = (os.fsdecode(part) for part in payload[NUMBER.size :].partition(b"\0"))
+    if not -1 <= index < count or not directory.startswith("/") or not separator or "\0" in real:
         raise ValueError(f"resolution {index} of {count} in {directory!r}")
-    return directory, index
+    if (index >= 0) != real.startswith("/") or (index < 0 and real):
+        raise ValueError(f"resolution {index} of {count} to {real!r}")
+    return directory, index, real
 
 
 def _number(payload: bytes) -> int:

@@ -80,8 +80,8 @@ class SandboxService:
 
     async def resolve_command(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         message = messages.parse(process_pb2.ResolveCommandRequest, request)
-        argv, cwd = await self._runner.processes.resolve_command(list(message.argv), message.cwd, dict(message.env))
-        return process_pb2.ResolveCommandResponse(argv=argv, cwd=cwd).SerializeToString()
+        resolved = await self._runner.processes.resolve_command(list(message.argv), message.cwd, dict(message.env))
+        return messages.resolve_response(resolved).SerializeToString()
 
     async def execute(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         async for event in ProcessCall(self._runner).events(requests):

@@ -14,14 +14,16 @@
  *
  *   frame:    kind (u8), request id (u64), payload length (u32), all big-endian; then the payload
  *   SPAWN:    NUL-terminated fields: argc, argv..., cwd, envc, NAME=VALUE..., written cwd (empty:
- *             no check), candidate count, candidates...; the stdout and stderr pipe ends ride
- *             along as SCM_RIGHTS
+ *             no check), candidate count, candidates..., the real path argv[0] must resolve to
+ *             (empty: no check); the stdout and stderr pipe ends ride along as SCM_RIGHTS
  *   RESOLVE:  NUL-terminated fields: written cwd, candidate count, candidates (relative ones are
  *             taken in the directory the written cwd names)
  *   STARTED:  the command's pid, its keeper's pid (i32 each)
  *   FAILED:   errno (i32), message      EXITED: exit code (i32, -signal)
- *   CHANGED:  empty: the written cwd or the first executable candidate is no longer the approved one
- *   RESOLVED: index of the first executable candidate (i32, -1: none), then the directory's real path
+ *   CHANGED:  empty: the written cwd or the first executable candidate is no longer the approved
+ *             one, or argv[0] no longer resolves to the approved real path
+ *   RESOLVED: index of the first executable candidate (i32, -1: none), the directory's real path,
+ *             NUL, and the candidate's real path (empty when none)
  *   REFUSED:  empty: the written cwd names no directory
  *
  * A command starts as Python's subprocess would start it for the host (start_process): leader
@@ -256,6 +258,25 @@ static int still_resolves(const char *written, const char *cwd, const char *argv
     return found >= 0 && strcmp(candidates[found], argv0) == 0;
 }
 
+/* The real path of `path` taken in the directory `dir` (to free), or NULL. */
+static char *real_path_in(const char *dir, const char *path) {
+    if (path[0] == '/') return realpath(path, NULL);
+    char *joined = malloc(strlen(dir) + strlen(path) + 2);
+    if (!joined) die("malloc");
+    sprintf(joined, "%s/%s", dir, path);
+    char *real = realpath(joined, NULL);
+    free(joined);
+    return real;
+}
+
+/* Whether `executable` still resolves to the real path `approved`. */
+static int still_runs(const char *executable, const char *approved) {
+    char *real = realpath(executable, NULL);
+    int same = real && strcmp(real, approved) == 0;
+    free(real);
+    return same;
+}
+
 static void resolve(uint64_t request, char *payload, uint32_t length) {
     struct fields in = {payload, payload + length};
     char *written = field(&in);
@@ -265,13 +286,19 @@ static void resolve(uint64_t request, char *payload, uint32_t length) {
     if (!real) {
         answer(REFUSED, request, NULL, 0);
     } else {
-        size_t size = strlen(real);
-        unsigned char *found = malloc(4 + size);
+        long index = first_executable(real, candidates);
+        char *file = index >= 0 ? real_path_in(real, candidates[index]) : NULL;
+        if (index >= 0 && !file) index = -1;  /* gone meanwhile */
+        size_t size = strlen(real), file_size = file ? strlen(file) : 0;
+        unsigned char *found = malloc(4 + size + 1 + file_size);
         if (!found) die("malloc");
-        put_u32(found, (uint32_t)first_executable(real, candidates));
+        put_u32(found, (uint32_t)index);
         memcpy(found + 4, real, size);
-        answer(RESOLVED, request, found, (uint32_t)(4 + size));
+        found[4 + size] = '\0';
+        if (file) memcpy(found + 5 + size, file, file_size);
+        answer(RESOLVED, request, found, (uint32_t)(5 + size + file_size));
         free(found);
+        free(file);
         free(real);
     }
     free(candidates);
@@ -416,10 +443,12 @@ static void spawn(uint64_t request, char *payload, uint32_t length, const int *f
     char **env = vector(&in, count(&in));
     char *written = field(&in);
     char **candidates = vector(&in, count(&in));
+    char *approved = field(&in);
     if (in.next != in.end || !argv[0]) broken("a SPAWN request has fields left over or no argv");
     if (fd_count != PIPE_FDS) {
         answer_failure(request, EMFILE, "the output pipes did not arrive");
-    } else if (*written && !still_resolves(written, cwd, argv[0], candidates)) {
+    } else if ((*written && !still_resolves(written, cwd, argv[0], candidates))
+               || (*approved && !still_runs(argv[0], approved))) {
         answer(CHANGED, request, NULL, 0);
     } else {
         const char *failure = NULL;

@@ -61,23 +61,24 @@ PIDS = struct.Struct("!ii")
 # Requests (server -> spawner): payloads made by spawn_request and resolve_request.
 SPAWN, RESOLVE = 1, 2
 # Answers (spawner -> server). CHANGED: a SPAWN's check failed and nothing started; RESOLVED:
-# the index of the first executable candidate (-1: none), then the directory's real path;
-# REFUSED: the working directory names no directory.
+# the index of the first executable candidate (-1: none), then the directory's real path, NUL
+# and the candidate's real path (empty when none); REFUSED: the working directory names no directory.
 STARTED, FAILED, EXITED, RESOLVED, REFUSED, CHANGED = 11, 12, 13, 14, 15, 16
 _TOO_LARGE = "the command, its environment and the places its executable may be are too large to pass on"
 
 
 def spawn_request(request: int, argv: Sequence[str], cwd: str, env: Mapping[str, str],
-                  check: tuple[str, Iterable[str]] | None, *, max_bytes: int) -> bytes:
+                  check: tuple[str, Iterable[str]] | None, *, max_bytes: int, real_executable: str | None = None) -> bytes:
     """A SPAWN frame. ``check``, when given, is the working directory as written and the
     executable's candidates: the command starts only if the first names ``cwd`` and the first
-    executable file among the others is ``argv[0]``. No text may contain NUL (see
+    executable file among the others is ``argv[0]``. ``real_executable``, when given, is the
+    file argv[0] must still resolve to. No text may contain NUL (see
     :func:`protolink.execution.resolve.check_command`); ValueError when the payload would
     exceed ``max_bytes``."""
     written, candidates = check if check is not None else ("", ())
     listed = _bounded(candidates, max_bytes)
     fields = [str(len(argv)), *argv, cwd, str(len(env)), *(f"{name}={value}" for name, value in env.items()),
-              written, str(len(listed)), *listed]
+              written, str(len(listed)), *listed, real_executable or ""]
     return _frame(SPAWN, request, fields, max_bytes)
 
 

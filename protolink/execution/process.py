@@ -14,22 +14,30 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ProcessSpec:
     """An exact process to run: argv (argv[0] resolved), cwd, the complete environment,
-    a timeout in seconds and a cap on combined stdout+stderr bytes kept and emitted."""
+    a timeout in seconds and a cap on combined stdout+stderr bytes kept and emitted.
+
+    ``real_executable``, when set, is the file argv[0] resolved to before approval (its real
+    path): the backend starts nothing unless argv[0] still resolves to it.
+    """
 
     argv: tuple[str, ...]
     cwd: str
     env: Mapping[str, str]
     timeout_seconds: float
     max_output_bytes: int
+    real_executable: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "argv": list(self.argv),
             "cwd": self.cwd,
             "env": dict(self.env),
             "timeout_seconds": self.timeout_seconds,
             "max_output_bytes": self.max_output_bytes,
         }
+        if self.real_executable is not None:
+            described["real_executable"] = self.real_executable
+        return described
 
 
 @dataclass(frozen=True)

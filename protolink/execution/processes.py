@@ -38,7 +38,7 @@ from protolink.core.errors import ToolExecutionError
 from .groups import completed_within, signal_group, terminate_group
 from .output import Channel, OutputCollector
 from .process import ProcessCancelledError, ProcessResult, ProcessSpec
-from .resolve import resolve_command
+from .resolve import Resolved, check_real_executable, resolve_command
 
 #: How long pipes are still read after the process group is gone.
 DRAIN_GRACE_SECONDS = 1.0
@@ -72,16 +72,18 @@ class Leader(Protocol):
 class LocalProcesses:
     """Host process execution: the ExecutionBackend half of LocalExecutionBackend."""
 
-    async def resolve_command(
-        self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
-    ) -> tuple[tuple[str, ...], str]:
-        """Resolve argv[0] and the working directory where the process will run (this host)."""
+    async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
+        """Resolve argv[0], the file it runs and the working directory where the process will
+        run (this host)."""
         return await asyncio.to_thread(resolve_command, argv, cwd, env)
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
         """Start ``spec`` as the leader of a new session, stdin on /dev/null, stdout and stderr
         on the given pipe ends (the caller closes its own copies). OSError when it cannot
-        start; when canceled, whatever it started is killed."""
+        start, ValueError when argv[0] no longer resolves to ``spec.real_executable``; when
+        canceled, whatever it started is killed."""
+        if spec.real_executable is not None:
+            check_real_executable(spec.argv[0], spec.real_executable)
         popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr)
         return _PopenLeader(popen, asyncio.get_running_loop())
 

@@ -8,6 +8,10 @@ The rules (the spec's "Command execution"):
   relative to that directory, or a bare name looked up in the absolute entries of the
   ``PATH`` of the *supplied* environment. The host's own ``PATH`` is never consulted.
 
+The preview also names the file ``argv[0]`` runs (its real path: a virtualenv's ``python`` is a
+symbolic link), and a backend checks just before it starts the process that ``argv[0]`` still
+resolves to that file (:func:`check_real_executable`).
+
 These functions block on the file system; async callers use
 :meth:`LocalProcesses.resolve_command <protolink.execution.processes.LocalProcesses.resolve_command>`.
 """
@@ -16,7 +20,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
+
+
+class Resolved(NamedTuple):
+    """A command resolved before approval: argv with argv[0] resolved, the real working
+    directory, and the real path of the file argv[0] runs."""
+
+    argv: tuple[str, ...]
+    cwd: str
+    real_executable: str
 
 
 def check_command(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> None:
@@ -84,13 +97,26 @@ def executable_candidates(name: str, *, cwd: str, env: Mapping[str, str]) -> Ite
             yield os.path.join(entry, name)
 
 
-def resolve_command(
-    argv: Sequence[str], cwd: str, env: Mapping[str, str]
-) -> tuple[tuple[str, ...], str]:
-    """``(argv with argv[0] resolved, resolved cwd)``; the environment is checked, not changed."""
+def resolve_command(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
+    """The command resolved by the module rules; the environment is checked, not changed."""
     check_command(argv, cwd, env)
     directory = resolve_directory(cwd)
-    return (resolve_executable(argv[0], cwd=directory, env=env), *argv[1:]), directory
+    executable = resolve_executable(argv[0], cwd=directory, env=env)
+    return Resolved((executable, *argv[1:]), directory, os.path.realpath(executable))
+
+
+def check_real_executable(executable: str, approved: str) -> None:
+    """ValueError when ``executable`` no longer resolves to the file ``approved`` (its real path
+    when the command was resolved): a symbolic link on its way was changed since."""
+    real = os.path.realpath(executable)
+    if real != approved:
+        raise changed_executable(executable, real, approved)
+
+
+def changed_executable(executable: str, real: str, approved: str) -> ValueError:
+    """The error for an ``executable`` that now runs ``real`` instead of the ``approved`` file."""
+    return ValueError(f"{executable!r} now resolves to {real!r}, not to the {approved!r} resolved before "
+                      "approval; nothing was started")
 
 
 def check_arguments(arguments: Sequence[str]) -> None:
@@ -126,6 +152,4 @@ def _is_executable_file(path: str) -> bool:
 class CommandResolver(Protocol):
     """A backend that resolves commands where it runs them (the host, or inside a sandbox)."""
 
-    async def resolve_command(
-        self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
-    ) -> tuple[tuple[str, ...], str]: ...
+    async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved: ...

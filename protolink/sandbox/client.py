@@ -31,6 +31,7 @@ from protolink.execution.fsread import TextChunk
 from protolink.execution.fssearch import Listing, SearchResult
 from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
 from protolink.execution.processes import Emitter
+from protolink.execution.resolve import Resolved
 
 from . import messages
 from ._pb import documents_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
@@ -170,23 +171,21 @@ class SandboxBackend:
 
     # ExecutionBackend --------------------------------------------------------------------
 
-    async def resolve_command(
-        self, argv: Sequence[str], cwd: str, env: Mapping[str, str]
-    ) -> tuple[tuple[str, ...], str]:
-        """Resolve argv[0] and the working directory inside the sandbox, as its commands see them.
+    async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
+        """Resolve argv[0], the file it runs and the working directory inside the sandbox, as
+        its commands see them.
 
         An answer given before for the same argv[0], directory and ``PATH`` is reused; the
         sandbox resolves such a command again when it starts (:mod:`.resolutions`).
         """
         self._check_open()
         if (kept := self._resolutions.reuse(argv[0], cwd, env)) is not None:
-            executable, directory = kept
-            return (executable, *argv[1:]), directory
+            return Resolved((kept.argv[0], *argv[1:]), kept.cwd, kept.real_executable)
         request = self._request(messages.resolve_request, argv, cwd, env)
         response = await self._unary(self._stub.ResolveCommand, request, self._operation_seconds)
-        resolved, directory = checked_answer(messages.resolved_command, response, argv)
-        self._resolutions.remember(argv[0], cwd, env, (resolved[0], directory))
-        return resolved, directory
+        resolved = checked_answer(messages.resolved_command, response, argv)
+        self._resolutions.remember(argv[0], cwd, env, resolved)
+        return resolved
 
     async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
         """Run ``spec`` in the sandbox, emitting ``process.output`` events as output arrives.

@@ -30,6 +30,7 @@ from protolink.execution.extract import MAX_COLUMNS
 from protolink.execution.fsread import MAX_READ_CHARS, TextChunk
 from protolink.execution.fssearch import MAX_LINE_CHARS, FileEntry, Listing, SearchMatch, SearchResult
 from protolink.execution.process import ProcessSpec
+from protolink.execution.resolve import Resolved
 
 from ._pb import documents_pb2 as documents
 from ._pb import process_pb2 as process
@@ -91,6 +92,7 @@ def execute_request(spec: ProcessSpec, written: tuple[str, str] | None = None) -
         timeout_seconds=spec.timeout_seconds,
         max_output_bytes=spec.max_output_bytes,
         resolved_from=resolved_from,
+        real_executable=spec.real_executable or "",
     )
 
 
@@ -99,12 +101,15 @@ def process_spec(request: process.ExecuteRequest) -> ProcessSpec:
     require(request.cwd.startswith("/"), "cwd must be an absolute path")
     require(math.isfinite(request.timeout_seconds) and request.timeout_seconds > 0,
             "timeout_seconds must be a positive finite number")
+    require(not request.real_executable or request.real_executable.startswith("/"),
+            "real_executable must be an absolute path")
     return ProcessSpec(
         argv=tuple(request.argv),
         cwd=request.cwd,
         env=dict(request.env),
         timeout_seconds=request.timeout_seconds,
         max_output_bytes=_count(request.max_output_bytes, "max_output_bytes"),
+        real_executable=request.real_executable or None,
     )
 
 
@@ -134,14 +139,19 @@ def resolve_request(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> pr
     return process.ResolveCommandRequest(argv=argv, cwd=cwd, env=dict(env))
 
 
-def resolved_command(response: process.ResolveCommandResponse, argv: Sequence[str]) -> tuple[tuple[str, ...], str]:
-    """The resolved (argv, cwd); only argv[0] may differ from the request, and paths are absolute."""
+def resolved_command(response: process.ResolveCommandResponse, argv: Sequence[str]) -> Resolved:
+    """The resolved command; only argv[0] may differ from the request, and paths are absolute."""
     resolved = tuple(response.argv)
     require(len(resolved) == len(argv) and resolved[1:] == tuple(argv[1:]),
             "the resolved argv must differ from the request only in argv[0]")
-    require(resolved[0].startswith("/") and response.cwd.startswith("/"),
-            "the resolved executable and directory must be absolute paths")
-    return resolved, response.cwd
+    require(all(path.startswith("/") for path in (resolved[0], response.cwd, response.real_executable)),
+            "the resolved executable, its real path and the directory must be absolute paths")
+    return Resolved(resolved, response.cwd, response.real_executable)
+
+
+def resolve_response(resolved: Resolved) -> process.ResolveCommandResponse:
+    return process.ResolveCommandResponse(argv=resolved.argv, cwd=resolved.cwd,
+                                          real_executable=resolved.real_executable)
 
 
 # Workspace ---------------------------------------------------------------------------------

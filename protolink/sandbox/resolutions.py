@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Generic, TypeVar
 
 from protolink.execution.process import ProcessSpec
+from protolink.execution.resolve import Resolved
 
 #: Answers (and reused answers awaiting their start) kept per client, the oldest dropped first.
 KEPT_RESOLUTIONS = 256
@@ -49,22 +50,22 @@ class _Bounded(Generic[K, V]):
 
 
 class Resolutions:
-    """Resolved ``(executable, cwd)`` answers by command as written; see the module."""
+    """Resolved answers by command as written; see the module."""
 
     def __init__(self, size: int = KEPT_RESOLUTIONS) -> None:
-        self._answers: _Bounded[Key, tuple[str, str]] = _Bounded(size)
+        self._answers: _Bounded[Key, Resolved] = _Bounded(size)
         self._reused: _Bounded[Key, tuple[str, str]] = _Bounded(size)
 
-    def remember(self, executable: str, cwd: str, env: Mapping[str, str], resolved: tuple[str, str]) -> None:
+    def remember(self, executable: str, cwd: str, env: Mapping[str, str], resolved: Resolved) -> None:
         """Keep a fresh answer of the sandbox for ``executable`` run in ``cwd`` with ``env``."""
         self._answers.put((executable, cwd, env.get("PATH")), resolved)
 
-    def reuse(self, executable: str, cwd: str, env: Mapping[str, str]) -> tuple[str, str] | None:
+    def reuse(self, executable: str, cwd: str, env: Mapping[str, str]) -> Resolved | None:
         """The kept answer, if any; the command it starts will be resolved again (:meth:`written`)."""
         path = env.get("PATH")
         answer = self._answers.get((executable, cwd, path))
         if answer is not None:
-            self._reused.put((*answer, path), (executable, cwd))
+            self._reused.put((answer.argv[0], answer.cwd, path), (executable, cwd))
         return answer
 
     def written(self, spec: ProcessSpec) -> tuple[str, str] | None:

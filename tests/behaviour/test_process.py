@@ -10,6 +10,9 @@ import pytest
 
 from process_helpers import observed_agent, open_fds
 from protolink import (
+    Agent,
+    AgentCard,
+    ApprovalDecision,
     ApprovalDeniedError,
     BudgetExceededError,
     CapabilityPolicy,
@@ -91,12 +94,43 @@ async def test_preview_shows_exact_resolved_command_limits_and_boundary(
         "env": env,
         "timeout_seconds": 7.5,
         "max_output_bytes": 1234,
+        "real_executable": "/usr/bin/env",
     }
     assert artifact.kind == "process"
     assert artifact.content == {**resolved, "boundary": backend.boundary}
     assert request.action.process == resolved
     assert request.action.arguments["argv"] == ["env", "-0"]
     assert request.capabilities == ("process.execute",)
+
+
+async def test_a_symlinked_executable_is_previewed_with_the_file_it_runs_and_checked_before_launch(
+        tool, workspace, backend_python):
+    """A virtualenv's python is a symbolic link: the preview names the link (argv[0], which the
+    interpreter needs) and the file it runs; a link moved while the call awaits approval makes
+    the call fail with nothing started."""
+    link = workspace / "python"
+    link.symlink_to(backend_python)
+    where = "import os, sys; print(os.path.realpath(sys.executable))"
+    observed = observed_agent(tool)
+    result = await run(observed, workspace, ["./python", "-c", where])
+    [request] = observed.requests
+    assert request.action.process["argv"][0] == f"{workspace}/./python"
+    assert request.artifacts[0].content["real_executable"] == result.stdout.strip() != str(link)
+    marker = workspace / "ran"
+
+    async def move_the_link_then_approve(request, context):
+        link.unlink()
+        link.symlink_to("/bin/sh")
+        return ApprovalDecision(approved=True, request_id=request.request_id)
+
+    moved = Agent(AgentCard(name="moved", description="moves a link", url="runtime://moved"),
+                  policy=CapabilityPolicy({"process.execute": "require_approval"}),
+                  approval_handler=move_the_link_then_approve)
+    moved.add_tool(tool)
+    with pytest.raises(ValueError, match="now resolves to .*nothing was started"):
+        await moved.call_tool("execute_command", argv=["./python", "-c", f"open({str(marker)!r}, 'w')"],
+                              cwd=str(workspace), env={})
+    assert not marker.exists()
 
 
 async def test_executables_resolve_from_supplied_path_or_explicit_paths_only(

@@ -63,6 +63,7 @@ async def test_preview_shows_the_exact_shell_invocation(backend, workspace):
         "env": {"PATH": os.defpath},
         "timeout_seconds": 9,
         "max_output_bytes": 512,
+        "real_executable": (await run(observed, "readlink -f /bin/sh")).stdout.strip(),  # where it runs
         "boundary": backend.boundary,
     }
 

@@ -32,6 +32,7 @@ from google.protobuf.message import Message
 from protolink.core.resources import ResourceRevision
 from protolink.execution.documents import DocumentError, DocumentLimits
 from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
+from protolink.execution.resolve import Resolved
 from protolink.sandbox import connect, process_stream
 from protolink.sandbox._pb import documents_pb2, errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.errors import SandboxAuthenticationError, SandboxLimitError, SandboxUnavailableError
@@ -196,18 +197,19 @@ async def test_a_reused_resolution_that_went_stale_starts_nothing_and_is_asked_a
     tool.chmod(0o755)
     backend = server.backend
     first = await backend.resolve_command(["tool", "-v"], str(writable), env)
-    assert first == ((str(tool), "-v"), str(writable))
+    assert first == Resolved((str(tool), "-v"), str(writable), str(tool))
     result = await run(server, f"printf '#!/bin/sh\\necho early >> {writable}/stale-ran\\n' > {early}/tool; "
                                f"chmod 755 {early}/tool", writable)
     assert result.exit_code == 0, result
     reused = await backend.resolve_command(["tool", "-v"], str(writable), env)
     assert reused == first
     with pytest.raises(ValueError, match="now resolves to .*stale-early/tool.*nothing was started"):
-        await backend.execute(ProcessSpec(reused[0], reused[1], env, 10, 1024), Silent())
+        await backend.execute(ProcessSpec(reused.argv, reused.cwd, env, 10, 1024, reused.real_executable), Silent())
     assert not (writable / "stale-ran").exists()
     fresh = await backend.resolve_command(["tool", "-v"], str(writable), env)
-    assert fresh == ((str(early / "tool"), "-v"), str(writable))
-    assert (await backend.execute(ProcessSpec(fresh[0], fresh[1], env, 10, 1024), Silent())).exit_code == 0
+    assert fresh == Resolved((str(early / "tool"), "-v"), str(writable), str(early / "tool"))
+    assert (await backend.execute(ProcessSpec(fresh.argv, fresh.cwd, env, 10, 1024, fresh.real_executable),
+                                  Silent())).exit_code == 0
     assert (writable / "stale-ran").read_text() == "early\n"
 
 

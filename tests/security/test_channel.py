@@ -291,7 +291,8 @@ class FakeSandbox:
 
     async def _resolve_command(self, request: bytes, context: Any) -> bytes:
         asked = process_pb2.ResolveCommandRequest.FromString(request)
-        return process_pb2.ResolveCommandResponse(argv=asked.argv, cwd=asked.cwd).SerializeToString()
+        return process_pb2.ResolveCommandResponse(argv=asked.argv, cwd=asked.cwd,
+                                                  real_executable=asked.argv[0]).SerializeToString()
 
     async def _read_text(self, request: bytes, context: Any) -> bytes:
         return self.read_text()

@@ -18,7 +18,7 @@ CHANNEL_STDOUT: Channel
 CHANNEL_STDERR: Channel
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("id", "cancel", "argv", "cwd", "env", "timeout_seconds", "max_output_bytes", "resolved_from")
+    __slots__ = ("id", "cancel", "argv", "cwd", "env", "timeout_seconds", "max_output_bytes", "resolved_from", "real_executable")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class ExecuteRequest(_message.Message):
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_FROM_FIELD_NUMBER: _ClassVar[int]
+    REAL_EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
     id: int
     cancel: bool
     argv: _containers.RepeatedScalarFieldContainer[str]
@@ -42,7 +43,8 @@ class ExecuteRequest(_message.Message):
     timeout_seconds: float
     max_output_bytes: int
     resolved_from: CommandAsWritten
-    def __init__(self, id: _Optional[int] = ..., cancel: _Optional[bool] = ..., argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., resolved_from: _Optional[_Union[CommandAsWritten, _Mapping]] = ...) -> None: ...
+    real_executable: str
+    def __init__(self, id: _Optional[int] = ..., cancel: _Optional[bool] = ..., argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., resolved_from: _Optional[_Union[CommandAsWritten, _Mapping]] = ..., real_executable: _Optional[str] = ...) -> None: ...
 
 class CommandAsWritten(_message.Message):
     __slots__ = ("executable", "cwd")
@@ -116,9 +118,11 @@ class ResolveCommandRequest(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ResolveCommandResponse(_message.Message):
-    __slots__ = ("argv", "cwd")
+    __slots__ = ("argv", "cwd", "real_executable")
     ARGV_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
+    REAL_EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     cwd: str
-    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ...) -> None: ...
+    real_executable: str
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., real_executable: _Optional[str] = ...) -> None: ...

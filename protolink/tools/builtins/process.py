@@ -28,6 +28,7 @@ from protolink.execution.process import (
 from protolink.execution.processes import LocalProcesses
 from protolink.execution.resolve import (
     CommandResolver,
+    Resolved,
     check_arguments,
     check_command,
     resolve_command,
@@ -61,9 +62,6 @@ PROCESS_RESULT_SCHEMA: dict[str, Any] = {
                  "duration_seconds", "budget_exceeded"],
     "additionalProperties": False,
 }
-
-Resolved = tuple[tuple[str, ...], str]
-
 
 def process_tool(
     *,
@@ -99,8 +97,9 @@ def process_tool(
     )
 
     async def prepare(args: Any, context: ToolContext) -> Preparation:
-        argv, cwd = await resolve_on(backend, args.argv, args.cwd, args.env)
-        spec = ProcessSpec(argv, cwd, dict(args.env), args.timeout_seconds, args.max_output_bytes)
+        resolved = await resolve_on(backend, args.argv, args.cwd, args.env)
+        spec = ProcessSpec(resolved.argv, resolved.cwd, dict(args.env), args.timeout_seconds, args.max_output_bytes,
+                           resolved.real_executable)
         return process_preparation(backend, spec, (PROCESS_EXECUTE,))
 
     return PreparedTool(
@@ -131,7 +130,7 @@ def check_limits(timeout_seconds: float, max_output_bytes: int) -> None:
 async def resolve_on(
     backend: ExecutionBackend, argv: Sequence[str], cwd: str, env: Mapping[str, str]
 ) -> Resolved:
-    """Resolve argv[0] and cwd where ``backend`` runs processes.
+    """Resolve argv[0], the file it runs and cwd where ``backend`` runs processes.
 
     Backends that offer ``resolve_command`` (the local and sandbox backends) resolve inside
     their boundary; for any other backend the host rules apply.
@@ -151,9 +150,10 @@ class ConfiguredCommand:
     """An application-configured executable, directory, environment and limits (shell, git).
 
     On the host backend the executable and directory are resolved now, at registration,
-    without launching anything. A backend elsewhere is only checked now (absolute directory,
-    valid environment, limits); it resolves them inside its boundary when each call is
-    prepared, still before authorization. The model supplies only the arguments.
+    without launching anything, and the file the executable runs when each call is prepared. A
+    backend elsewhere is only checked now (absolute directory, valid environment, limits); it
+    resolves them inside its boundary when each call is prepared, still before authorization.
+    The model supplies only the arguments.
     """
 
     def __init__(self, backend: ExecutionBackend, executable: str, *, cwd: str,
@@ -174,15 +174,16 @@ class ConfiguredCommand:
                       title: str) -> Preparation:
         """The preparation for ``executable *arguments``; ``{cwd}`` in ``title`` is filled in."""
         if self._resolved is None:
-            argv, cwd = await resolve_on(self.backend, [self.executable, *arguments], self.cwd,
-                                         self.env)
+            resolved = await resolve_on(self.backend, [self.executable, *arguments], self.cwd, self.env)
         else:
             check_arguments(arguments)
-            (program, *_), cwd = self._resolved
-            argv = (program, *arguments)
-        spec = ProcessSpec(argv, cwd, self.env, self.timeout_seconds, self.max_output_bytes)
+            program = self._resolved.argv[0]
+            real = await asyncio.to_thread(os.path.realpath, program)  # a symlink may have moved since
+            resolved = Resolved((program, *arguments), self._resolved.cwd, real)
+        spec = ProcessSpec(resolved.argv, resolved.cwd, self.env, self.timeout_seconds, self.max_output_bytes,
+                           resolved.real_executable)
         return process_preparation(self.backend, spec, capabilities,
-                                   title=f"{title.format(cwd=cwd)} ({self.backend.boundary})")
+                                   title=f"{title.format(cwd=resolved.cwd)} ({self.backend.boundary})")
 
 
 def process_preparation(

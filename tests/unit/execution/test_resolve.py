@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from protolink.execution.resolve import resolve_command, resolve_directory, resolve_executable
+from protolink.execution.resolve import (Resolved, check_real_executable, resolve_command, resolve_directory,
+                                        resolve_executable)
 
 
 @pytest.fixture
@@ -61,8 +62,9 @@ def test_working_directory_is_absolute_existing_and_resolved(tree):
 
 
 def test_resolve_command_replaces_argv0_and_checks_everything(tree):
-    argv, cwd = resolve_command(["tool", "-x", "arg"], str(tree / "work"), {"PATH": str(tree / "bin")})
-    assert argv == (str(tree / "bin" / "tool"), "-x", "arg") and cwd == str(tree / "work")
+    resolved = resolve_command(["tool", "-x", "arg"], str(tree / "work"), {"PATH": str(tree / "bin")})
+    tool = str(tree / "bin" / "tool")
+    assert resolved == Resolved((tool, "-x", "arg"), str(tree / "work"), tool)
     with pytest.raises(ValueError, match="at least the executable"):
         resolve_command([], str(tree), {})
     with pytest.raises(ValueError, match="NUL"):
@@ -77,3 +79,22 @@ def test_the_host_path_is_never_consulted(tree, monkeypatch):
     monkeypatch.setenv("PATH", os.pathsep.join([str(tree / "bin"), os.defpath]))
     with pytest.raises(ValueError):
         resolve_command(["tool"], str(tree), {})
+
+
+def test_a_symlinked_executable_keeps_its_name_and_names_the_file_it_runs(tree):
+    """A virtualenv's python is a symlink: argv[0] stays the link (the interpreter finds its
+    environment through it), and the file it runs is named too."""
+    (tree / "venv").mkdir()
+    (tree / "venv" / "python").symlink_to(tree / "bin" / "tool")
+    resolved = resolve_command(["python", "-V"], str(tree), {"PATH": str(tree / "venv")})
+    assert resolved == Resolved((str(tree / "venv" / "python"), "-V"), str(tree), str(tree / "bin" / "tool"))
+
+
+def test_the_check_before_launch_refuses_a_link_that_moved(tree):
+    link = tree / "bin" / "link"
+    link.symlink_to(tree / "bin" / "tool")
+    check_real_executable(str(link), str(tree / "bin" / "tool"))
+    link.unlink()
+    link.symlink_to(tree / "bin" / "plain")
+    with pytest.raises(ValueError, match="now resolves to .*plain.*nothing was started"):
+        check_real_executable(str(link), str(tree / "bin" / "tool"))

@@ -81,20 +81,20 @@ async def test_requests_carry_the_command_and_the_candidates_of_a_reused_resolut
     connection = connect(fake)
     read, write = os.pipe()
     spec = CommandSpec(("/usr/bin/true", "a b"), "/srv", {"PATH": "/usr/local/bin:relative:/usr/bin"}, 5, 100,
-                       resolved_from=("true", "/srv/."))
+                       "/usr/lib/true", resolved_from=("true", "/srv/."))
     launched = asyncio.ensure_future(connection.launch(spec, write, write))
     kind, request, fields = await asyncio.to_thread(fake.request)
     assert kind == spawner.SPAWN
     assert fields == ["2", "/usr/bin/true", "a b", "/srv", "1", "PATH=/usr/local/bin:relative:/usr/bin",
-                      "/srv/.", "2", "/usr/local/bin/true", "/usr/bin/true"]
+                      "/srv/.", "2", "/usr/local/bin/true", "/usr/bin/true", "/usr/lib/true"]
     fake.answer(spawner.FAILED, request, number(2) + b"No such file or directory")
     with pytest.raises(FileNotFoundError, match="No such file"):
         await launched
     resolving = asyncio.ensure_future(connection.resolve("/srv", ["./bin/tool"]))
     kind, request, fields = await asyncio.to_thread(fake.request)
     assert (kind, fields) == (spawner.RESOLVE, ["/srv", "1", "./bin/tool"])
-    fake.answer(spawner.RESOLVED, request, number(0) + b"/srv")
-    assert await resolving == ("/srv", 0)
+    fake.answer(spawner.RESOLVED, request, number(0) + b"/srv\0/srv/real/tool")
+    assert await resolving == ("/srv", 0, "/srv/real/tool")
     os.close(read)
     os.close(write)
 
@@ -119,9 +119,12 @@ async def test_a_path_too_long_to_pass_on_is_refused(fake):
 
 @pytest.mark.parametrize("kind, payload", [
     (spawner.RESOLVED, b"\0\0\0"),  # not a number
-    (spawner.RESOLVED, number(1) + b"/srv"),  # no such candidate
-    (spawner.RESOLVED, number(-2) + b"/srv"),
-    (spawner.RESOLVED, number(0) + b"srv"),  # not an absolute path
+    (spawner.RESOLVED, number(1) + b"/srv\0/srv/tool"),  # no such candidate
+    (spawner.RESOLVED, number(-2) + b"/srv\0"),
+    (spawner.RESOLVED, number(0) + b"srv\0/srv/tool"),  # not an absolute path
+    (spawner.RESOLVED, number(0) + b"/srv"),  # no real path
+    (spawner.RESOLVED, number(0) + b"/srv\0tool"),  # a relative real path
+    (spawner.RESOLVED, number(-1) + b"/srv\0/srv/tool"),  # a real path for no candidate
     (spawner.REFUSED, b"why"),  # REFUSED carries nothing
     (spawner.STARTED, pids(7, 8)),  # an answer to a SPAWN
     (99, b""),  # no such kind

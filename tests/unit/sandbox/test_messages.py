@@ -19,6 +19,7 @@ from protolink.execution.documents import (
 from protolink.execution.fsread import TextChunk
 from protolink.execution.fssearch import FileEntry, Listing, SearchMatch, SearchResult
 from protolink.execution.process import ProcessSpec
+from protolink.execution.resolve import Resolved
 from protolink.sandbox import messages
 from protolink.sandbox._pb import documents_pb2, process_pb2, workspace_pb2
 
@@ -60,11 +61,13 @@ def test_finished_facts_are_bounded():
 
 def test_a_resolved_command_may_change_only_the_executable():
     argv = ["sh", "-c", "true"]
-    good = process_pb2.ResolveCommandResponse(argv=["/bin/sh", "-c", "true"], cwd="/ws")
-    assert messages.resolved_command(good, argv) == (("/bin/sh", "-c", "true"), "/ws")
-    for lie in (process_pb2.ResolveCommandResponse(argv=["/bin/sh", "-c", "rm -rf /"], cwd="/ws"),
-                process_pb2.ResolveCommandResponse(argv=["/bin/sh", "-c"], cwd="/ws"),
-                process_pb2.ResolveCommandResponse(argv=["sh", "-c", "true"], cwd="/ws")):
+    good = process_pb2.ResolveCommandResponse(argv=["/bin/sh", "-c", "true"], cwd="/ws", real_executable="/usr/bin/dash")
+    assert messages.resolved_command(good, argv) == Resolved(("/bin/sh", "-c", "true"), "/ws", "/usr/bin/dash")
+    for lie in (process_pb2.ResolveCommandResponse(argv=["/bin/sh", "-c", "rm -rf /"], cwd="/ws", real_executable="/bin/sh"),
+                process_pb2.ResolveCommandResponse(argv=["/bin/sh", "-c"], cwd="/ws", real_executable="/bin/sh"),
+                process_pb2.ResolveCommandResponse(argv=["sh", "-c", "true"], cwd="/ws", real_executable="/bin/sh"),
+                process_pb2.ResolveCommandResponse(argv=["/bin/sh", "-c", "true"], cwd="/ws"),
+                process_pb2.ResolveCommandResponse(argv=["/bin/sh", "-c", "true"], cwd="/ws", real_executable="dash")):
         with pytest.raises(ValueError):
             messages.resolved_command(lie, argv)
 

@@ -66,11 +66,11 @@ class Spawner:
         return kind, request, self._exactly(length)
 
     def run(self, argv: list[str], cwd: str = "/", env: dict[str, str] = ENV,
-            check: tuple[str, list[str]] | None = None) -> tuple[int, int | str, bytes]:
+            check: tuple[str, list[str]] | None = None, real: str | None = None) -> tuple[int, int | str, bytes]:
         """Start ``argv``; (kind of the first answer, exit code or failure, its output)."""
         read, write = os.pipe()
         try:
-            frame = spawner.spawn_request(0, argv, cwd, env, check, max_bytes=MAX_REQUEST_BYTES)
+            frame = spawner.spawn_request(0, argv, cwd, env, check, max_bytes=MAX_REQUEST_BYTES, real_executable=real)
             self.send(spawner.SPAWN, frame[spawner.HEADER.size :], (write, write))
         finally:
             os.close(write)
@@ -220,9 +220,12 @@ def test_resolution_takes_the_first_executable_candidate_with_the_command_users_
     candidates = [str(hidden / "tool"), str(plain), str(place / "bin"), "./tool", str(runnable)]
     kind, payload = started.resolve(str(place / "link"), candidates)
     assert kind == spawner.RESOLVED
-    assert (spawner.NUMBER.unpack_from(payload)[0], payload[4:].decode()) == (3, str(place / "bin"))
+    assert (spawner.NUMBER.unpack_from(payload)[0], payload[4:].decode()) == (3, f"{place / 'bin'}\0{runnable}")
+    (place / "bin" / "alias").symlink_to(runnable)
+    kind, payload = started.resolve(str(place), ["bin/alias"])
+    assert (spawner.NUMBER.unpack_from(payload)[0], payload[4:].decode()) == (0, f"{place}\0{runnable}")
     kind, payload = started.resolve(str(place), [str(plain)])
-    assert (kind, spawner.NUMBER.unpack_from(payload)[0]) == (spawner.RESOLVED, -1)
+    assert (kind, spawner.NUMBER.unpack_from(payload)[0], payload[4:].decode()) == (spawner.RESOLVED, -1, f"{place}\0")
     assert started.resolve(str(place / "missing"), ["/bin/true"]) == (spawner.REFUSED, b"")
     assert started.resolve(str(plain), ["/bin/true"]) == (spawner.REFUSED, b"")
 
@@ -246,12 +249,29 @@ def test_a_stale_resolution_starts_nothing(started, place):
     assert marker.read_text() == "late\n"
 
 
+def test_a_link_that_moved_since_its_resolution_starts_nothing(started, place):
+    (place / "out").mkdir(mode=0o777)
+    (place / "out").chmod(0o777)  # the command user writes the marker
+    marker = place / "out" / "ran"
+    for name in ("approved", "other"):
+        (place / name).write_text(f"#!/bin/sh\necho {name} > {marker}\n")
+        (place / name).chmod(0o755)
+    link = place / "python"
+    link.symlink_to(place / "other")
+    kind, _, _ = started.run([str(link)], str(place), real=str(place / "approved"))
+    assert kind == spawner.CHANGED and not marker.exists()
+    link.unlink()
+    link.symlink_to(place / "approved")
+    assert started.run([str(link)], str(place), real=str(place / "approved"))[:2] == (spawner.STARTED, 0)
+    assert marker.read_text() == "approved\n"
+
+
 @pytest.mark.parametrize("payload, reason", [
     (b"1\0/bin/true\0/\x000\0", "in the middle of a field"),
     (b"x\0/bin/true\0/\x000\0\x000\0", "bad count"),
     (b"99\0/bin/true\0/\x000\0\x000\0", "bad count"),
-    (b"1\0/bin/true\0/\x000\0\x000\0extra\0", "left over"),
-    (b"0\0/\x000\0\x000\0", "no argv"),
+    (b"1\0/bin/true\0/\x000\0\x000\0\0extra\0", "left over"),
+    (b"0\0/\x000\0\x000\0\0", "no argv"),
 ])
 def test_a_broken_spawn_request_ends_the_spawner_with_a_reason(started, payload, reason):
     read, write = os.pipe()

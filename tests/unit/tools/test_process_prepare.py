@@ -9,6 +9,7 @@ import pytest
 
 from protolink import BudgetExceededError, EventBus, RunContext, ToolContext
 from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
+from protolink.execution.resolve import Resolved
 from protolink.tools.builtins import process_tool, shell_tool
 from protolink.tools.builtins.process import resolve_on, run_process
 
@@ -39,7 +40,7 @@ class ResolvingBackend(RecordingBackend):
 
     async def resolve_command(self, argv, cwd, env):
         self.resolved.append((tuple(argv), cwd, dict(env)))
-        return ("/inside/" + argv[0], *argv[1:]), "/inside" + cwd
+        return Resolved(("/inside/" + argv[0], *argv[1:]), "/inside" + cwd, "/inside/real/" + argv[0])
 
 
 def context(run: RunContext | None = None) -> tuple[ToolContext, list]:
@@ -85,12 +86,14 @@ def test_tool_identity_capabilities_and_output_schema():
 async def test_preparation_resolves_and_previews_without_launching(tmp_path):
     preparation = await prepare(process_tool(), argv=["python3", "-c", "pass"], cwd=str(tmp_path),
                                 env={"PATH": os.path.dirname(sys.executable)}, timeout_seconds=2)
+    python3 = os.path.join(os.path.dirname(sys.executable), "python3")
     spec = {
-        "argv": [os.path.join(os.path.dirname(sys.executable), "python3"), "-c", "pass"],
+        "argv": [python3, "-c", "pass"],
         "cwd": str(tmp_path),
         "env": {"PATH": os.path.dirname(sys.executable)},
         "timeout_seconds": 2,
         "max_output_bytes": 65536,
+        "real_executable": os.path.realpath(python3),  # python3 is a symbolic link to python3.11
     }
     assert preparation.capabilities == ("process.execute",)
     assert preparation.process == spec
@@ -104,14 +107,16 @@ async def test_backends_that_resolve_do_so_inside_their_boundary(tmp_path):
                                 env={"A": "1"})
     assert backend.resolved == [(("tool", "x"), "/work", {"A": "1"})]
     assert preparation.process["argv"] == ["/inside/tool", "x"]
+    assert preparation.process["real_executable"] == "/inside/real/tool"
     assert preparation.artifacts[0].content["boundary"] == "test:recording"
+    assert preparation.artifacts[0].content["real_executable"] == "/inside/real/tool"
 
 
 async def test_other_backends_get_the_host_rules(tmp_path):
     with pytest.raises(ValueError, match="no PATH"):
         await resolve_on(RecordingBackend(), ["python3"], str(tmp_path), {})
-    argv, cwd = await resolve_on(RecordingBackend(), [sys.executable], str(tmp_path), {})
-    assert (argv, cwd) == ((sys.executable,), str(tmp_path))
+    resolved = await resolve_on(RecordingBackend(), [sys.executable], str(tmp_path), {})
+    assert resolved == Resolved((sys.executable,), str(tmp_path), os.path.realpath(sys.executable))
 
 
 async def test_run_process_bounds_the_timeout_by_the_remaining_budget():
@@ -164,6 +169,7 @@ async def test_shell_invocation_and_default_environment(tmp_path):
         "env": {"PATH": os.defpath},
         "timeout_seconds": 3,
         "max_output_bytes": 99,
+        "real_executable": os.path.realpath("/bin/sh"),
     }
     with pytest.raises(ValueError, match="NUL"):
         await prepare(tool, command="echo \0")
