@@ -41,7 +41,7 @@ from .disk import DiskWatch
 from .errors import SandboxError, SandboxUnavailableError
 from .hostdirs import private_subdir, write_private
 from .provision import DEFAULT_IMAGE
-from .roots import Root
+from .roots import Root, check_writable
 
 if TYPE_CHECKING:
     from .client import SandboxBackend
@@ -195,8 +195,10 @@ class DockerSandbox:
     ``memory`` (bytes, swap included), ``pids`` and ``cpus`` bound the whole container (a whole
     number of CPUs is a cpuset, a fraction a CFS quota: see :func:`cpu_limit`);
     ``tmpfs_bytes`` bounds /tmp; ``disk_bytes`` bounds how much the writable roots may grow.
-    Commands run as ``command_uid``/``command_gid`` (default 65534, nobody; never 0): writable
-    roots must be writable by that uid. ``runtime="runsc"`` runs the container under gVisor.
+    Commands run as ``command_uid``/``command_gid`` (default 65534, nobody; never 0): a writable
+    root they cannot write is refused when the sandbox starts (RootNotWritableError, with the
+    command that fixes it), unless ``chown_writable`` asks to hand such a root to that user
+    (chown; nothing changes owner otherwise). ``runtime="runsc"`` runs the container under gVisor.
     ``tcp="HOST:PORT"`` publishes the server on the engine's host (port 0 picks one) instead of
     a Unix socket, with a fresh token, for remote engines: the container then has a network.
     ``expiry_seconds`` bounds how long the reaper lets the container live; ``owner`` defaults
@@ -222,6 +224,7 @@ class DockerSandbox:
         name: str | None = None,
         tcp: str | None = None,
         start_timeout: float = 30.0,
+        chown_writable: bool = False,
     ) -> None:
         if memory < 64 * MiB or pids < 16 or cpus <= 0 or tmpfs_bytes <= 0 or disk_bytes < 0:
             raise ValueError("sandbox limits: memory >= 64 MiB, pids >= 16, cpus > 0, tmpfs_bytes > 0, disk_bytes >= 0")
@@ -237,6 +240,7 @@ class DockerSandbox:
         self.name = name or f"protolink-sandbox-{self.session}"
         self.tcp = tcp
         self.start_timeout = start_timeout
+        self.chown_writable = chown_writable
         self.address: str | None = None
         self.reaped: list[reaper.Reaped] = []
         self._token = secrets.token_urlsafe(32) if tcp else None
@@ -275,12 +279,19 @@ class DockerSandbox:
                         tb: TracebackType | None) -> None:
         await self.aclose()
 
+    def check_roots(self) -> list[str]:
+        """Refuse a writable root the command user cannot write, or hand it over with
+        ``chown_writable`` (see :func:`~protolink.sandbox.roots.check_writable`); the paths handed
+        over. :meth:`start` calls it; call it first to fail before anything slow. Blocking."""
+        return check_writable(self.roots, self.command_uid, self.command_gid, hand_over=self.chown_writable)
+
     async def start(self) -> SandboxBackend:
         """Start the container, wait until its server answers, and return the backend."""
         if self._state != "new":
             raise RuntimeError("a DockerSandbox starts once; make a new one")
         self._state = "starting"
         try:
+            await asyncio.to_thread(self.check_roots)
             import docker
             import docker.errors
 

@@ -6,6 +6,7 @@
     └── SandboxError               (RuntimeError)  the sandbox failed, or refused the call
         ├── SandboxUnavailableError                dead, unreachable or unresponsive
         │   └── SandboxNotReachedError             no connection: the call never left the host
+        ├── RootNotWritableError   (PermissionError) a writable root the command user cannot write
         ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
         ├── SandboxAuthenticationError             the token is missing or wrong
         └── SandboxLimitError                      a supervised worker hit a hard limit and was killed
@@ -50,6 +51,15 @@ class SandboxUnavailableError(SandboxError):
 class SandboxNotReachedError(SandboxUnavailableError):
     """No connection to the sandbox could be made: the call was never sent, so it is safe to
     make again."""
+
+
+class RootNotWritableError(SandboxError, PermissionError):
+    """A root declared writable that the sandbox's command user cannot write; the message names
+    the root, the uid and gid, and the one command that fixes it."""
+
+    def __init__(self, message: str, *, path: str, uid: int, gid: int, fix: str) -> None:
+        super().__init__(message)
+        self.path, self.uid, self.gid, self.fix = path, uid, gid, fix
 
 
 class SandboxProtocolError(SandboxError):

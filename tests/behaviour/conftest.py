@@ -15,7 +15,6 @@ import asyncio
 import itertools
 import os
 import shutil
-import struct
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -24,21 +23,13 @@ from pathlib import Path
 import pytest
 
 from protolink.execution.local import LocalExecutionBackend
+from protolink.sandbox import posix_acl
 
 BACKENDS = ["local", pytest.param("sandbox", marks=pytest.mark.docker)]
 SANDBOX_PYTHON = "/opt/protolink/bin/python"
 # "server": the sandbox server as a subprocess on this host (no Docker), through SandboxBackend.
 BACKENDS.append("server")
 _counter = itertools.count()
-
-
-def _grant(path: Path, uid: int) -> None:
-    """Give ``uid`` rwx on ``path`` and, through a default ACL, on all created beneath it."""
-    undefined = 0xFFFFFFFF
-    entries = ((0x01, 7, undefined), (0x02, 7, uid), (0x04, 5, undefined), (0x10, 7, undefined), (0x20, 5, undefined))
-    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
-    os.setxattr(path, "system.posix_acl_access", acl)
-    os.setxattr(path, "system.posix_acl_default", acl)
 
 
 def _progress(line: str) -> None:
@@ -101,7 +92,7 @@ async def backend(backend_kind: str, workspace_root: Path, command_uid: int | No
         from tests.sandbox_server import sandbox_server
 
         assert command_uid is not None
-        _grant(workspace_root, command_uid)
+        posix_acl.grant(str(workspace_root), {command_uid: 7})
         async with sandbox_server([(workspace_root, True)], uid=command_uid) as server:
             yield server.backend
         return
@@ -112,7 +103,7 @@ async def backend(backend_kind: str, workspace_root: Path, command_uid: int | No
     image = await asyncio.to_thread(ensure_image, progress=_progress)
     # The test process (root) makes the files; the sandbox's commands (another uid) must be
     # able to change them, as a user's own files would be.
-    _grant(workspace_root, command_uid)
+    posix_acl.grant(str(workspace_root), {command_uid: 7})
     async with DockerSandbox(writable=[workspace_root], image=image, command_uid=command_uid) as sandbox_backend:
         yield sandbox_backend
 
