@@ -36,9 +36,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import reaper
+from . import engine, reaper
 from .disk import DiskWatch
-from .errors import SandboxError, SandboxUnavailableError
+from .engine import engine_error, engine_errors
+from .errors import SandboxEngineError, SandboxError, SandboxUnavailableError
 from .hostdirs import private_subdir, write_private
 from .provision import DEFAULT_IMAGE
 from .roots import Root, check_writable
@@ -154,8 +155,6 @@ def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Awaitable[T]:
     return _uncancellable(asyncio.to_thread(fn, *args, **kwargs))
 
 
-#: The API version each engine (``DOCKER_HOST``) answered with: asking costs a round trip per start.
-_api_versions: dict[str, str] = {}
 #: How many CPUs each engine (``DOCKER_HOST``) has, asked once.
 _engine_cpus: dict[str, int] = {}
 
@@ -177,16 +176,6 @@ def cpu_limit(cpus: float, engine_cpus: int, name: str) -> dict[str, Any]:
     first = zlib.crc32(name.encode()) % engine_cpus
     chosen = sorted((first + offset) % engine_cpus for offset in range(int(cpus)))
     return {"cpuset_cpus": ",".join(map(str, chosen))}
-
-
-def _docker_client() -> Any:
-    """A docker SDK client for the environment's engine (blocking)."""
-    import docker
-
-    host = os.environ.get("DOCKER_HOST", "")
-    client = docker.from_env(version=_api_versions.get(host, "auto"))
-    _api_versions[host] = client.api.api_version
-    return client
 
 
 class DockerSandbox:
@@ -292,20 +281,17 @@ class DockerSandbox:
         self._state = "starting"
         try:
             await asyncio.to_thread(self.check_roots)
-            import docker
-            import docker.errors
-
-            try:
-                self._docker = await _in_thread(_docker_client)
+            with engine_errors(f"start sandbox container {self.name}"):
+                self._docker = await _in_thread(engine.client)
                 if self.runtime is not None:
                     await _in_thread(self._check_runtime)
+                if self.tcp:  # its port is published through the bridge: "network bridge not found" says it is missing
+                    await _in_thread(self._docker.api.inspect_network, "bridge")
                 self.reaped = await _in_thread(reaper.reap, self._docker)
                 for gone in self.reaped:
                     log.warning("reaped sandbox container %s (%s): %s", gone.name, gone.container_id, gone.reason)
                 await _in_thread(self._run_container)
-            except docker.errors.DockerException as error:
-                raise SandboxUnavailableError(f"could not start sandbox container {self.name}: {error}") from error
-            self._backend = await self._wait_ready()
+                self._backend = await self._wait_ready()
             writable = [root.path for root in self.roots if root.writable]
             if writable:
                 self._watch = DiskWatch(writable, self.disk_bytes, self._stop_commands)
@@ -363,9 +349,9 @@ class DockerSandbox:
         except docker.errors.NotFound:
             pass
         except (docker.errors.DockerException, OSError) as error:  # requests' errors are OSErrors
-            return SandboxUnavailableError(
-                f"could not remove sandbox container {self.name}: {error}; the reaper removes it once this "
-                "process has exited or its expiry has passed")
+            failure = engine_error(error, f"remove sandbox container {self.name}")
+            return SandboxEngineError(f"{failure}; the reaper removes it once this process has exited or its "
+                                      "expiry has passed")
         return None
 
     def _cpu_limit(self) -> dict[str, Any]:
@@ -474,17 +460,20 @@ class DockerSandbox:
         self._container = container
         try:
             container.start()
-            if self.tcp:
-                container.reload()
-                binding = container.attrs["NetworkSettings"]["Ports"][f"{TCP_PORT}/tcp"][0]
-                host = binding["HostIp"] if binding["HostIp"] not in ("", "0.0.0.0", "::") else "127.0.0.1"
-                self.address = f"{host}:{binding['HostPort']}"
-            else:
-                self.address = f"unix://{self._host_dirs[0] / 'sandbox.sock'}"
+            self.address = self._published_address() if self.tcp else f"unix://{self._host_dirs[0] / 'sandbox.sock'}"
         except BaseException:
             container.remove(force=True)
             self._container = None
             raise
+
+    def _published_address(self) -> str:
+        self._container.reload()
+        address = published_address(self._container)
+        if address is None:
+            raise self._exit_error() or SandboxEngineError(
+                f"the engine published no port for sandbox container {self.name}: TCP mode needs the engine's "
+                "bridge network (docker0)")
+        return address
 
     async def _wait_ready(self) -> SandboxBackend:
         """Connect once the server answers its health check; fail fast if the container dies."""
@@ -518,13 +507,18 @@ class DockerSandbox:
 
     async def _raise_if_exited(self) -> None:
         await asyncio.to_thread(self._container.reload)
-        if self._container.status in ("exited", "dead"):
-            logs = await asyncio.to_thread(self._container.logs, tail=20)
-            code = self._container.attrs["State"].get("ExitCode")
-            raise SandboxUnavailableError(
-                f"sandbox container {self.name} exited (code {code}) while starting:\n"
-                + logs.decode("utf-8", "replace").strip()
-            )
+        failure = await asyncio.to_thread(self._exit_error)
+        if failure is not None:
+            raise failure
+
+    def _exit_error(self) -> SandboxUnavailableError | None:
+        """The error that says the container exited while starting, with its last lines; None while it runs."""
+        if self._container.status not in ("exited", "dead"):
+            return None
+        logs = self._container.logs(tail=20)
+        code = self._container.attrs["State"].get("ExitCode")
+        return SandboxUnavailableError(
+            f"sandbox container {self.name} exited (code {code}) while starting:\n" + logs.decode("utf-8", "replace").strip())
 
     def _stop_commands(self) -> None:
         """Kill every process of the command uid in the container (the disk budget is spent).
@@ -556,6 +550,16 @@ class DockerSandbox:
     async def disk_growth(self) -> int:
         """How many bytes the writable roots have grown since the sandbox started."""
         return 0 if self._watch is None else await self._watch.growth_bytes()
+
+
+def published_address(container: Any) -> str | None:
+    """HOST:PORT where the engine publishes the server's TCP port of ``container`` (a docker SDK
+    object, as last loaded); None when it publishes none (a Unix socket)."""
+    bindings = (container.attrs["NetworkSettings"]["Ports"] or {}).get(f"{TCP_PORT}/tcp")
+    if not bindings:
+        return None
+    host = bindings[0]["HostIp"]
+    return f"{host if host not in ('', '0.0.0.0', '::') else '127.0.0.1'}:{bindings[0]['HostPort']}"
 
 
 def _tmpfs_options(size: int) -> str:

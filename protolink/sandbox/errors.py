@@ -5,7 +5,8 @@
     ProtoLinkError
     └── SandboxError               (RuntimeError)  the sandbox failed, or refused the call
         ├── SandboxUnavailableError                dead, unreachable or unresponsive
-        │   └── SandboxNotReachedError             no connection: the call never left the host
+        │   ├── SandboxNotReachedError             no connection: the call never left the host
+        │   └── SandboxEngineError                 the Docker Engine lacks something a sandbox needs
         ├── RootNotWritableError   (PermissionError) a writable root the command user cannot write
         ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
         ├── SandboxAuthenticationError             the token is missing or wrong
@@ -51,6 +52,11 @@ class SandboxUnavailableError(SandboxError):
 class SandboxNotReachedError(SandboxUnavailableError):
     """No connection to the sandbox could be made: the call was never sent, so it is safe to
     make again."""
+
+
+class SandboxEngineError(SandboxUnavailableError):
+    """The Docker Engine refused or failed what a sandbox needs; the message says what is missing
+    (an image, a runtime, the bridge TCP mode publishes through) and keeps the engine's words."""
 
 
 class RootNotWritableError(SandboxError, PermissionError):

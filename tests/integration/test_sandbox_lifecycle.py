@@ -23,7 +23,7 @@ import pytest
 from protolink.sandbox import docker as sandbox_docker
 from protolink.sandbox import reaper
 from protolink.sandbox.docker import DockerSandbox
-from protolink.sandbox.errors import SandboxError, SandboxUnavailableError
+from protolink.sandbox.errors import SandboxEngineError, SandboxUnavailableError
 from protolink.sandbox.hostdirs import private_subdir
 
 pytestmark = pytest.mark.docker
@@ -120,10 +120,13 @@ async def test_a_server_that_dies_while_starting_is_reported_with_its_output(doc
     assert _containers(docker_client, sandbox.session) == []
 
 
-async def test_a_missing_image_is_a_typed_error(docker_client, tmp_path):
-    sandbox = DockerSandbox([tmp_path], image=f"protolink-test/missing:{uuid.uuid4().hex[:8]}")
-    with pytest.raises(SandboxError, match="could not start"):
+async def test_a_missing_image_is_a_typed_error_that_names_it(docker_client, tmp_path):
+    image = f"protolink-test/missing:{uuid.uuid4().hex[:8]}"
+    sandbox = DockerSandbox([tmp_path], image=image)
+    with pytest.raises(SandboxEngineError, match=f"could not start sandbox container {sandbox.name}: the image "
+                                                 f"{image} is not on this engine") as refused:
         await sandbox.start()
+    assert f"(the engine said: No such image: {image})" in str(refused.value)
     assert _containers(docker_client, sandbox.session) == []
 
 

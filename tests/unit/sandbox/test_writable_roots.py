@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from protolink.sandbox import docker, posix_acl
+from protolink.sandbox import engine, posix_acl
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.errors import RootNotWritableError, SandboxError
 from protolink.sandbox.posix_acl import GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ, Entry
@@ -115,7 +115,7 @@ async def test_a_sandbox_refuses_the_root_before_it_asks_the_engine(base, monkey
     def no_engine() -> None:
         raise AssertionError("the engine was asked before the roots were checked")
 
-    monkeypatch.setattr(docker, "_docker_client", no_engine)
+    monkeypatch.setattr(engine, "client", no_engine)
     sandbox = DockerSandbox(writable=[_directory(base, 0o755)])
     with pytest.raises(RootNotWritableError, match=f"uid {UID}"):
         await sandbox.start()

@@ -1,0 +1,113 @@
+"""The Docker Engine as sandboxes use it: a client, and the one place its failures are translated.
+
+The docker SDK reports what the engine refused as HTTP errors (``500 Server Error for
+http+docker://localhost/v1.41/containers/.../start: ...``). :func:`engine_errors` turns those
+raised in its block into :class:`~protolink.sandbox.errors.SandboxEngineError`, whose message
+says what is missing (an image, a runtime, the bridge TCP mode publishes through, the engine
+itself) and still quotes the engine's own words. Blocking, like the SDK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .errors import SandboxEngineError
+
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+
+#: The API version each engine (``DOCKER_HOST``) answered with: asking costs a round trip per client.
+_api_versions: dict[str, str] = {}
+
+
+def client() -> Any:
+    """A docker SDK client for the environment's engine (``DOCKER_HOST``)."""
+    import docker
+
+    host = os.environ.get("DOCKER_HOST", "")
+    made = docker.from_env(version=_api_versions.get(host, "auto"))
+    _api_versions[host] = made.api.api_version
+    return made
+
+
+@contextlib.contextmanager
+def engine_errors(doing: str) -> Iterator[None]:
+    """Raise the docker SDK's errors in this block as SandboxEngineError: "could not ``doing``: ..."."""
+    try:
+        yield
+    except Exception as error:
+        import docker.errors
+        import requests.exceptions
+
+        if not isinstance(error, (docker.errors.DockerException, requests.exceptions.RequestException)):
+            raise
+        raise engine_error(error, doing) from error
+
+
+def engine_error(error: Exception, doing: str) -> SandboxEngineError:
+    """The typed error for a docker SDK error: what is missing, then what the engine said."""
+    said = _engine_words(error)
+    if _unanswered(error):
+        return SandboxEngineError(f"could not {doing}: no Docker Engine answers at {_host()}: start one "
+                                  f"(`make engine`, or scripts/engine-up.sh) (the client said: {said})")
+    for pattern, missing in _MISSING:
+        found = re.search(pattern, said, re.IGNORECASE)
+        if found:
+            return SandboxEngineError(f"could not {doing}: {missing(found)} (the engine said: {said})")
+    return SandboxEngineError(f"could not {doing}: the engine said: {said}")
+
+
+def _engine_words(error: Exception) -> str:
+    """What the engine said, without the SDK's HTTP wrapping; the error's text when it said nothing."""
+    explanation = getattr(error, "explanation", None)
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode("utf-8", "replace")
+    return (explanation or str(error)).strip() or type(error).__name__
+
+
+def _unanswered(error: Exception) -> bool:
+    """True when no engine answered: nothing listens at DOCKER_HOST, or the connection broke."""
+    import docker.errors
+    import requests.exceptions
+
+    if isinstance(error, requests.exceptions.ConnectionError):
+        return True
+    return (isinstance(error, docker.errors.DockerException) and not isinstance(error, docker.errors.APIError)
+            and str(error).startswith("Error while fetching server API version"))
+
+
+def _host() -> str:
+    return os.environ.get("DOCKER_HOST") or DEFAULT_HOST
+
+
+_NO_BRIDGE = ("and TCP mode publishes the server's port through it: {}, or use the Unix socket (no --tcp, "
+              "no tcp=)")
+
+#: Each refusal the engine is known to give: a pattern of its words, and what is missing.
+_MISSING: tuple[tuple[str, Callable[[re.Match[str]], str]], ...] = (
+    (r"No such image: (\S+)",
+     lambda m: f"the image {m[1]} is not on this engine (build it: `make image` in a protolink checkout, "
+               "or pull it where a registry is reachable)"),
+    (r"(?:unknown runtime specified|invalid runtime name):? (\S+)",
+     lambda m: f"the engine has no runtime {m[1]!r}: install it and register it in the engine's daemon.json "
+               "(gVisor: see SECURITY.md)"),
+    (r"could not find bridge (\S+?):",
+     lambda m: f"the engine's bridge {m[1]} is missing, "
+               + _NO_BRIDGE.format("restart the engine so that it creates it again")),
+    (r"network bridge not found",
+     lambda m: "the engine has no default bridge network, docker0 (dockerd --bridge=none?), "
+               + _NO_BRIDGE.format("start the engine with its bridge")),
+    (r"on network bridge:",
+     lambda m: "the engine could not connect the container to its bridge network (docker0), "
+               + _NO_BRIDGE.format("repair the engine's networking")),
+    (r"bind source path does not exist: (\S+)",
+     lambda m: f"the root {m[1]} does not exist where the engine runs (a remote engine mounts its own host's "
+               "directories)"),
+    (r"port is already allocated|address already in use",
+     lambda m: "the TCP port is taken on the engine's host: choose another (HOST:0 picks a free one)"),
+    (r'container name "/?([^"]+)" is already in use',
+     lambda m: f"a container named {m[1]} already exists: remove it (docker rm -f {m[1]}) or choose another name"),
+)
