@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
+from protolink.sandbox.hostdirs import runtime_dir
+
 pytestmark = pytest.mark.docker
 
+NOBODY = 65534
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+
+def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {key: value for key, value in os.environ.items() if key != "PROTOLINK_SANDBOX_ROOTS"}
     return subprocess.run([sys.executable, "-m", "protolink.sandbox.cli", *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env={**environment, **env})
 
 
-def test_up_status_exec_down(docker_client, sandbox_image, tmp_path):
+@pytest.fixture
+def name(docker_client) -> Iterator[str]:
+    """A name of the test's own; whatever ``up`` left under it is removed after the test."""
     name = f"protolink-cli-test-{uuid.uuid4().hex[:8]}"
+    yield name
+    cli("down", "--name", name)
+
+
+def test_up_status_exec_down(docker_client, sandbox_image, tmp_path, name):
     (tmp_path / "hello.txt").write_text("hello from the host\n")
     tmp_path.chmod(0o755)  # readable by the sandbox's command uid
     up = cli("up", "--name", name, "--root", f"{tmp_path}:ro")
@@ -34,6 +48,9 @@ def test_up_status_exec_down(docker_client, sandbox_image, tmp_path):
 
         shown = cli("exec", "--name", name, "--", "cat", str(tmp_path / "hello.txt"))
         assert (shown.returncode, shown.stdout) == (0, "hello from the host\n")
+        # exec finds the appliance where `up` recorded it, without asking the engine
+        without_engine = cli("exec", "--name", name, "--", "true", DOCKER_HOST=f"unix://{tmp_path}/none.sock")
+        assert without_engine.returncode == 0, without_engine.stderr
         failed = cli("exec", "--name", name, "--cwd", str(tmp_path), "--", "/bin/sh", "-c", "exit 7")
         assert failed.returncode == 7
 
@@ -44,3 +61,22 @@ def test_up_status_exec_down(docker_client, sandbox_image, tmp_path):
     assert down.returncode == 0 and f"{name} removed" in down.stdout
     assert cli("status", "--name", name).returncode == 3
     assert docker_client.containers.list(all=True, filters={"name": name}) == []
+    assert not (runtime_dir() / f"{name}.json").exists()
+
+
+def test_a_writable_root_commands_cannot_write_is_refused_unless_handed_over(docker_client, sandbox_image, tmp_path,
+                                                                             name):
+    root = tmp_path / "ws"
+    root.mkdir(mode=0o755)  # root's, as /srv/ws would be
+    refused = cli("up", "--name", name, "--root", f"{root}:rw")
+    assert refused.returncode == 1
+    assert f"writable root {root} cannot be written by uid {NOBODY}" in refused.stderr
+    assert f"fix it with: chown {NOBODY}:{NOBODY} {root}" in refused.stderr and "--chown-writable" in refused.stderr
+    assert docker_client.containers.list(all=True, filters={"name": name}) == []
+    assert root.stat().st_uid == 0
+
+    up = cli("up", "--name", name, "--root", f"{root}:rw", "--chown-writable")
+    assert up.returncode == 0, up.stderr
+    assert f"handed writable root {root} to {NOBODY}:{NOBODY} (it was 0:0)" in up.stderr
+    made = cli("exec", "--name", name, "--cwd", str(root), "--", "/bin/sh", "-c", "echo made > made.txt")
+    assert made.returncode == 0 and (root / "made.txt").read_text() == "made\n", made.stderr

@@ -1,0 +1,32 @@
+"""``protolink-sandbox exec`` reaches a running appliance through ``up``'s record, without the
+Docker Engine or its SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+from protolink.sandbox import records
+from tests.sandbox_server import sandbox_server
+
+#: Runs the command line, then says which of these modules it loaded.
+WITH_MODULES = ("import sys\nfrom protolink.sandbox import cli\ncode = cli.main(sys.argv[1:])\n"
+                "print(sorted(m for m in ('docker', 'protolink.sandbox.docker', 'protolink.sandbox.provision') "
+                "if m in sys.modules), file=sys.stderr)\nsys.exit(code)")
+
+
+async def test_exec_reaches_the_recorded_appliance_without_the_engine(tmp_path, monkeypatch):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")  # any question to it would fail
+    async with sandbox_server([]) as server:
+        records.save(records.Record("unit-appliance", "0123456789ab", server.address), None)
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-c", WITH_MODULES, "exec", "--name", "unit-appliance", "--",
+                             "/bin/sh", "-c", "echo from the appliance; exit 3"],
+            capture_output=True, text=True, env=os.environ.copy(), timeout=120)
+    assert (done.returncode, done.stdout) == (3, "from the appliance\n"), done.stderr
+    assert done.stderr.splitlines()[-1] == "[]"  # neither the docker SDK nor the image tooling
