@@ -32,9 +32,10 @@ image: install engine
 proto: install
 	$(BIN)/python -m protolink.sandbox.protogen
 
-## sandbox-up: build when needed and start the appliance; ROOTS="/abs/dir:rw /abs/other" (or PROTOLINK_SANDBOX_ROOTS)
+## sandbox-up: build when needed and start the appliance; ROOTS="/abs/dir:rw /abs/other" (or PROTOLINK_SANDBOX_ROOTS),
+## none for a default workspace; CHOWN_WRITABLE=1 hands a writable root the commands' uid cannot write to that uid
 sandbox-up: install engine
-	$(BIN)/protolink-sandbox up $(foreach root,$(ROOTS),--root $(root))
+	$(BIN)/protolink-sandbox up $(foreach root,$(ROOTS),--root $(root)) $(if $(CHOWN_WRITABLE),--chown-writable)
 
 sandbox-down: install
 	$(BIN)/protolink-sandbox down

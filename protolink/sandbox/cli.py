@@ -2,8 +2,8 @@
 
 ``up`` makes a Docker Engine answer (scripts/engine-up.sh), builds the images when needed
 (scripts/build-images.sh), starts the appliance with the roots given as ``--root PATH[:rw]`` or in
-``PROTOLINK_SANDBOX_ROOTS`` (comma-separated), waits until it answers, and prints the address
-to connect to. ``down`` removes it, ``status`` shows it,
+``PROTOLINK_SANDBOX_ROOTS`` (comma-separated), or else over a default workspace, waits until it
+answers, and prints the address to connect to. ``down`` removes it, ``status`` shows it,
 ``exec`` runs one command in it.
 """
 
@@ -39,14 +39,16 @@ def _snippet(address: str, token_file: str | None) -> str:
 
 async def _up(args: argparse.Namespace) -> int:
     from .appliance import Appliance, find
-    from .docker import roots_from_env
+    from .docker import command_identity, roots_from_env
     from .provision import DEFAULT_IMAGE, ensure_engine, ensure_image
-    from .roots import Root
+    from .roots import Root, default_workspace
 
     roots = [Root.parse(text) for text in args.root] or roots_from_env()
+    uid, gid = command_identity()
+    workspace = None
     if not roots:
-        _say("no roots: pass --root PATH[:rw] or set PROTOLINK_SANDBOX_ROOTS=PATH[:rw],...")
-        return 2
+        workspace = await asyncio.to_thread(default_workspace, uid, gid)
+        roots = [Root(str(workspace), writable=True)]
     image = args.image or DEFAULT_IMAGE
     sandbox = Appliance(args.name, roots=roots, image=image, memory=args.memory_mib << 20, pids=args.pids,
                         cpus=args.cpus, disk_bytes=args.disk_mib << 20, runtime=args.runtime, tcp=args.tcp,
@@ -64,6 +66,8 @@ async def _up(args: argparse.Namespace) -> int:
     for root in sandbox.roots:
         _say(f"root {root.path} ({'read-write' if root.writable else 'read-only'})")
     print(f"{args.name} is up at {address}")
+    if workspace is not None:
+        print(f"workspace: {workspace} (read-write; commands run as uid {uid})")
     token_file = str(records.token_path(args.name)) if sandbox.token is not None else None
     if token_file:
         print(f"token: {token_file}")
@@ -184,7 +188,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="verb", required=True)
     up = commands.add_parser("up", help="build when needed, start the appliance and print how to connect")
     up.add_argument("--root", action="append", default=[], metavar="PATH[:rw]",
-                    help="a directory to mount at the same path (read-only unless :rw); repeatable")
+                    help="a directory to mount at the same path (read-only unless :rw); repeatable; without "
+                         "any, a default workspace (printed) is mounted read-write")
     up.add_argument("--chown-writable", action="store_true",
                     help="hand a writable root that the command user (uid 65534) cannot write to that user "
                          "(chown) instead of refusing it")

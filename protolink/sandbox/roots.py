@@ -2,7 +2,8 @@
 
 A writable root must be writable by the sandbox's command user (uid 65534 by default, with its
 gid and no other groups): :func:`check_writable` says so before a sandbox starts, and hands a
-root over to that user only when asked.
+root over to that user only when asked. :func:`default_workspace` is the root an appliance
+gets when none is given.
 """
 
 from __future__ import annotations
@@ -13,11 +14,17 @@ import shlex
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import posix_acl
 from .errors import RootNotWritableError
 
 log = logging.getLogger(__name__)
+
+#: Directories the image keeps private to its root user: a root beneath one cannot be reached
+#: by the command user inside the container, whatever the host allows.
+_PRIVATE_IN_IMAGE = ("/root",)
+
 
 @dataclass(frozen=True)
 class Root:
@@ -87,3 +94,39 @@ def _fix(path: str, info: os.stat_result, uid: int, gid: int) -> str:
         return f"setfacl -m u:{uid}:rwx,d:u:{uid}:rwx {quoted}"
     return f"sudo chown {uid}:{gid} {quoted}{owner_bits.replace('chmod', 'sudo chmod')}"
 
+
+def default_workspace(uid: int, gid: int) -> Path:
+    """The writable root of an appliance started without roots, created when missing.
+
+    ``$XDG_DATA_HOME/protolink/workspace``; without ``XDG_DATA_HOME``,
+    ``~/.local/share/protolink/workspace``, or ``/srv/protolink/workspace`` for root (the image
+    keeps ``/root`` private). Created mode 0700 for the host user and the command user
+    ``uid``:``gid`` only: root hands it to that user, any other user grants that user access
+    through an ACL that what is created beneath inherits (the host user keeps access too).
+    """
+    path = _workspace_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        return path
+    if os.getuid() == 0:
+        os.chown(path, uid, gid)
+    else:
+        posix_acl.grant(str(path), {uid: 7, os.getuid(): 7})
+    return path
+
+
+def _workspace_path() -> Path:
+    data = os.environ.get("XDG_DATA_HOME", "")
+    if os.path.isabs(data):
+        base = Path(data)
+    elif os.getuid() == 0:
+        base = Path("/srv")
+    else:
+        base = Path.home() / ".local" / "share"
+    path = base / "protolink" / "workspace"
+    if any(path.is_relative_to(private) for private in _PRIVATE_IN_IMAGE):
+        raise ValueError(f"the default workspace {path} would be beneath {_PRIVATE_IN_IMAGE}, which sandbox "
+                         "commands cannot enter: set XDG_DATA_HOME elsewhere or pass --root PATH:rw")
+    return path

@@ -64,6 +64,16 @@ def test_up_status_exec_down(docker_client, sandbox_image, tmp_path, name):
     assert not (runtime_dir() / f"{name}.json").exists()
 
 
+def test_up_without_roots_mounts_a_default_workspace_commands_can_write(docker_client, sandbox_image, tmp_path, name):
+    up = cli("up", "--name", name, XDG_DATA_HOME=str(tmp_path / "data"))
+    assert up.returncode == 0, up.stderr
+    workspace = tmp_path / "data" / "protolink" / "workspace"
+    assert f"workspace: {workspace} (read-write; commands run as uid {NOBODY})" in up.stdout
+    made = cli("exec", "--name", name, "--cwd", str(workspace), "--", "/bin/sh", "-c", "echo made > made.txt")
+    assert made.returncode == 0, made.stderr
+    assert (workspace / "made.txt").read_text() == "made\n" and (workspace / "made.txt").stat().st_uid == NOBODY
+
+
 def test_a_writable_root_commands_cannot_write_is_refused_unless_handed_over(docker_client, sandbox_image, tmp_path,
                                                                              name):
     root = tmp_path / "ws"

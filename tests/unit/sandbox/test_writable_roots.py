@@ -16,7 +16,7 @@ from protolink.sandbox import engine, posix_acl
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.errors import RootNotWritableError, SandboxError
 from protolink.sandbox.posix_acl import GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ, Entry
-from protolink.sandbox.roots import Root, check_writable, writable_by
+from protolink.sandbox.roots import Root, check_writable, default_workspace, writable_by
 
 UID = GID = 65534  # the sandbox's command user
 OTHER_GID = 4242
@@ -120,3 +120,35 @@ async def test_a_sandbox_refuses_the_root_before_it_asks_the_engine(base, monkey
     with pytest.raises(RootNotWritableError, match=f"uid {UID}"):
         await sandbox.start()
 
+
+def test_the_default_workspace_of_root_belongs_to_the_command_user(base, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(base / "data"))
+    path = default_workspace(UID, GID)
+    assert path == base / "data" / "protolink" / "workspace"
+    info = os.stat(path)
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (UID, GID, 0o700)
+    assert _kernel_lets_write(path, UID, GID)
+    assert default_workspace(UID, GID) == path  # found again, as it is
+
+
+def test_another_users_default_workspace_stays_theirs_and_the_command_users_through_an_acl(base, monkeypatch):
+    user = 4321
+    monkeypatch.setenv("XDG_DATA_HOME", str(base / "data"))
+    (base / "data").mkdir()
+    os.chown(base / "data", user, user)
+    monkeypatch.setattr(os, "getuid", lambda: user)
+    path = default_workspace(UID, GID)
+    os.chown(path, user, user)  # as that user's mkdir would have made it
+    info = os.stat(path)
+    assert (info.st_uid, info.st_mode & 0o007) == (user, 0)
+    assert writable_by(str(path), UID, GID) and _kernel_lets_write(path, UID, GID)
+    # What commands create there stays open to the user, through the inherited ACL.
+    made = path / "made-by-a-command"
+    subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", "mkdir", str(made)], check=True)
+    assert _kernel_lets_write(made, user, user) and not _kernel_lets_write(made, 1111, 1111)
+
+
+def test_no_default_workspace_beneath_a_directory_the_image_keeps_private(monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", "/root/.local/share")
+    with pytest.raises(ValueError, match="cannot enter"):
+        default_workspace(UID, GID)
