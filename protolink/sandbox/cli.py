@@ -15,7 +15,9 @@ import logging
 import os
 import shlex
 import sys
+import time
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 # ``exec`` is timed against ``docker exec``: only what it needs is imported here; the docker
@@ -35,6 +37,16 @@ def _say(message: str) -> None:
 def _snippet(address: str, token_file: str | None) -> str:
     token = f", token=open({token_file!r}).read()" if token_file else ""
     return f'from protolink.sandbox import connect; backend = await connect("{address}"{token})'
+
+
+def when(epoch: int, now: float) -> str:
+    """``epoch`` (Unix seconds) in ISO 8601, UTC, with how long ago or ahead it is:
+    ``2026-12-01T14:03:22Z (5 min ago)``."""
+    stamp = datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    seconds = round(now - epoch)
+    span = next((f"{abs(seconds) // size} {unit}" for unit, size in (("d", 86400), ("h", 3600), ("min", 60))
+                 if abs(seconds) >= size), f"{abs(seconds)} s")
+    return f"{stamp} ({span} ago)" if seconds >= 0 else f"{stamp} (in {span})"
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -93,7 +105,7 @@ async def _down(args: argparse.Namespace) -> int:
 async def _status(args: argparse.Namespace) -> int:
     from .appliance import address, find
     from .client import connect
-    from .reaper import CREATED_LABEL, OWNER_LABEL
+    from .reaper import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL
 
     container = await asyncio.to_thread(find, args.name)
     if container is None:
@@ -103,7 +115,12 @@ async def _status(args: argparse.Namespace) -> int:
     image = ", ".join(container.image.tags) or container.image.short_id
     print(f"{args.name}: {container.status} ({container.short_id}, image {image})")
     print(f"address: {where}")
-    print(f"owner: {container.labels.get(OWNER_LABEL)}, created {container.labels.get(CREATED_LABEL)}")
+    now = time.time()
+    created, expiry = (container.labels.get(label, "") for label in (CREATED_LABEL, EXPIRY_LABEL))
+    times = [f"created {when(int(created), now)}" if created.isdigit() else "created at an unknown time"]
+    if expiry.isdigit() and int(expiry):
+        times.append(f"expires {when(int(expiry), now)}")
+    print(f"owner: {container.labels.get(OWNER_LABEL)}, {', '.join(times)}")
     try:
         backend = await connect(where, token=records.read_token(args.name), timeout=3.0)
         try:

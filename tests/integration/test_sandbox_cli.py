@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -15,6 +16,7 @@ from protolink.sandbox.hostdirs import runtime_dir
 pytestmark = pytest.mark.docker
 
 NOBODY = 65534
+ISO_AGO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(\d+ s ago\)"
 
 
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -45,6 +47,7 @@ def test_up_status_exec_down(docker_client, sandbox_image, tmp_path, name):
         status = cli("status", "--name", name)
         assert status.returncode == 0, status.stdout + status.stderr
         assert "health: serving" in status.stdout and f"root: {tmp_path} (read-only)" in status.stdout
+        assert re.search(f"created {ISO_AGO}$", status.stdout, re.MULTILINE), status.stdout
 
         shown = cli("exec", "--name", name, "--", "cat", str(tmp_path / "hello.txt"))
         assert (shown.returncode, shown.stdout) == (0, "hello from the host\n")

@@ -1,5 +1,5 @@
-"""``protolink-sandbox exec`` reaches a running appliance through ``up``'s record, without the
-Docker Engine or its SDK."""
+"""``protolink-sandbox``: what ``status`` says about time, and the ``exec`` path, which reaches a
+running appliance through ``up``'s record, without the Docker Engine or its SDK."""
 
 from __future__ import annotations
 
@@ -9,12 +9,22 @@ import subprocess
 import sys
 
 from protolink.sandbox import records
+from protolink.sandbox.cli import when
 from tests.sandbox_server import sandbox_server
 
 #: Runs the command line, then says which of these modules it loaded.
 WITH_MODULES = ("import sys\nfrom protolink.sandbox import cli\ncode = cli.main(sys.argv[1:])\n"
                 "print(sorted(m for m in ('docker', 'protolink.sandbox.docker', 'protolink.sandbox.provision') "
                 "if m in sys.modules), file=sys.stderr)\nsys.exit(code)")
+
+
+def test_times_are_iso_8601_with_how_long_ago_or_ahead():
+    created = 1796130583  # 2026-12-01T13:09:43Z
+    assert when(created, created + 12.4) == "2026-12-01T13:09:43Z (12 s ago)"
+    assert when(created, created + 5 * 60 + 59) == "2026-12-01T13:09:43Z (5 min ago)"
+    assert when(created, created + 3 * 3600) == "2026-12-01T13:09:43Z (3 h ago)"
+    assert when(created, created + 2 * 86400 + 7) == "2026-12-01T13:09:43Z (2 d ago)"
+    assert when(created, created - 90) == "2026-12-01T13:09:43Z (in 1 min)"
 
 
 async def test_exec_reaches_the_recorded_appliance_without_the_engine(tmp_path, monkeypatch):
