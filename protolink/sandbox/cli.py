@@ -18,13 +18,16 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 # ``exec`` is timed against ``docker exec``: only what it needs is imported here; the docker
 # SDK, the images and the container options load in the verbs that use them.
 from . import records
 from .engine import engine_errors
 from .errors import SandboxError, SandboxUnavailableError
+
+if TYPE_CHECKING:
+    from .client import SandboxBackend
 
 DEFAULT_NAME = "protolink-appliance"
 COMMAND_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
@@ -169,7 +172,7 @@ async def _exec(args: argparse.Namespace) -> int:
     return result.exit_code if result.exit_code is not None and result.exit_code >= 0 else 1
 
 
-async def _reach(name: str) -> Any:
+async def _reach(name: str) -> SandboxBackend | None:
     """A backend connected to appliance ``name``: at the address ``up`` recorded, else where the
     engine says it is; None when it is not up."""
     from .client import connect

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,12 +40,17 @@ def engine_errors(doing: str) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        import docker.errors
-        import requests.exceptions
-
-        if not isinstance(error, (docker.errors.DockerException, requests.exceptions.RequestException)):
+        if not _from_engine(error):
             raise
         raise engine_error(error, doing) from error
+
+
+def _from_engine(error: Exception) -> bool:
+    """True for an error of the docker SDK or of requests, its HTTP client. Neither is imported
+    here: an error cannot come from a module that was never loaded (``exec`` loads neither)."""
+    sdk, http = sys.modules.get("docker.errors"), sys.modules.get("requests.exceptions")
+    return ((sdk is not None and isinstance(error, sdk.DockerException))
+            or (http is not None and isinstance(error, http.RequestException)))
 
 
 def engine_error(error: Exception, doing: str) -> SandboxEngineError:
