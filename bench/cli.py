@@ -7,7 +7,8 @@ Needs a Docker Engine and the sandbox image (built when missing)::
 Without ``--name`` it starts an appliance of its own (``protolink-sandbox up`` over a temporary
 read-only root, under a name of its own) and removes it at the end. The two commands take turns,
 so each sees the machine as the other does; one run prints the median of each and their ratio
-(target: ``protolink-sandbox exec`` <= 1.5x ``docker exec``).
+(target: ``protolink-sandbox exec`` <= 1.5x ``docker exec``), beside the floor of any Python gRPC
+client: the interpreter starting, importing grpc and ending.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 TARGET = 1.5
 CLI = str(Path(sys.executable).with_name("protolink-sandbox"))
+GRPC_FLOOR = [sys.executable, "-c", "import os, grpc; os._exit(0)"]
 
 
 def quietly(argv: list[str]) -> None:
@@ -50,12 +52,14 @@ def medians(runs: int, *commands: list[str]) -> list[float]:
 
 
 def compare(name: str, runs: int) -> None:
-    cli, docker = medians(runs, [CLI, "exec", "--name", name, "--", "true"], ["docker", "exec", name, "true"])
+    cli, docker, floor = medians(runs, [CLI, "exec", "--name", name, "--", "true"], ["docker", "exec", name, "true"],
+                                 GRPC_FLOOR)
     print(f"appliance {name}; median of {runs} runs each, in turns")
     print(f"{'protolink-sandbox exec -- true':<34}{cli * 1e3:>9.1f} ms")
     print(f"{'docker exec NAME true':<34}{docker * 1e3:>9.1f} ms")
     verdict = "met" if cli / docker <= TARGET else "not met"
     print(f"{'ratio (target <= ' + format(TARGET, 'g') + ')':<34}{cli / docker:>9.2f}    {verdict}")
+    print(f"{'floor: python, import grpc, exit':<34}{floor * 1e3:>9.1f} ms (ratio {floor / docker:.2f})")
 
 
 def main() -> None:
