@@ -61,9 +61,10 @@ def write(path: str, entries: tuple[Entry, ...], name: str = ACCESS) -> None:
 
 
 def grant(path: str, users: dict[int, int], *, inherited: bool = True) -> None:
-    """Give each uid in ``users`` its permission bits on ``path``, keeping the owner's, the
-    group's and others' bits of its mode; on a directory, ``inherited`` makes every entry
-    created beneath it inherit the same ACL. ``OSError`` where the file system keeps no ACLs."""
+    """Give each uid in ``users`` its permission bits on ``path`` (an ACL of those entries and the
+    owner's, group's and others' bits of its mode, replacing any it had); on a directory,
+    ``inherited`` makes every entry created beneath it inherit the same ACL. ``OSError`` where
+    the file system keeps no ACLs."""
     mode = os.stat(path).st_mode
     base = (Entry(USER_OBJ, mode >> 6 & 7), Entry(GROUP_OBJ, mode >> 3 & 7), Entry(OTHER, mode & 7))
     named = tuple(Entry(USER, perm, uid) for uid, perm in users.items())

@@ -112,8 +112,14 @@ def default_workspace(uid: int, gid: int) -> Path:
         return path
     if os.getuid() == 0:
         os.chown(path, uid, gid)
-    else:
+        return path
+    try:
         posix_acl.grant(str(path), {uid: 7, os.getuid(): 7})
+    except OSError as error:  # a file system without ACLs
+        fix = f"sudo chown {uid}:{gid} {shlex.quote(str(path))}"
+        raise RootNotWritableError(f"the default workspace {path} cannot be opened to uid {uid}, the user sandbox "
+                                   f"commands run as ({error.strerror}); fix it with: {fix}, or pass --root PATH:rw",
+                                   path=str(path), uid=uid, gid=gid, fix=fix) from None
     return path
 
 

@@ -3,6 +3,7 @@ command that fixes it; it changes owner only when asked; the check agrees with t
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -152,3 +153,15 @@ def test_no_default_workspace_beneath_a_directory_the_image_keeps_private(monkey
     monkeypatch.setenv("XDG_DATA_HOME", "/root/.local/share")
     with pytest.raises(ValueError, match="cannot enter"):
         default_workspace(UID, GID)
+
+
+def test_a_default_workspace_on_a_file_system_without_acls_is_refused_with_the_fix(base, monkeypatch):
+    def no_acls(path: str, users: dict[int, int]) -> None:
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(base / "data"))
+    monkeypatch.setattr(os, "getuid", lambda: 4321)
+    monkeypatch.setattr(posix_acl, "grant", no_acls)
+    with pytest.raises(RootNotWritableError, match=f"cannot be opened to uid {UID}") as refused:
+        default_workspace(UID, GID)
+    assert refused.value.fix == f"sudo chown {UID}:{GID} {base / 'data' / 'protolink' / 'workspace'}"
