@@ -363,9 +363,8 @@ class DockerSandbox:
     def _check_runtime(self) -> None:
         runtimes = self._docker.info().get("Runtimes") or {}
         if self.runtime not in runtimes:
-            raise SandboxUnavailableError(
-                f"the Docker Engine has no runtime {self.runtime!r} (it has: {', '.join(sorted(runtimes)) or 'none'}); "
-                "install it and register it in the engine's daemon.json (gVisor: see SECURITY.md)")
+            raise SandboxEngineError(f"could not start sandbox container {self.name}: {engine.no_runtime(self.runtime)} "
+                                     f"(it has: {', '.join(sorted(runtimes)) or 'none'})")
         self._gvisor = os.path.basename(runtimes[self.runtime].get("path") or "") == "runsc"
 
     def _server_command(self) -> list[str]:

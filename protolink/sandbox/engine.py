@@ -85,6 +85,12 @@ def _unanswered(error: Exception) -> bool:
             and str(error).startswith("Error while fetching server API version"))
 
 
+def no_runtime(runtime: str) -> str:
+    """What is missing when the engine has no runtime ``runtime``, and how to add it."""
+    return (f"the engine has no runtime {runtime!r}: install it and register it in the engine's daemon.json "
+            "(gVisor: see SECURITY.md)")
+
+
 def _host() -> str:
     return os.environ.get("DOCKER_HOST") or DEFAULT_HOST
 
@@ -97,9 +103,10 @@ _MISSING: tuple[tuple[str, Callable[[re.Match[str]], str]], ...] = (
     (r"No such image: (\S+)",
      lambda m: f"the image {m[1]} is not on this engine (build it: `make image` in a protolink checkout, "
                "or pull it where a registry is reachable)"),
-    (r"(?:unknown runtime specified|invalid runtime name):? (\S+)",
-     lambda m: f"the engine has no runtime {m[1]!r}: install it and register it in the engine's daemon.json "
-               "(gVisor: see SECURITY.md)"),
+    (r"(?:unknown runtime specified|invalid runtime name):? (\S+)", lambda m: no_runtime(m[1])),
+    (r'looking up the specified runtime path: exec: "([^"]+)"',
+     lambda m: f"the engine knows the runtime, but its program {m[1]} is missing: install it (gVisor: see "
+               "SECURITY.md)"),
     (r"could not find bridge (\S+?):",
      lambda m: f"the engine's bridge {m[1]} is missing, "
                + _NO_BRIDGE.format("restart the engine so that it creates it again")),

@@ -30,6 +30,9 @@ KNOWN = [
     (api_error(errors.ImageNotFound, 404, "No such image: protolink/sandbox:gone"),
      "the image protolink/sandbox:gone is not on this engine"),
     (api_error(errors.APIError, 400, "Unknown runtime specified runsc"), "the engine has no runtime 'runsc'"),
+    (api_error(errors.APIError, 400, 'error while looking up the specified runtime path: exec: "/usr/bin/runsc": '
+                                     "stat /usr/bin/runsc: no such file or directory"),
+     "its program /usr/bin/runsc is missing"),
     (api_error(errors.APIError, 500, "driver failed programming external connectivity on endpoint x (1a2b): "
                                      "Bind for 127.0.0.1:7000 failed: port is already allocated"),
      "the TCP port is taken"),
