@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
                             memory_bytes=config.command_memory_bytes, program=config.spawner_program)
         if config.token is None:  # a forked spawner would carry the token; else one is started afresh
             launcher.fork()  # while this process has one thread
-        from .server import serve  # grpc is imported after the forks, in the serving process
+        from .server import (
+            serve,  # grpc is imported after the forks, in the serving process
+        )
 
         asyncio.run(serve(config, launcher, subreapers=subreapers))
         return 0

@@ -22,12 +22,17 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
+from protolink.errors import SandboxLimitError
+from protolink.execution.process import (
+    ProcessCancelledError,
+    ProcessResult,
+    ProcessSpec,
+)
 from protolink.execution.processes import Leader, LocalProcesses
 from protolink.execution.resolve import Resolved, changed_executable
 from protolink.sandbox import messages
 from protolink.sandbox._pb import process_pb2
-from protolink.sandbox.errors import SandboxLimitError, to_status
+from protolink.sandbox.errors import to_status
 
 from .activity import Activity
 from .launcher import CommandSpec, Launcher, ResolutionChanged

@@ -23,14 +23,30 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from protolink.errors import SandboxError
 from protolink.execution.groups import signal_group
 from protolink.execution.process import ProcessSpec
-from protolink.execution.resolve import (Resolved, check_command, executable_candidates, missing_directory,
-                                        missing_executable)
-from protolink.sandbox.errors import SandboxError
+from protolink.execution.resolve import (
+    Resolved,
+    check_command,
+    executable_candidates,
+    missing_directory,
+    missing_executable,
+)
 
 from . import spawner
-from .spawner import CHANGED, EXITED, FAILED, HEADER, NUMBER, PIDS, PROGRAM, REFUSED, RESOLVED, STARTED
+from .spawner import (
+    CHANGED,
+    EXITED,
+    FAILED,
+    HEADER,
+    NUMBER,
+    PIDS,
+    PROGRAM,
+    REFUSED,
+    RESOLVED,
+    STARTED,
+)
 
 #: A spawner that leaves a request unanswered this long is replaced.
 ANSWER_SECONDS = 10.0

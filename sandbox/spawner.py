@@ -46,8 +46,18 @@ import sys
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 
-from .privileges import (OOM_COMMAND, OOM_HELPER, OOM_SCORE_ADJ, die_with_parent, forbid_new_privileges,
-                         helper_arguments, limit, make_non_dumpable, set_oom_score_adj, shielding_uid)
+from .privileges import (
+    OOM_COMMAND,
+    OOM_HELPER,
+    OOM_SCORE_ADJ,
+    die_with_parent,
+    forbid_new_privileges,
+    helper_arguments,
+    limit,
+    make_non_dumpable,
+    set_oom_score_adj,
+    shielding_uid,
+)
 
 #: Where the image installs the compiled spawner (``python -m sandbox --spawner-program``).
 PROGRAM = "/opt/protolink/libexec/protolink-spawner"

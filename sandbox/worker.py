@@ -21,8 +21,15 @@ from protolink.sandbox import errors
 
 from . import frames
 from .operations import OPERATIONS
-from .privileges import (OOM_HELPER, die_with_parent, drop_to_shielded, helper_arguments, limit, make_non_dumpable,
-                         set_oom_score_adj)
+from .privileges import (
+    OOM_HELPER,
+    die_with_parent,
+    drop_to_shielded,
+    helper_arguments,
+    limit,
+    make_non_dumpable,
+    set_oom_score_adj,
+)
 
 IN, OUT = 0, 1
 

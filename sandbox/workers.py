@@ -17,8 +17,9 @@ import time
 
 from google.protobuf.message import DecodeError
 
+from protolink.errors import SandboxError, SandboxLimitError
 from protolink.sandbox._pb import errors_pb2
-from protolink.sandbox.errors import KINDS, SandboxError, SandboxLimitError
+from protolink.sandbox.errors import KINDS
 
 from . import frames
 

@@ -1,6 +1,7 @@
 """The agent runtime; it knows no particular tool.
 
-Names load on first use, so importing one module (``protolink.core.errors``) stays cheap.
+Names load on first use, so importing one module (``protolink.core.tools``) stays cheap. The
+error types are :mod:`protolink.errors`, the bottom of the package; they are exported here too.
 """
 
 from __future__ import annotations
@@ -12,32 +13,32 @@ _EXPORTS: dict[str, str] = {
     "Agent": ".agent",
     "AgentCard": ".cards",
     "ApprovalDecision": ".approvals",
-    "ApprovalDeniedError": ".errors",
+    "ApprovalDeniedError": "protolink.errors",
     "ApprovalHandler": ".approvals",
     "ApprovalRequest": ".approvals",
     "Artifact": ".tools",
-    "AuthorizationError": ".errors",
-    "BudgetExceededError": ".errors",
+    "AuthorizationError": "protolink.errors",
+    "BudgetExceededError": "protolink.errors",
     "CapabilityPolicy": ".policy",
-    "DirectCallError": ".errors",
+    "DirectCallError": "protolink.errors",
     "Effect": ".policy",
     "Event": ".events",
     "EventBus": ".events",
     "Policy": ".policy",
-    "PolicyDeniedError": ".errors",
+    "PolicyDeniedError": "protolink.errors",
     "Preparation": ".tools",
     "PreparedTool": ".tools",
-    "ProtoLinkError": ".errors",
-    "ResourceConflictError": ".errors",
+    "ProtoLinkError": "protolink.errors",
+    "ResourceConflictError": "protolink.errors",
     "RunContext": ".runs",
-    "SerializationError": ".errors",
-    "StorageError": ".errors",
+    "SerializationError": "protolink.errors",
+    "StorageError": "protolink.errors",
     "Subscription": ".events",
     "Tool": ".tools",
-    "ToolArgumentError": ".errors",
+    "ToolArgumentError": "protolink.errors",
     "ToolContext": ".tools",
-    "ToolExecutionError": ".errors",
-    "ToolNotFoundError": ".errors",
+    "ToolExecutionError": "protolink.errors",
+    "ToolNotFoundError": "protolink.errors",
 }
 
 __all__ = sorted(_EXPORTS)

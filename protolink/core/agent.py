@@ -12,14 +12,15 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .approvals import ApprovalDecision, ApprovalHandler, ApprovalRequest
-from .cards import AgentCard
-from .errors import (
+from protolink.errors import (
     ApprovalDeniedError,
     BudgetExceededError,
     PolicyDeniedError,
     ToolNotFoundError,
 )
+
+from .approvals import ApprovalDecision, ApprovalHandler, ApprovalRequest
+from .cards import AgentCard
 from .events import EventBus, Redactor
 from .ids import new_id
 from .policy import CapabilityPolicy, Policy

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
-from .errors import SerializationError
+from protolink.errors import SerializationError
 
 Effect = Literal["allow", "deny", "require_approval"]
 EFFECTS: tuple[Effect, ...] = get_args(Effect)

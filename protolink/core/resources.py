@@ -19,114 +19,31 @@ uncertain; nothing is replayed or guessed.
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import dataclasses
-import hashlib
-import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
-from .errors import ProtoLinkError, ResourceConflictError, StorageError
+from protolink.errors import ResourceConflictError, ResourceUnchangedError, StorageError
+from protolink.execution.filesystem import FilesystemResource
+from protolink.revisions import ResourceRevision, ResourceSnapshot, revision_of
+
 from .ids import new_id
 
 if TYPE_CHECKING:
-    from protolink.execution.workspace import WorkspaceBackend
     from protolink.storage import Storage
+
+__all__ = [
+    "ChangeInspection", "ChangeState", "CheckpointStore", "FilesystemResource", "Resource", "ResourceChange",
+    "ResourceRevision", "ResourceSnapshot", "ResourceUnchangedError", "StorageCheckpointStore", "apply_change",
+    "inspect_change", "restore_change",
+]
 
 ChangeState = Literal["prepared", "applied", "restoring", "restored", "failed", "uncertain"]
 Operation = Literal["create", "replace"]
 UNCERTAIN_STATES: frozenset[str] = frozenset({"prepared", "restoring", "uncertain"})
-DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
-
-Identity = tuple[int, int]
-
-
-class ResourceUnchangedError(ProtoLinkError, OSError):
-    """A replacement failed before its commit point (a read-only or full file system, say):
-    the resource is unchanged, so the change is recorded as failed rather than uncertain."""
-
-
-@dataclass(frozen=True)
-class ResourceRevision:
-    """One observed (or planned) state of a resource.
-
-    ``identity`` and ``parent_identity`` are ``(device, inode)`` pairs for files. A field left
-    ``None`` is unknown and is not compared by :meth:`matches`.
-    """
-
-    resource_id: str
-    exists: bool
-    size: int | None = None
-    sha256: str | None = None
-    mode: int | None = None
-    identity: Identity | None = None
-    parent_identity: Identity | None = None
-
-    def matches(self, actual: ResourceRevision) -> bool:
-        """True when ``actual`` agrees with every field this revision records."""
-        if (self.resource_id, self.exists) != (actual.resource_id, actual.exists):
-            return False
-        recorded = ("size", "sha256", "mode", "identity", "parent_identity")
-        return all(getattr(self, name) in (None, getattr(actual, name)) for name in recorded)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "resource_id": self.resource_id,
-            "exists": self.exists,
-            "size": self.size,
-            "sha256": self.sha256,
-            "mode": self.mode,
-            "identity": None if self.identity is None else list(self.identity),
-            "parent_identity": None if self.parent_identity is None else list(self.parent_identity),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ResourceRevision:
-        return cls(
-            resource_id=str(data["resource_id"]),
-            exists=bool(data["exists"]),
-            size=_optional_int(data.get("size")),
-            sha256=None if data.get("sha256") is None else str(data["sha256"]),
-            mode=_optional_int(data.get("mode")),
-            identity=_identity(data.get("identity")),
-            parent_identity=_identity(data.get("parent_identity")),
-        )
-
-
-@dataclass(frozen=True)
-class ResourceSnapshot:
-    """A revision together with its exact bytes (``None`` when the resource is absent)."""
-
-    revision: ResourceRevision
-    data: bytes | None
-
-    @property
-    def resource_id(self) -> str:
-        return self.revision.resource_id
-
-    @property
-    def exists(self) -> bool:
-        return self.revision.exists
-
-    def to_dict(self) -> dict[str, Any]:
-        encoded = None if self.data is None else base64.b64encode(self.data).decode("ascii")
-        return {"revision": self.revision.to_dict(), "data": encoded}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ResourceSnapshot:
-        encoded = data.get("data")
-        raw = None if encoded is None else base64.b64decode(encoded, validate=True)
-        return cls(revision=ResourceRevision.from_dict(data["revision"]), data=raw)
-
-
-def revision_of(resource_id: str, data: bytes, *, mode: int, identity: Identity | None = None,
-                parent_identity: Identity | None = None) -> ResourceRevision:
-    """The revision of existing content ``data`` (size and SHA-256 computed here)."""
-    return ResourceRevision(resource_id, True, size=len(data), sha256=hashlib.sha256(data).hexdigest(),
-                            mode=mode, identity=identity, parent_identity=parent_identity)
 
 
 @dataclass(frozen=True)
@@ -263,43 +180,6 @@ class StorageCheckpointStore:
         return self.storage.keys()
 
 
-class FilesystemResource:
-    """Regular files beneath explicit roots as a Resource; resource ids are absolute paths.
-
-    Reads and conditional replacements go through a workspace backend (the host by default),
-    which applies the descriptor-based path rules next to the files. A resource id may spell a
-    root through an alias; snapshots name the file through the root's real path.
-    """
-
-    def __init__(self, roots: Sequence[str | os.PathLike[str]], *, backend: WorkspaceBackend | None = None,
-                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
-        from protolink.execution.paths import canonical_roots
-
-        if max_file_bytes < 1:
-            raise ValueError("max_file_bytes must be >= 1")
-        if backend is None:
-            from protolink.execution.local import LocalExecutionBackend
-
-            backend = LocalExecutionBackend()
-        self.roots = canonical_roots(roots)
-        self.backend = backend
-        self.max_file_bytes = max_file_bytes
-
-    async def read(self, resource_id: str) -> ResourceSnapshot:
-        """The file's bytes, mode and identity; an absent file yields ``exists=False``."""
-        from protolink.execution.paths import canonical_target
-
-        path = (await asyncio.to_thread(canonical_target, resource_id, self.roots)).path
-        return await self.backend.snapshot_file(path, roots=self.roots, max_file_bytes=self.max_file_bytes)
-
-    async def replace(self, expected_snapshot: ResourceSnapshot, data: bytes | None,
-                      mode: int | None) -> ResourceRevision:
-        """Atomically write (or with ``data=None`` remove) the file if it still matches."""
-        if data is not None and len(data) > self.max_file_bytes:
-            raise ValueError(f"content is {len(data)} bytes; the limit is {self.max_file_bytes}")
-        return await self.backend.replace_file(expected_snapshot.revision, data, mode, roots=self.roots)
-
-
 @dataclass(frozen=True)
 class ChangeInspection:
     """A recorded change next to the resource's current state.
@@ -427,14 +307,3 @@ def _state_text(state: str | None) -> str:
 
 def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _identity(value: Any) -> Identity | None:
-    if value is None:
-        return None
-    device, inode = value
-    return int(device), int(inode)

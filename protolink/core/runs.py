@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from .errors import BudgetExceededError
+from protolink.errors import BudgetExceededError
+
 from .ids import new_id
 
 RunStatus = Literal["working", "completed", "failed", "canceled"]

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from protolink.errors import SerializationError
+
 from .cards import AgentCard
-from .errors import SerializationError
 from .policy import CapabilityPolicy
 
 if TYPE_CHECKING:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import DirectCallError, ToolArgumentError
+from protolink.errors import DirectCallError, ToolArgumentError
+
 from .ids import new_id
 from .runs import RunContext
 

@@ -16,7 +16,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from .extract import DocumentError, DocumentLimits, DocumentSection, detect_format, extract
+from protolink.errors import DocumentError
+
+from .extract import (
+    DocumentLimits,
+    DocumentSection,
+    detect_format,
+    extract,
+)
 from .paths import open_regular_file, read_bounded
 
 __all__ = [

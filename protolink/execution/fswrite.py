@@ -16,10 +16,18 @@ import stat
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 
-from protolink.core.errors import ResourceConflictError
-from protolink.core.resources import ResourceRevision, ResourceSnapshot, ResourceUnchangedError, revision_of
+from protolink.errors import ResourceConflictError, ResourceUnchangedError
+from protolink.revisions import ResourceRevision, ResourceSnapshot, revision_of
 
-from .paths import WorkspacePath, lstat_at, open_directory, open_flags, open_regular_at, read_bounded, resolve_under_roots
+from .paths import (
+    WorkspacePath,
+    lstat_at,
+    open_directory,
+    open_flags,
+    open_regular_at,
+    read_bounded,
+    resolve_under_roots,
+)
 
 CREATE_MODE = 0o600
 _TEMP_FLAGS = open_flags("O_WRONLY", "O_CREAT", "O_EXCL", "O_NOFOLLOW", "O_CLOEXEC")

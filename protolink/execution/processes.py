@@ -33,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from protolink.core.errors import ToolExecutionError
+from protolink.errors import ToolExecutionError
 
 from .groups import completed_within, signal_group, terminate_group
 from .output import Channel, OutputCollector

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from protolink.core.resources import ResourceRevision, ResourceSnapshot
+from protolink.revisions import ResourceRevision, ResourceSnapshot
 
 from . import fsread, fssearch, fswrite
 from .fsread import TextChunk

@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from protolink.core.errors import BudgetExceededError, ProtoLinkError
 from protolink.core.runs import RunContext
 from protolink.core.tools import jsonable
+from protolink.errors import BudgetExceededError, ProtoLinkError
 
 from .base import Message
 

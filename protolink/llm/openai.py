@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from protolink.core.errors import ProtoLinkError
+from protolink.errors import ProtoLinkError
 
 from .base import Message, ModelResponse, ToolCall
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from protolink._lazy import lazy_exports
 
 _EXPORTS = {
-    "errors": "protolink.sandbox.errors",
+    **dict.fromkeys(["SandboxError", "SandboxUnavailableError", "SandboxNotReachedError", "SandboxEngineError",
+                     "RootNotWritableError", "SandboxProtocolError", "SandboxAuthenticationError", "SandboxLimitError"],
+                    "protolink.errors"),
     "connect": "protolink.sandbox.client",
     "SandboxBackend": "protolink.sandbox.client",
     "SandboxInfo": "protolink.sandbox.client",

@@ -9,9 +9,10 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from protolink.errors import SandboxError
+
 from . import engine
 from .docker import DockerSandbox, published_address
-from .errors import SandboxError
 
 APPLIANCE_LABEL = "io.protolink.appliance"
 ADDRESS_LABEL = "io.protolink.address"

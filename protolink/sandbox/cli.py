@@ -20,11 +20,12 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from protolink.errors import SandboxError, SandboxUnavailableError
+
 # ``exec`` is timed against ``docker exec``: only what it needs is imported here; the docker
 # SDK, the images and the container options load in the verbs that use them.
 from . import records
 from .engine import engine_errors
-from .errors import SandboxError, SandboxUnavailableError
 
 if TYPE_CHECKING:
     from .client import SandboxBackend

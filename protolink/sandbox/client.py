@@ -25,24 +25,27 @@ import grpc
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from protolink.core.resources import ResourceRevision, ResourceSnapshot
-from protolink.execution.documents import DocumentExtraction, DocumentLimits, DocumentSearchResult, check_search
+from protolink.errors import SandboxError, SandboxNotReachedError, SandboxProtocolError
+from protolink.execution.documents import (
+    DocumentExtraction,
+    DocumentLimits,
+    DocumentSearchResult,
+    check_search,
+)
 from protolink.execution.fsread import TextChunk
 from protolink.execution.fssearch import Listing, SearchResult
-from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
+from protolink.execution.process import (
+    ProcessCancelledError,
+    ProcessResult,
+    ProcessSpec,
+)
 from protolink.execution.processes import Emitter
 from protolink.execution.resolve import Resolved
+from protolink.revisions import ResourceRevision, ResourceSnapshot
 
 from . import messages
 from ._pb import documents_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
-from .errors import (
-    SandboxError,
-    SandboxNotReachedError,
-    SandboxProtocolError,
-    checked_answer,
-    from_rpc_error,
-    parsed_answer,
-)
+from .errors import checked_answer, from_rpc_error, parsed_answer
 from .process_stream import Output, ProcessStream
 from .resolutions import Resolutions
 from .roots import Root

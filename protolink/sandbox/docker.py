@@ -36,10 +36,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from protolink.errors import SandboxEngineError, SandboxError, SandboxUnavailableError
+
 from . import engine, reaper
 from .disk import DiskWatch
 from .engine import engine_error, engine_errors
-from .errors import SandboxEngineError, SandboxError, SandboxUnavailableError
 from .hostdirs import private_subdir, write_private
 from .provision import DEFAULT_IMAGE
 from .roots import Root, check_writable

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .errors import SandboxEngineError
+from protolink.errors import SandboxEngineError
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 

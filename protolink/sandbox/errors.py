@@ -1,16 +1,5 @@
-"""Sandbox errors, and the one place where gRPC statuses and our exceptions are translated.
-
-::
-
-    ProtoLinkError
-    └── SandboxError               (RuntimeError)  the sandbox failed, or refused the call
-        ├── SandboxUnavailableError                dead, unreachable or unresponsive
-        │   ├── SandboxNotReachedError             no connection: the call never left the host
-        │   └── SandboxEngineError                 the Docker Engine lacks something a sandbox needs
-        ├── RootNotWritableError   (PermissionError) a writable root the command user cannot write
-        ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
-        ├── SandboxAuthenticationError             the token is missing or wrong
-        └── SandboxLimitError                      a supervised worker hit a hard limit and was killed
+"""The one place where gRPC statuses and our exceptions are translated (the errors themselves
+are in :mod:`protolink.errors`).
 
 Operation errors (a bad path, a conflict, a missing file) cross the wire as a status code plus
 an :class:`~protolink.sandbox._pb.errors_pb2.Error` (kind and safe message) in the trailing
@@ -26,9 +15,18 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 
-from protolink.core.errors import ProtoLinkError, ResourceConflictError, ToolExecutionError
-from protolink.core.resources import ResourceUnchangedError
-from protolink.execution.extract import DocumentError
+from protolink.errors import (
+    DocumentError,
+    ResourceConflictError,
+    ResourceUnchangedError,
+    SandboxAuthenticationError,
+    SandboxError,
+    SandboxLimitError,
+    SandboxNotReachedError,
+    SandboxProtocolError,
+    SandboxUnavailableError,
+    ToolExecutionError,
+)
 
 from ._pb import errors_pb2
 
@@ -39,45 +37,6 @@ ERROR_METADATA_KEY = "protolink-error-bin"
 NOT_CONNECTED_DETAILS = "failed to connect to all addresses"
 MAX_MESSAGE_CHARS = 4096
 Kind = errors_pb2.ErrorKind
-
-
-class SandboxError(ProtoLinkError, RuntimeError):
-    """The sandbox failed or refused the call."""
-
-
-class SandboxUnavailableError(SandboxError):
-    """The sandbox is dead, unreachable or does not answer in time."""
-
-
-class SandboxNotReachedError(SandboxUnavailableError):
-    """No connection to the sandbox could be made: the call was never sent, so it is safe to
-    make again."""
-
-
-class SandboxEngineError(SandboxUnavailableError):
-    """The Docker Engine refused or failed what a sandbox needs; the message says what is missing
-    (an image, a runtime, the bridge TCP mode publishes through) and keeps the engine's words."""
-
-
-class RootNotWritableError(SandboxError, PermissionError):
-    """A root declared writable that the sandbox's command user cannot write; the message names
-    the root, the uid and gid, and the one command that fixes it."""
-
-    def __init__(self, message: str, *, path: str, uid: int, gid: int, fix: str) -> None:
-        super().__init__(message)
-        self.path, self.uid, self.gid, self.fix = path, uid, gid, fix
-
-
-class SandboxProtocolError(SandboxError):
-    """The sandbox answered with something malformed, oversized or unexpected."""
-
-
-class SandboxAuthenticationError(SandboxError):
-    """The sandbox refused the call's credentials."""
-
-
-class SandboxLimitError(SandboxError):
-    """A supervised worker exceeded a hard limit (memory, CPU time) and was killed."""
 
 
 #: Each error kind: the status it travels with, and the exception raised on the host.

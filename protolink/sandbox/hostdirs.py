@@ -7,7 +7,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from .errors import SandboxError
+from protolink.errors import SandboxError
 
 
 def runtime_dir() -> Path:

@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from protolink.core.resources import ResourceRevision, ResourceSnapshot
 from protolink.execution.documents import (
     SNIPPET_CHARS,
     DocumentExtraction,
@@ -28,9 +27,16 @@ from protolink.execution.documents import (
 )
 from protolink.execution.extract import MAX_COLUMNS
 from protolink.execution.fsread import MAX_READ_CHARS, TextChunk
-from protolink.execution.fssearch import MAX_LINE_CHARS, FileEntry, Listing, SearchMatch, SearchResult
+from protolink.execution.fssearch import (
+    MAX_LINE_CHARS,
+    FileEntry,
+    Listing,
+    SearchMatch,
+    SearchResult,
+)
 from protolink.execution.process import ProcessSpec
 from protolink.execution.resolve import Resolved
+from protolink.revisions import ResourceRevision, ResourceSnapshot
 
 from ._pb import documents_pb2 as documents
 from ._pb import process_pb2 as process

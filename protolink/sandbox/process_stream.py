@@ -18,12 +18,17 @@ from typing import Any
 
 import grpc
 
+from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 from protolink.execution.processes import Emitter
 
 from . import messages
 from ._pb import process_pb2
-from .errors import (SandboxError, SandboxProtocolError, SandboxUnavailableError, checked_answer, from_rpc_error,
-                     from_wire, parsed_answer)
+from .errors import (
+    checked_answer,
+    from_rpc_error,
+    from_wire,
+    parsed_answer,
+)
 
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0

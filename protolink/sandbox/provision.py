@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import SandboxError
+from protolink.errors import SandboxError
 
 DEFAULT_IMAGE = "protolink/sandbox:latest"
 #: How scripts/build-images.sh names the sandbox image it built or found up to date.

@@ -16,8 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from protolink.errors import RootNotWritableError
+
 from . import posix_acl
-from .errors import RootNotWritableError
 
 log = logging.getLogger(__name__)
 

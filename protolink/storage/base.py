@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from protolink.core.errors import StorageError
+from protolink.errors import StorageError
 
 
 @runtime_checkable

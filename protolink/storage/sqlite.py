@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from protolink.core.errors import StorageError
+from protolink.errors import StorageError
 
 from .base import check_namespace, decode, encode
 

@@ -23,7 +23,7 @@ from reportlab.lib.pagesizes import A4
 from reportlab.pdfgen import canvas
 
 from protolink import Agent, AgentCard, CapabilityPolicy, RunContext
-from protolink.core.errors import BudgetExceededError, PolicyDeniedError, ToolArgumentError
+from protolink.errors import BudgetExceededError, PolicyDeniedError, ToolArgumentError
 from protolink.tools import document_tools
 
 

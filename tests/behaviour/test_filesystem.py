@@ -17,7 +17,7 @@ import pytest
 from filesystem_agents import Approver, file_agent
 
 from protolink import CapabilityPolicy
-from protolink.core.errors import PolicyDeniedError, ResourceConflictError, ToolArgumentError
+from protolink.errors import PolicyDeniedError, ResourceConflictError, ToolArgumentError
 from protolink.tools import filesystem_tools
 
 

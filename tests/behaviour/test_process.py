@@ -7,8 +7,8 @@ import signal
 import textwrap
 
 import pytest
-
 from process_helpers import observed_agent, open_fds
+
 from protolink import (
     Agent,
     AgentCard,
@@ -20,7 +20,7 @@ from protolink import (
     RunContext,
     ToolArgumentError,
 )
-from protolink.core.errors import DirectCallError
+from protolink.errors import DirectCallError
 from protolink.tools.builtins import ProcessCancelledError, ProcessResult, process_tool
 
 LATE_WRITER = """\

@@ -16,7 +16,7 @@ import pytest
 from filesystem_agents import Approver, file_agent
 
 from protolink import RunContext, StorageCheckpointStore
-from protolink.core.errors import ResourceConflictError, StorageError
+from protolink.errors import ResourceConflictError, StorageError
 from protolink.storage import InMemoryStorage, SQLiteStorage
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from protolink.errors import SandboxEngineError
 from protolink.sandbox.docker import DockerSandbox
-from protolink.sandbox.errors import SandboxEngineError
 
 pytestmark = pytest.mark.docker
 

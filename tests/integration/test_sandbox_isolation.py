@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from protolink.sandbox.docker import MiB, DockerSandbox
-from protolink.sandbox.errors import SandboxUnavailableError
+from protolink.errors import SandboxUnavailableError
+from protolink.sandbox.docker import DockerSandbox, MiB
 
 pytestmark = pytest.mark.docker
 

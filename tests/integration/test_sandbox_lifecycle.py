@@ -20,10 +20,10 @@ import zlib
 import docker.errors
 import pytest
 
+from protolink.errors import SandboxEngineError, SandboxUnavailableError
 from protolink.sandbox import docker as sandbox_docker
 from protolink.sandbox import reaper
 from protolink.sandbox.docker import DockerSandbox
-from protolink.sandbox.errors import SandboxEngineError, SandboxUnavailableError
 from protolink.sandbox.hostdirs import private_subdir
 
 pytestmark = pytest.mark.docker
@@ -190,8 +190,8 @@ async def test_starting_a_sandbox_reaps_and_reports_orphans(docker_client, sandb
 
 
 async def test_tcp_mode_needs_the_token_and_commands_cannot_read_it(docker_client, sandbox_image, run, tmp_path):
+    from protolink.errors import SandboxAuthenticationError
     from protolink.sandbox import connect
-    from protolink.sandbox.errors import SandboxAuthenticationError
 
     tmp_path.chmod(0o755)
     sandbox = DockerSandbox([tmp_path], image=sandbox_image, tcp="127.0.0.1:0")

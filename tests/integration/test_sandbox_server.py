@@ -29,13 +29,27 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from protolink.core.resources import ResourceRevision
+from protolink.errors import (
+    SandboxAuthenticationError,
+    SandboxLimitError,
+    SandboxUnavailableError,
+)
 from protolink.execution.documents import DocumentError, DocumentLimits
-from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
+from protolink.execution.process import (
+    ProcessCancelledError,
+    ProcessResult,
+    ProcessSpec,
+)
 from protolink.execution.resolve import Resolved
+from protolink.revisions import ResourceRevision
 from protolink.sandbox import connect, process_stream
-from protolink.sandbox._pb import documents_pb2, errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
-from protolink.sandbox.errors import SandboxAuthenticationError, SandboxLimitError, SandboxUnavailableError
+from protolink.sandbox._pb import (
+    documents_pb2,
+    errors_pb2,
+    process_pb2,
+    sandbox_pb2,
+    workspace_pb2,
+)
 from tests.pdfs import pdf
 from tests.sandbox_server import HOST_PYTHON, RunningServer, sandbox_server, unused_uid
 

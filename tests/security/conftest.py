@@ -28,11 +28,17 @@ from typing import Any
 import pytest
 
 from protolink import Agent, AgentCard, StorageCheckpointStore
+from protolink.errors import SandboxUnavailableError
 from protolink.execution.process import ProcessResult
-from protolink.sandbox.docker import MiB, DockerSandbox
-from protolink.sandbox.errors import SandboxUnavailableError
+from protolink.sandbox.docker import DockerSandbox, MiB
 from protolink.storage import InMemoryStorage
-from protolink.tools.builtins import document_tools, filesystem_tools, git_tool, process_tool, shell_tool
+from protolink.tools.builtins import (
+    document_tools,
+    filesystem_tools,
+    git_tool,
+    process_tool,
+    shell_tool,
+)
 
 PYTHON = "/opt/protolink/bin/python"
 NOBODY = 65534

@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 import pytest
 
+from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 from protolink.sandbox import client, connect
 from protolink.sandbox._pb import process_pb2, sandbox_pb2, workspace_pb2
-from protolink.sandbox.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 
 from .conftest import GVISOR, HANG_GUARD, NOBODY, Attacker, figure, still_serves
 

@@ -12,10 +12,8 @@ from pathlib import Path
 import pytest
 
 from protolink import Agent, AgentCard
-from protolink.execution.extract import DocumentError
-from protolink.sandbox.errors import SandboxLimitError
+from protolink.errors import DocumentError, SandboxLimitError
 from protolink.tools.builtins import document_tools
-
 from tests.pdfs import pdf
 
 from .conftest import GVISOR, Attacker, figure, still_serves

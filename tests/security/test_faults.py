@@ -24,12 +24,19 @@ import grpc
 import pytest
 from google.protobuf import descriptor
 
+from protolink.errors import SandboxUnavailableError
 from protolink.sandbox import reaper
 from protolink.sandbox._pb import documents_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.docker import DockerSandbox
-from protolink.sandbox.errors import SandboxUnavailableError
 
-from .conftest import HANG_GUARD, RUNTIME, Attacker, dedicated_sandbox, figure, still_serves
+from .conftest import (
+    HANG_GUARD,
+    RUNTIME,
+    Attacker,
+    dedicated_sandbox,
+    figure,
+    still_serves,
+)
 
 pytestmark = pytest.mark.docker
 

@@ -11,11 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from protolink.errors import SandboxUnavailableError
 from protolink.execution.process import ProcessResult
 from protolink.sandbox.docker import SHM_BYTES, TMPFS_BYTES_PER_ENTRY
-from protolink.sandbox.errors import SandboxUnavailableError
 
-from .conftest import GVISOR, LIMITS, MiB, Attacker, dedicated_sandbox, ended_under_gvisor, figure, still_serves
+from .conftest import (
+    GVISOR,
+    LIMITS,
+    Attacker,
+    MiB,
+    dedicated_sandbox,
+    ended_under_gvisor,
+    figure,
+    still_serves,
+)
 
 pytestmark = pytest.mark.docker
 

@@ -11,10 +11,17 @@ import os
 from collections.abc import Callable, Generator
 from contextlib import closing
 
+from protolink.errors import DocumentError
+
 from .archive import check_office_archive
 from .delimited import delimited_sections
 from .pdf import pdf_sections
-from .sections import MAX_COLUMNS, DocumentError, DocumentLimits, DocumentSection, bounded_sections
+from .sections import (
+    MAX_COLUMNS,
+    DocumentLimits,
+    DocumentSection,
+    bounded_sections,
+)
 from .text import text_sections
 from .word import word_sections
 from .workbook import workbook_sections

@@ -12,7 +12,7 @@ import codecs
 import io
 import zipfile
 
-from .sections import DocumentError
+from protolink.errors import DocumentError
 
 # zipfile decodes legacy entry names as cp437; load the codec now, while imports still work
 # (a sandbox worker drops its privileges after importing and may not read the library again).

@@ -6,7 +6,9 @@ import csv
 import io
 from collections.abc import Generator
 
-from .sections import DocumentError, DocumentSection
+from protolink.errors import DocumentError
+
+from .sections import DocumentSection
 from .text import decode_utf8
 
 DELIMITERS = {"csv": ",", "tsv": "\t"}

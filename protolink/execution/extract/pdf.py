@@ -8,7 +8,9 @@ from __future__ import annotations
 import io
 from collections.abc import Generator
 
-from .sections import DocumentError, DocumentSection
+from protolink.errors import DocumentError
+
+from .sections import DocumentSection
 
 #: Where the trailer (or the cross-reference stream's dictionary) that names the encryption lies.
 TRAILER_BYTES = 64 * 1024

@@ -12,15 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from protolink.core.errors import ProtoLinkError
-
 MAX_COLUMNS = 100
 
 Location = Mapping[str, "int | str"]
-
-
-class DocumentError(ProtoLinkError, ValueError):
-    """A document cannot be extracted: unsupported, encrypted, malformed, or over a limit."""
 
 
 @dataclass(frozen=True)

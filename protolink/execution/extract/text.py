@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from .sections import DocumentError, DocumentSection
+from protolink.errors import DocumentError
+
+from .sections import DocumentSection
 
 
 def decode_utf8(data: bytes, format_name: str) -> str:

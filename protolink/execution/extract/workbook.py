@@ -12,7 +12,9 @@ import io
 from collections.abc import Generator
 from typing import Any
 
-from .sections import DocumentError, DocumentSection
+from protolink.errors import DocumentError
+
+from .sections import DocumentSection
 
 # Excel's own row limit. openpyxl fills gaps between stored rows with empty ones, so a hostile
 # row number would otherwise make it count far past any real sheet.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from protolink.core.errors import BudgetExceededError
 from protolink.core.tools import ToolContext
+from protolink.errors import BudgetExceededError
 
 T = TypeVar("T")
 

@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from protolink.core.errors import ToolExecutionError
 from protolink.core.tools import Artifact, Preparation, ToolContext, jsonable
+from protolink.errors import ToolExecutionError
 
 from ._budget import within_budget
 

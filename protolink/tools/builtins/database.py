@@ -14,8 +14,14 @@ from typing import Annotated, Any, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
-from protolink.core.errors import ToolExecutionError
-from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext, jsonable
+from protolink.core.tools import (
+    Artifact,
+    Preparation,
+    PreparedTool,
+    ToolContext,
+    jsonable,
+)
+from protolink.errors import ToolExecutionError
 
 from ._budget import within_budget
 from .sqlite_database import SQLiteDatabase

@@ -18,23 +18,22 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from protolink.core.resources import (
-    DEFAULT_MAX_FILE_BYTES,
     ChangeInspection,
     CheckpointStore,
-    FilesystemResource,
     ResourceChange,
-    ResourceSnapshot,
     apply_change,
     inspect_change,
     load_change,
     restore_change,
 )
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
+from protolink.execution.filesystem import DEFAULT_MAX_FILE_BYTES, FilesystemResource
 from protolink.execution.fsread import MAX_READ_CHARS, decode_text
 from protolink.execution.fssearch import MAX_RESULTS
 from protolink.execution.fswrite import CREATE_MODE
 from protolink.execution.paths import MAX_PATH_CHARS, canonical_roots, canonical_target
 from protolink.execution.workspace import WorkspaceBackend
+from protolink.revisions import ResourceSnapshot
 
 READ, WRITE, RESTORE = "filesystem.read", "filesystem.write", "filesystem.restore"
 READ_TAGS = ("builtin", "filesystem", "read-only")

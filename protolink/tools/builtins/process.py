@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from protolink.core.errors import BudgetExceededError
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
+from protolink.errors import BudgetExceededError
 from protolink.execution.local import LocalExecutionBackend
 from protolink.execution.process import (
     ExecutionBackend,

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
-from protolink.core.errors import StorageError
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
+from protolink.errors import StorageError
 from protolink.storage import Storage
 from protolink.storage.base import encode
 

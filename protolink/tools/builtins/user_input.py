@@ -17,9 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from protolink.core.errors import BudgetExceededError
 from protolink.core.ids import new_id
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
+from protolink.errors import BudgetExceededError
 
 MAX_QUESTION_CHARS = 8_000
 MAX_OPTIONS = 10

@@ -15,7 +15,14 @@ from html.parser import HTMLParser
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, quote, urlencode, urljoin, urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from protolink.core.tools import Tool, ToolContext
 from protolink.tools.net.addresses import MAX_URL_CHARS, parse_url

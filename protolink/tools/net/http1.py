@@ -17,8 +17,8 @@ from email.message import Message
 from http.client import HTTPException, parse_headers
 
 from protolink import __version__
-from protolink.core.errors import BudgetExceededError
 from protolink.core.tools import ToolContext
+from protolink.errors import BudgetExceededError
 
 from .addresses import Destination, IPAddress
 from .media import check_header, media_type

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from protolink.core.errors import ProtoLinkError
+from protolink.errors import ProtoLinkError
 
 from ._credentials import SecretSource, check_secret_source, resolve_secret
 

@@ -19,7 +19,14 @@ import httpx
 from protolink.tools.builtins.email import check_address
 
 from ._http import JSONClient, ServiceHTTPError, TokenSource, single_line
-from ._mime import Part, body_fields, compose, decode_header_value, message_result, selected_headers
+from ._mime import (
+    Part,
+    body_fields,
+    compose,
+    decode_header_value,
+    message_result,
+    selected_headers,
+)
 
 __all__ = ["Gmail", "GoogleAPIError", "GoogleCalendar"]
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from email.message import EmailMessage
 from typing import Any, TypeVar
 
-from protolink.core.errors import ProtoLinkError
+from protolink.errors import ProtoLinkError
 from protolink.tools.builtins.email import check_address
 
 from ._credentials import SecretSource, check_secret_source, resolve_secret

@@ -12,19 +12,16 @@ from typing import Any
 import pytest
 
 from protolink import StorageCheckpointStore
-from protolink.core.errors import ResourceConflictError, StorageError
 from protolink.core.resources import (
     CheckpointStore,
     Resource,
     ResourceChange,
-    ResourceRevision,
-    ResourceSnapshot,
-    ResourceUnchangedError,
     apply_change,
     inspect_change,
     restore_change,
-    revision_of,
 )
+from protolink.errors import ResourceConflictError, ResourceUnchangedError, StorageError
+from protolink.revisions import ResourceRevision, ResourceSnapshot, revision_of
 from protolink.storage import InMemoryStorage
 
 

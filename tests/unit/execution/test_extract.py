@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from protolink.errors import DocumentError
 from protolink.execution.documents import (
     DocumentExtraction,
     DocumentMatch,
@@ -13,7 +14,6 @@ from protolink.execution.documents import (
     DocumentSearchResult,
 )
 from protolink.execution.extract import (
-    DocumentError,
     DocumentLimits,
     DocumentSection,
     bounded_sections,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from protolink.core.resources import ResourceUnchangedError
+from protolink.errors import ResourceUnchangedError
 from protolink.execution import fswrite
 from protolink.execution.paths import canonical_roots
 

@@ -9,8 +9,8 @@ import pytest
 import requests
 from docker import errors
 
+from protolink.errors import SandboxEngineError, SandboxUnavailableError
 from protolink.sandbox.engine import engine_error, engine_errors
-from protolink.sandbox.errors import SandboxEngineError, SandboxUnavailableError
 
 START = "http+docker://localhost/v1.41/containers/0123456789ab/start"
 

@@ -7,19 +7,22 @@ import errno
 import grpc
 import pytest
 
-from protolink.core.errors import ResourceConflictError, ToolExecutionError
-from protolink.core.resources import ResourceUnchangedError
-from protolink.execution.extract import DocumentError
-from protolink.sandbox._pb import errors_pb2
-from protolink.sandbox.errors import (
-    ERROR_METADATA_KEY,
-    KINDS,
-    STATUSES,
+from protolink.errors import (
+    DocumentError,
+    ResourceConflictError,
+    ResourceUnchangedError,
     SandboxAuthenticationError,
     SandboxError,
     SandboxLimitError,
     SandboxProtocolError,
     SandboxUnavailableError,
+    ToolExecutionError,
+)
+from protolink.sandbox._pb import errors_pb2
+from protolink.sandbox.errors import (
+    ERROR_METADATA_KEY,
+    KINDS,
+    STATUSES,
     from_status,
     to_status,
 )

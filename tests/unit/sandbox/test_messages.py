@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from protolink.core.resources import ResourceRevision, ResourceSnapshot
 from protolink.execution.documents import (
     DocumentExtraction,
     DocumentLimits,
@@ -20,6 +19,7 @@ from protolink.execution.fsread import TextChunk
 from protolink.execution.fssearch import FileEntry, Listing, SearchMatch, SearchResult
 from protolink.execution.process import ProcessSpec
 from protolink.execution.resolve import Resolved
+from protolink.revisions import ResourceRevision, ResourceSnapshot
 from protolink.sandbox import messages
 from protolink.sandbox._pb import documents_pb2, process_pb2, workspace_pb2
 

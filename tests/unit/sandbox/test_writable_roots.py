@@ -13,10 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from protolink.errors import RootNotWritableError, SandboxError
 from protolink.sandbox import engine, posix_acl
 from protolink.sandbox.docker import DockerSandbox
-from protolink.sandbox.errors import RootNotWritableError, SandboxError
-from protolink.sandbox.posix_acl import GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ, Entry
+from protolink.sandbox.posix_acl import (
+    GROUP,
+    GROUP_OBJ,
+    MASK,
+    OTHER,
+    USER,
+    USER_OBJ,
+    Entry,
+)
 from protolink.sandbox.roots import Root, check_writable, default_workspace, writable_by
 
 UID = GID = 65534  # the sandbox's command user

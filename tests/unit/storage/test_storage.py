@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from protolink.core.errors import StorageError
+from protolink.errors import StorageError
 from protolink.storage import InMemoryStorage, SQLiteStorage, Storage
 
 

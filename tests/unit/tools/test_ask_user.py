@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from protolink import Agent, AgentCard, CapabilityPolicy
-from protolink.core.errors import BudgetExceededError, DirectCallError, PolicyDeniedError
 from protolink.core.events import Event
 from protolink.core.runs import RunContext
+from protolink.errors import BudgetExceededError, DirectCallError, PolicyDeniedError
 from protolink.tools import UserInputRequest, ask_user_tool
 from protolink.tools.builtins import UserInputResult
 

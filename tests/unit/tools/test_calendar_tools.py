@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from protolink import RunContext
-from protolink.core.errors import BudgetExceededError, DirectCallError, ToolArgumentError, ToolExecutionError
+from protolink.errors import (
+    BudgetExceededError,
+    DirectCallError,
+    ToolArgumentError,
+    ToolExecutionError,
+)
 from protolink.tools import InMemoryCalendar, calendar_tools
 
 from .service_support import Approvals, service_agent

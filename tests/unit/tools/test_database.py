@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from protolink import Agent, AgentCard, CapabilityPolicy, RunContext
-from protolink.core.errors import BudgetExceededError, ToolArgumentError, ToolExecutionError
+from protolink.errors import BudgetExceededError, ToolArgumentError, ToolExecutionError
 from protolink.tools import DatabaseBackend, SQLiteDatabase, database_tools
 
 ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from protolink import RunContext
-from protolink.core.errors import BudgetExceededError, ToolArgumentError
+from protolink.errors import BudgetExceededError, ToolArgumentError
 from protolink.tools import IMAPEmail, InMemoryEmail, email_tools
 
 from .service_support import Approvals, service_agent

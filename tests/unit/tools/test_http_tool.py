@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 
 from protolink import Agent, AgentCard, ApprovalDecision, CapabilityPolicy
-from protolink.core.errors import (
+from protolink.core.runs import RunContext
+from protolink.errors import (
     ApprovalDeniedError,
     BudgetExceededError,
     DirectCallError,
     PolicyDeniedError,
     ToolArgumentError,
 )
-from protolink.core.runs import RunContext
 from protolink.tools import http_tool
 
 

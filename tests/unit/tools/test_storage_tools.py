@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from protolink import Agent, AgentCard, CapabilityPolicy
-from protolink.core.errors import StorageError, ToolArgumentError
+from protolink.errors import StorageError, ToolArgumentError
 from protolink.storage import InMemoryStorage, SQLiteStorage
 from protolink.tools import storage_tools
 

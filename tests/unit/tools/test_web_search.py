@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from protolink import Agent, AgentCard, CapabilityPolicy
-from protolink.core.errors import BudgetExceededError, PolicyDeniedError
 from protolink.core.runs import RunContext
+from protolink.errors import BudgetExceededError, PolicyDeniedError
 from protolink.tools import web_search
 from protolink.tools.builtins import web
 from protolink.tools.net.transport import use_network

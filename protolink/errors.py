@@ -1,0 +1,130 @@
+"""The one error hierarchy of ProtoLink.
+
+::
+
+    ProtoLinkError
+    ├── ToolArgumentError        (ValueError)    arguments fail the tool's input schema
+    ├── ToolNotFoundError        (LookupError)   no tool of that name is registered
+    ├── DirectCallError          (RuntimeError)  a PreparedTool was called outside an Agent
+    ├── AuthorizationError       (PermissionError)
+    │   ├── PolicyDeniedError                    the policy's effect is ``deny``
+    │   └── ApprovalDeniedError                  declined, missing handler, or wrong request id
+    ├── BudgetExceededError      (RuntimeError)  a run budget is spent
+    ├── ToolExecutionError       (RuntimeError)  a tool failed while executing
+    ├── ResourceConflictError    (RuntimeError)  a resource changed since it was approved or saved
+    ├── ResourceUnchangedError   (OSError)       a replacement failed before its commit point
+    ├── SerializationError       (ValueError)    a configuration cannot be (de)serialized
+    ├── StorageError             (RuntimeError)  storage is unreadable or corrupt
+    ├── DocumentError            (ValueError)    a document cannot be extracted
+    └── SandboxError             (RuntimeError)  the sandbox failed, or refused the call
+        ├── SandboxUnavailableError                dead, unreachable or unresponsive
+        │   ├── SandboxNotReachedError             no connection: the call never left the host
+        │   └── SandboxEngineError                 the Docker Engine lacks something a sandbox needs
+        ├── RootNotWritableError   (PermissionError) a writable root the command user cannot write
+        ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
+        ├── SandboxAuthenticationError             the token is missing or wrong
+        └── SandboxLimitError                      a supervised worker hit a hard limit and was killed
+
+Leaves also subclass the builtin a caller would naturally catch. Tools raise the spec's
+documented builtins (``ValueError``, ``RuntimeError``) directly where the spec names them.
+This module is the bottom of the package: it imports nothing of ProtoLink. How sandbox
+errors cross the wire is :mod:`protolink.wire.status`.
+"""
+
+from __future__ import annotations
+
+
+class ProtoLinkError(Exception):
+    """Root of every error ProtoLink raises on purpose."""
+
+
+class ToolArgumentError(ProtoLinkError, ValueError):
+    """Tool arguments do not satisfy the tool's input schema."""
+
+
+class ToolNotFoundError(ProtoLinkError, LookupError):
+    """No tool with the requested name is registered on the agent."""
+
+
+class DirectCallError(ProtoLinkError, RuntimeError):
+    """A prepared tool was called directly instead of through an Agent."""
+
+
+class AuthorizationError(ProtoLinkError, PermissionError):
+    """An action was not authorized to run."""
+
+
+class PolicyDeniedError(AuthorizationError):
+    """The capability policy denies the action."""
+
+
+class ApprovalDeniedError(AuthorizationError):
+    """Approval was declined, could not be requested, or answered the wrong request."""
+
+
+class BudgetExceededError(ProtoLinkError, RuntimeError):
+    """A run budget (tool calls or wall time) is exhausted."""
+
+
+class ToolExecutionError(ProtoLinkError, RuntimeError):
+    """A tool failed while executing."""
+
+
+class ResourceConflictError(ProtoLinkError, RuntimeError):
+    """A resource no longer matches the state that was approved or recorded."""
+
+
+class ResourceUnchangedError(ProtoLinkError, OSError):
+    """A replacement failed before its commit point (a read-only or full file system, say):
+    the resource is unchanged, so the change is recorded as failed rather than uncertain."""
+
+
+class SerializationError(ProtoLinkError, ValueError):
+    """An agent configuration cannot be serialized or loaded."""
+
+
+class StorageError(ProtoLinkError, RuntimeError):
+    """A storage backend is unreadable, corrupt, or refused an operation."""
+
+
+class DocumentError(ProtoLinkError, ValueError):
+    """A document cannot be extracted: unsupported, encrypted, malformed, or over a limit."""
+
+
+class SandboxError(ProtoLinkError, RuntimeError):
+    """The sandbox failed or refused the call."""
+
+
+class SandboxUnavailableError(SandboxError):
+    """The sandbox is dead, unreachable or does not answer in time."""
+
+
+class SandboxNotReachedError(SandboxUnavailableError):
+    """No connection to the sandbox could be made: the call was never sent, so it is safe to
+    make again."""
+
+
+class SandboxEngineError(SandboxUnavailableError):
+    """The Docker Engine refused or failed what a sandbox needs; the message says what is missing
+    (an image, a runtime, the bridge TCP mode publishes through) and keeps the engine's words."""
+
+
+class RootNotWritableError(SandboxError, PermissionError):
+    """A root declared writable that the sandbox's command user cannot write; the message names
+    the root, the uid and gid, and the one command that fixes it."""
+
+    def __init__(self, message: str, *, path: str, uid: int, gid: int, fix: str) -> None:
+        super().__init__(message)
+        self.path, self.uid, self.gid, self.fix = path, uid, gid, fix
+
+
+class SandboxProtocolError(SandboxError):
+    """The sandbox answered with something malformed, oversized or unexpected."""
+
+
+class SandboxAuthenticationError(SandboxError):
+    """The sandbox refused the call's credentials."""
+
+
+class SandboxLimitError(SandboxError):
+    """A supervised worker exceeded a hard limit (memory, CPU time) and was killed."""
