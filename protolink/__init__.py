@@ -6,11 +6,11 @@ needs) does not import the agent runtime.
 
 from __future__ import annotations
 
+from ._exports import CORE
 from ._lazy import lazy_exports
-from .core import __all__ as _core_names
 
 _LAZY = {
-    **dict.fromkeys(_core_names, "protolink.core"),
+    **CORE,
     "StorageCheckpointStore": "protolink.core.resources",
     "Assistant": "protolink.agents",
 }

@@ -13,7 +13,7 @@ from protolink.core.policy import CapabilityPolicy, Policy
 if TYPE_CHECKING:
     from protolink.core.approvals import ApprovalHandler
     from protolink.core.events import Redactor
-    from protolink.llm.base import Model
+    from protolink.core.models import Model
     from protolink.tools.builtins.calendar import CalendarBackend
     from protolink.tools.builtins.email import EmailBackend
     from protolink.tools.builtins.user_input import UserInputCallback

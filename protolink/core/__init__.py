@@ -6,40 +6,10 @@ error types are :mod:`protolink.errors`, the bottom of the package; they are exp
 
 from __future__ import annotations
 
+from protolink._exports import CORE
 from protolink._lazy import lazy_exports
 
-_EXPORTS: dict[str, str] = {
-    "Action": ".tools",
-    "Agent": ".agent",
-    "AgentCard": ".cards",
-    "ApprovalDecision": ".approvals",
-    "ApprovalDeniedError": "protolink.errors",
-    "ApprovalHandler": ".approvals",
-    "ApprovalRequest": ".approvals",
-    "Artifact": ".tools",
-    "AuthorizationError": "protolink.errors",
-    "BudgetExceededError": "protolink.errors",
-    "CapabilityPolicy": ".policy",
-    "DirectCallError": "protolink.errors",
-    "Effect": ".policy",
-    "Event": ".events",
-    "EventBus": ".events",
-    "Policy": ".policy",
-    "PolicyDeniedError": "protolink.errors",
-    "Preparation": ".tools",
-    "PreparedTool": ".tools",
-    "ProtoLinkError": "protolink.errors",
-    "ResourceConflictError": "protolink.errors",
-    "RunContext": ".runs",
-    "SerializationError": "protolink.errors",
-    "StorageError": "protolink.errors",
-    "Subscription": ".events",
-    "Tool": ".tools",
-    "ToolArgumentError": "protolink.errors",
-    "ToolContext": ".tools",
-    "ToolExecutionError": "protolink.errors",
-    "ToolNotFoundError": "protolink.errors",
-}
+_EXPORTS = CORE
 
 __all__ = sorted(_EXPORTS)
 

@@ -23,13 +23,13 @@ from .approvals import ApprovalDecision, ApprovalHandler, ApprovalRequest
 from .cards import AgentCard
 from .events import EventBus, Redactor
 from .ids import new_id
+from .inference import RunResult, run_inference
 from .policy import CapabilityPolicy, Policy
 from .runs import RunContext
 from .tools import Action, Tool, ToolContext, jsonable
 
 if TYPE_CHECKING:
-    from protolink.llm.base import Model
-    from protolink.llm.loop import RunResult
+    from .models import Model
 
 
 class Agent:
@@ -192,8 +192,6 @@ class Agent:
     async def run(self, prompt: str, *, context: RunContext | None = None,
                   max_steps: int | None = None) -> RunResult:
         """Run the inference loop: model step, tool calls through call_tool, repeat."""
-        from protolink.llm.loop import run_inference
-
         return await run_inference(self, prompt, context=context, max_steps=max_steps or self.max_steps)
 
     # -- serialization -----------------------------------------------------------------

@@ -8,8 +8,8 @@ configured tools, backends, credentials and callbacks; loading names the tools t
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import yaml
 
@@ -19,14 +19,31 @@ from .cards import AgentCard
 from .policy import CapabilityPolicy
 
 if TYPE_CHECKING:
-    from .agent import Agent
     from .tools import Tool
+
+
+class Configured(Protocol):
+    """What of an agent its configuration holds."""
+
+    card: AgentCard
+    policy: Any
+    max_tool_calls: int | None
+    max_run_seconds: float | None
+    max_steps: int
+    system_prompt: str | None
+    tools: Mapping[str, Tool]
+    unattached_tools: tuple[str, ...]
+
+    def add_tool(self, tool: Tool) -> Any: ...
+
+
+A = TypeVar("A", bound=Configured)
 
 FORMAT_VERSION = 1
 _BUILTIN_PREFIX = "protolink.tools."
 
 
-def agent_to_dict(agent: Agent) -> dict[str, Any]:
+def agent_to_dict(agent: Configured) -> dict[str, Any]:
     if isinstance(agent.policy, CapabilityPolicy):
         policy: dict[str, Any] = agent.policy.to_dict()
     else:
@@ -52,8 +69,8 @@ def _tool_entry(tool: Tool) -> dict[str, Any]:
     return {"name": tool.name, "configured": True}
 
 
-def agent_from_dict(cls: type[Agent], data: Mapping[str, Any], *, policy: Any, approval_handler: Any,
-                    llm: Any, redactor: Any, tools: Iterable[Tool]) -> Agent:
+def agent_from_dict(cls: Callable[..., A], data: Mapping[str, Any], *, policy: Any, approval_handler: Any,
+                    llm: Any, redactor: Any, tools: Iterable[Tool]) -> A:
     if not isinstance(data, Mapping):
         raise SerializationError("an agent configuration must be a mapping")
     if data.get("version") != FORMAT_VERSION:

@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from protolink.core.tools import ToolContext
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -66,6 +63,13 @@ class ProcessResult:
         }
 
 
+class Emitter(Protocol):
+    """Where a process's output events go: a tool call's context, the sandbox server's event
+    stream, or anything else with this one method."""
+
+    async def emit(self, type: str, **data: Any) -> None: ...
+
+
 class ProcessCancelledError(asyncio.CancelledError):
     """Cancellation of a running process; ``result`` holds the partial output."""
 
@@ -85,4 +89,4 @@ class ExecutionBackend(Protocol):
 
     boundary: str
 
-    async def execute(self, spec: ProcessSpec, execution: ToolContext) -> ProcessResult: ...
+    async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult: ...

@@ -37,7 +37,7 @@ from protolink.errors import ToolExecutionError
 
 from .groups import completed_within, signal_group, terminate_group
 from .output import Channel, OutputCollector
-from .process import ProcessCancelledError, ProcessResult, ProcessSpec
+from .process import Emitter, ProcessCancelledError, ProcessResult, ProcessSpec
 from .resolve import Resolved, check_real_executable, resolve_command
 
 #: How long pipes are still read after the process group is gone.
@@ -46,12 +46,6 @@ DRAIN_GRACE_SECONDS = 1.0
 READ_CHUNK_BYTES = 64 * 1024
 
 _Outbox = asyncio.Queue["tuple[Channel, str] | None"]
-
-
-class Emitter(Protocol):
-    """Where output events go: a ToolContext, or the sandbox server's event stream."""
-
-    async def emit(self, type: str, **data: Any) -> None: ...
 
 
 class Leader(Protocol):

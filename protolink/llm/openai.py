@@ -9,9 +9,8 @@ from typing import Any
 
 import httpx
 
+from protolink.core.models import Message, ModelResponse, ToolCall
 from protolink.errors import ProtoLinkError
-
-from .base import Message, ModelResponse, ToolCall
 
 ApiKey = str | Callable[[], str | Awaitable[str]] | None
 

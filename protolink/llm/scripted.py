@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Union
 
-from .base import Message, ModelResponse
+from protolink.core.models import Message, ModelResponse
 
 Step = Union[ModelResponse, str, Callable[[Sequence[Message]], "ModelResponse | str | Awaitable[ModelResponse | str]"]]
 

@@ -35,11 +35,11 @@ from protolink.execution.documents import (
 from protolink.execution.fsread import TextChunk
 from protolink.execution.fssearch import Listing, SearchResult
 from protolink.execution.process import (
+    Emitter,
     ProcessCancelledError,
     ProcessResult,
     ProcessSpec,
 )
-from protolink.execution.processes import Emitter
 from protolink.execution.resolve import Resolved
 from protolink.revisions import ResourceRevision, ResourceSnapshot
 

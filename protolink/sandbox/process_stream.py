@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
-from protolink.execution.processes import Emitter
+from protolink.execution.process import Emitter
 
 from . import messages
 from ._pb import process_pb2

@@ -1,19 +1,36 @@
-"""The inference loop: model step -> tool calls through the agent -> results in history -> next step."""
+"""The inference loop: model step -> tool calls through the agent -> results in history -> next step.
+
+It drives an agent through its public face (``llm``, ``call_tool``, ``tool_schemas``,
+``new_run``, the event bus's redaction) and never imports the agent's module: ``Agent.run``
+calls it, with the agent as its first argument.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from protolink.core.runs import RunContext
-from protolink.core.tools import jsonable
 from protolink.errors import BudgetExceededError, ProtoLinkError
 
-from .base import Message
+from .events import EventBus
+from .models import Message, Model
+from .runs import RunContext
+from .tools import jsonable
 
-if TYPE_CHECKING:
-    from protolink.core.agent import Agent
+
+class Driven(Protocol):
+    """What the loop uses of an agent."""
+
+    llm: Model | None
+    system_prompt: str | None
+    events: EventBus
+
+    def new_run(self, *, task_id: str | None = None) -> RunContext: ...
+
+    def tool_schemas(self) -> list[dict[str, Any]]: ...
+
+    async def call_tool(self, name: str, /, *, context: RunContext | None = None, **arguments: Any) -> Any: ...
 
 
 @dataclass
@@ -29,7 +46,7 @@ class RunResult:
         return {"text": self.text, "steps": self.steps, "messages": [m.to_dict() for m in self.messages]}
 
 
-async def run_inference(agent: Agent, prompt: str, *, context: RunContext | None, max_steps: int) -> RunResult:
+async def run_inference(agent: Driven, prompt: str, *, context: RunContext | None, max_steps: int) -> RunResult:
     """Drive ``agent.llm`` until it answers with text, bounded by ``max_steps`` and the run budget.
 
     Tool failures that the model can act on (bad arguments, denial, tool errors) go back into
@@ -60,7 +77,7 @@ async def run_inference(agent: Agent, prompt: str, *, context: RunContext | None
     raise BudgetExceededError(f"run {run.run_id} reached max_steps={max_steps} without a final answer")
 
 
-async def _tool_result(agent: Agent, run: RunContext, name: str, arguments: dict[str, Any]) -> str:
+async def _tool_result(agent: Driven, run: RunContext, name: str, arguments: dict[str, Any]) -> str:
     try:
         result = await agent.call_tool(name, context=run, **arguments)
     except BudgetExceededError:

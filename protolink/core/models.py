@@ -1,4 +1,8 @@
-"""The model protocol: messages and tool schemas in, text or tool calls out."""
+"""The model protocol: messages and tool schemas in, text or tool calls out.
+
+The runtime owns this interface, as it owns the inference loop (:mod:`.inference`); model
+implementations (an OpenAI-compatible client, a scripted model) are in :mod:`protolink.llm`.
+"""
 
 from __future__ import annotations
 
