@@ -30,7 +30,7 @@ image: install engine
 	bash scripts/build-images.sh
 
 proto: install
-	$(BIN)/python -m protolink.sandbox.protogen
+	$(BIN)/python -m protolink.wire.protogen
 
 ## sandbox-up: build when needed and start the appliance; ROOTS="/abs/dir:rw /abs/other" (or PROTOLINK_SANDBOX_ROOTS),
 ## none for a default workspace; CHOWN_WRITABLE=1 hands a writable root the commands' uid cannot write to that uid

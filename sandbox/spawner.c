@@ -1,7 +1,7 @@
 /*
- * protolink-spawner: starts the sandbox's commands as the command user (see sandbox/spawner.py).
+ * protolink-spawner: starts the sandbox's commands as the command user (see sandbox/protolink_sandboxd/spawner.py).
  *
- * `python -m sandbox.spawner` (or the server's fork of it) executes this program, which takes the
+ * `python -m protolink_sandboxd.spawner` (or the server's fork of it) executes this program, which takes the
  * command user's identity (below) and serves the server's channel until it closes: each
  * SPAWN request starts one command with vfork and execve and is answered with STARTED (its pid)
  * or FAILED (errno and message); each command's exit is reported with EXITED. A request that
@@ -9,7 +9,7 @@
  * check passes (CHANGED otherwise). A RESOLVE request looks a command up with the command user's
  * permissions. The rules of resolution are the server's (protolink/execution/resolve.py): it
  * sends the candidate files in order, and this program only says which directory a path names
- * and which candidate is the first executable file. The server (sandbox/launcher.py) holds the
+ * and which candidate is the first executable file. The server (sandbox/protolink_sandboxd/launcher.py) holds the
  * other end of the wire format, stated once here and once there (a test compares them):
  *
  *   frame:    kind (u8), request id (u64), payload length (u32), all big-endian; then the payload
@@ -39,11 +39,11 @@
  * process descended from a running command stays below this process, whatever its group or
  * session. The keeper reaps those orphans, and when the command exits it reports the exit and
  * exits too: what the command left behind drops out from under this process, and the server's
- * stray sweep (sandbox/reaper.py) kills it. Where subreapers are refused (gVisor) the keeper
+ * stray sweep (sandbox/protolink_sandboxd/reaper.py) kills it. Where subreapers are refused (gVisor) the keeper
  * is a plain parent and the server tracks descent by what its sweeps saw. The keeper holds the
  * command's oom_score_adj (it cannot open its own /proc files to lower it).
  *
- * Identity: `python -m sandbox.spawner` executes this program as root, with no new privileges
+ * Identity: `python -m protolink_sandboxd.spawner` executes this program as root, with no new privileges
  * and its limits set; the program then takes its identity for good (take_identity):
  * no supplementary groups, every gid --gid, no capabilities, effective (and so file-system) uid
  * the command user's, real and saved uid the shield (an unprivileged uid of its own). Files are

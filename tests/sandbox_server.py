@@ -1,4 +1,4 @@
-"""The real sandbox server (``python -m sandbox``) as a subprocess on this host, for tests.
+"""The real sandbox server (``python -m protolink_sandboxd``) as a subprocess on this host, for tests.
 
 Tests run as root, so the server can drop commands and workers to a uid of their own. Each
 server gets a uid that no account and no process uses: the server kills every process of its
@@ -91,7 +91,7 @@ async def sandbox_server(
     listen = listen or f"unix://{home / 'sandbox.sock'}"
     address = listen.removeprefix("tcp://")
     log = home / "server.log"
-    command = [sys.executable, "-m", "sandbox", "--listen", listen, "--boundary", "test-host",
+    command = [sys.executable, "-m", "protolink_sandboxd", "--listen", listen, "--boundary", "test-host",
                "--command-uid", str(uid), "--command-gid", str(uid), "--spawner-program", spawner_program(), *args]
     for path, writable in roots:
         command += ["--root", f"{path}:{'rw' if writable else 'ro'}"]

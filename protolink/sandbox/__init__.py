@@ -1,6 +1,6 @@
 """The host side of the sandbox appliance: the gRPC client backend and the Docker lifecycle.
 
-Names load on first use, so ``python -m protolink.sandbox.protogen`` runs before the
+Names load on first use, so ``python -m protolink.wire.protogen`` runs before the
 generated code exists.
 """
 
@@ -17,7 +17,7 @@ _EXPORTS = {
     "SandboxInfo": "protolink.sandbox.client",
     "DockerSandbox": "protolink.sandbox.docker",
     "Root": "protolink.sandbox.docker",
-    "reap": "protolink.sandbox.reaper",
+    "reap": "protolink.protolink_sandboxd.reaper",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -54,10 +54,12 @@ def when(epoch: int, now: float) -> str:
 
 
 async def _up(args: argparse.Namespace) -> int:
+    from protolink.wire.roots import Root
+
     from .appliance import Appliance, find
     from .docker import command_identity, roots_from_env
     from .provision import DEFAULT_IMAGE, ensure_engine, ensure_image
-    from .roots import Root, default_workspace
+    from .writable_roots import default_workspace
 
     roots = [Root.parse(text) for text in args.root] or roots_from_env()
     uid, gid = command_identity()

@@ -42,13 +42,18 @@ from protolink.execution.process import (
 )
 from protolink.execution.resolve import Resolved
 from protolink.revisions import ResourceRevision, ResourceSnapshot
+from protolink.wire import convert
+from protolink.wire._pb import (
+    documents_pb2,
+    sandbox_pb2,
+    sandbox_pb2_grpc,
+    workspace_pb2,
+)
+from protolink.wire.roots import Root
+from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
-from . import messages
-from ._pb import documents_pb2, sandbox_pb2, sandbox_pb2_grpc, workspace_pb2
-from .errors import checked_answer, from_rpc_error, parsed_answer
 from .process_stream import Output, ProcessStream
 from .resolutions import Resolutions
-from .roots import Root
 
 __all__ = ["SandboxBackend", "SandboxInfo", "connect"]
 
@@ -184,9 +189,9 @@ class SandboxBackend:
         self._check_open()
         if (kept := self._resolutions.reuse(argv[0], cwd, env)) is not None:
             return Resolved((kept.argv[0], *argv[1:]), kept.cwd, kept.real_executable)
-        request = self._request(messages.resolve_request, argv, cwd, env)
+        request = self._request(convert.resolve_request, argv, cwd, env)
         response = await self._unary(self._stub.ResolveCommand, request, self._operation_seconds)
-        resolved = checked_answer(messages.resolved_command, response, argv)
+        resolved = checked_answer(convert.resolved_command, response, argv)
         self._resolutions.remember(argv[0], cwd, env, resolved)
         return resolved
 
@@ -198,7 +203,7 @@ class SandboxBackend:
         """
         self._check_open()
         written = self._resolutions.written(spec)
-        request = self._request(messages.execute_request, spec, written)
+        request = self._request(convert.execute_request, spec, written)
         started = time.monotonic()
         output = Output(spec.max_output_bytes)
         deadline_seconds = spec.timeout_seconds + EXECUTE_GRACE_SECONDS
@@ -223,7 +228,7 @@ class SandboxBackend:
         request = self._request(workspace_pb2.ReadTextRequest, path=path, roots=roots, offset=offset,
                                 max_chars=max_chars, max_file_bytes=max_file_bytes)
         response = await self._unary(self._stub.ReadText, request, self._operation_seconds)
-        return checked_answer(messages.text_chunk, response, roots=roots, max_chars=max_chars)
+        return checked_answer(convert.text_chunk, response, roots=roots, max_chars=max_chars)
 
     async def list_files(self, path: str, *, roots: Sequence[str], pattern: str, recursive: bool,
                          max_results: int) -> Listing:
@@ -231,7 +236,7 @@ class SandboxBackend:
         request = self._request(workspace_pb2.ListFilesRequest, path=path, roots=roots, pattern=pattern,
                                 recursive=recursive, max_results=max_results)
         response = await self._unary(self._stub.ListFiles, request, self._operation_seconds)
-        return checked_answer(messages.listing, response, roots=roots, max_results=max_results)
+        return checked_answer(convert.listing, response, roots=roots, max_results=max_results)
 
     async def search_files(self, path: str, *, roots: Sequence[str], query: str, pattern: str,
                            case_sensitive: bool, max_results: int, max_file_bytes: int) -> SearchResult:
@@ -240,21 +245,21 @@ class SandboxBackend:
                                 pattern=pattern, case_sensitive=case_sensitive, max_results=max_results,
                                 max_file_bytes=max_file_bytes)
         response = await self._unary(self._stub.SearchFiles, request, self._operation_seconds)
-        return checked_answer(messages.search_result, response, roots=roots, max_results=max_results)
+        return checked_answer(convert.search_result, response, roots=roots, max_results=max_results)
 
     async def snapshot_file(self, path: str, *, roots: Sequence[str], max_file_bytes: int) -> ResourceSnapshot:
         roots = _roots(roots)
         request = self._request(workspace_pb2.SnapshotFileRequest, path=path, roots=roots,
                                 max_file_bytes=max_file_bytes)
         response = await self._unary(self._stub.SnapshotFile, request, self._operation_seconds)
-        return checked_answer(messages.snapshot, response, roots=roots, max_file_bytes=max_file_bytes)
+        return checked_answer(convert.snapshot, response, roots=roots, max_file_bytes=max_file_bytes)
 
     async def replace_file(self, expected: ResourceRevision, data: bytes | None, mode: int | None, *,
                            roots: Sequence[str]) -> ResourceRevision:
         roots = _roots(roots)
-        request = self._request(messages.replace_request, expected, data, mode, roots)
+        request = self._request(convert.replace_request, expected, data, mode, roots)
         response = await self._unary(self._stub.ReplaceFile, request, self._operation_seconds)
-        written = checked_answer(messages.revision, response.revision)
+        written = checked_answer(convert.revision, response.revision)
         if written.resource_id != expected.resource_id:
             raise SandboxProtocolError("the sandbox reported a write to another file")
         return written
@@ -264,18 +269,18 @@ class SandboxBackend:
     async def read_document(self, path: str, *, roots: Sequence[str], limits: DocumentLimits) -> DocumentExtraction:
         roots = _roots(roots)
         request = self._request(documents_pb2.ReadDocumentRequest, path=path, roots=roots,
-                                limits=messages.limits_message(limits))
+                                limits=convert.limits_message(limits))
         response = await self._unary(self._stub.ReadDocument, request, limits.timeout_seconds + CALL_GRACE_SECONDS)
-        return checked_answer(messages.extraction, response, roots=roots, limits=limits)
+        return checked_answer(convert.extraction, response, roots=roots, limits=limits)
 
     async def search_document(self, path: str, query: str, *, roots: Sequence[str], limits: DocumentLimits,
                               max_results: int) -> DocumentSearchResult:
         check_search(query, max_results)
         roots = _roots(roots)
         request = self._request(documents_pb2.SearchDocumentRequest, path=path, query=query, roots=roots,
-                                limits=messages.limits_message(limits), max_results=max_results)
+                                limits=convert.limits_message(limits), max_results=max_results)
         response = await self._unary(self._stub.SearchDocument, request, limits.timeout_seconds + CALL_GRACE_SECONDS)
-        return checked_answer(messages.document_search, response, roots=roots, query=query, limits=limits,
+        return checked_answer(convert.document_search, response, roots=roots, query=query, limits=limits,
                              max_results=max_results)
 
     # Plumbing ----------------------------------------------------------------------------

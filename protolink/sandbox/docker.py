@@ -5,7 +5,7 @@
     async with DockerSandbox(["/srv/repo"], writable=["/srv/repo/out"]) as backend:
         result = await backend.execute(spec, ctx)
 
-The container runs the sandbox server (``python -m sandbox``) of the image. Secure by default:
+The container runs the sandbox server (``python -m protolink_sandboxd``) of the image. Secure by default:
 no network, every capability dropped except SETUID, SETGID and KILL (the server needs them to run
 commands as an unprivileged uid and to kill them), ``no-new-privileges``, the seccomp profile in
 ``seccomp.json``, a read-only root file system with ``noexec`` tmpfs at /tmp and /dev/shm
@@ -37,13 +37,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from protolink.errors import SandboxEngineError, SandboxError, SandboxUnavailableError
+from protolink.wire.roots import Root
 
 from . import engine, reaper
 from .disk import DiskWatch
 from .engine import engine_error, engine_errors
 from .hostdirs import private_subdir, write_private
 from .provision import DEFAULT_IMAGE
-from .roots import Root, check_writable
+from .writable_roots import check_writable
 
 if TYPE_CHECKING:
     from .client import SandboxBackend
@@ -271,7 +272,7 @@ class DockerSandbox:
 
     def check_roots(self) -> list[str]:
         """Refuse a writable root the command user cannot write, or hand it over with
-        ``chown_writable`` (see :func:`~protolink.sandbox.roots.check_writable`); the paths handed
+        ``chown_writable`` (see :func:`~protolink.sandbox.writable_roots.check_writable`); the paths handed
         over. :meth:`start` calls it; call it first to fail before anything slow. Blocking."""
         return check_writable(self.roots, self.command_uid, self.command_gid, hand_over=self.chown_writable)
 

@@ -2,7 +2,7 @@
 
 The docker SDK reports what the engine refused as HTTP errors (``500 Server Error for
 http+docker://localhost/v1.41/containers/.../start: ...``). :func:`engine_errors` turns those
-raised in its block into :class:`~protolink.sandbox.errors.SandboxEngineError`, whose message
+raised in its block into :class:`~protolink.wire.status.SandboxEngineError`, whose message
 says what is missing (an image, a runtime, the bridge TCP mode publishes through, the engine
 itself) and still quotes the engine's own words. Blocking, like the SDK.
 """

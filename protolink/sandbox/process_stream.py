@@ -3,7 +3,7 @@
 Each process is a request on the call, with an id of its own; the events of every process
 come back on the call tagged with that id, and one reader hands each to the process it belongs
 to. The call is opened on first use and again after it fails; a failure of the call fails every
-process waiting on it (:class:`~protolink.sandbox.errors.SandboxUnavailableError` and friends).
+process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError` and friends).
 Everything the server sends is untrusted: events are parsed and checked in order, output is
 capped at the process's ``max_output_bytes`` whatever the server claims, each process's events
 wait in a bounded queue (a server that floods one makes the reader wait, it cannot fill this
@@ -20,10 +20,9 @@ import grpc
 
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 from protolink.execution.process import Emitter
-
-from . import messages
-from ._pb import process_pb2
-from .errors import (
+from protolink.wire import convert
+from protolink.wire._pb import process_pb2
+from protolink.wire.status import (
     checked_answer,
     from_rpc_error,
     from_wire,
@@ -220,14 +219,14 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, execution: Emitt
                     raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
                 begun = True
                 if kind == "output":
-                    channel = messages.CHANNELS.get(event.output.channel)
+                    channel = convert.CHANNELS.get(event.output.channel)
                     if channel is None:
                         raise SandboxProtocolError(f"the sandbox sent output on unknown channel {event.output.channel}")
                     if text := output.keep(channel, event.output.text):
                         idle.reschedule(None)  # however long the consumer takes
                         await execution.emit("process.output", channel=channel, text=text)
                 elif kind == "finished":
-                    return checked_answer(messages.finished_facts, event.finished)
+                    return checked_answer(convert.finished_facts, event.finished)
                 idle.reschedule(loop.time() + IDLE_SECONDS)
     except TimeoutError:
         if not idle.expired():

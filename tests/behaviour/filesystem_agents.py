@@ -6,7 +6,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from protolink import Agent, AgentCard, ApprovalRequest, CapabilityPolicy, RunContext, StorageCheckpointStore
+from protolink import (
+    Agent,
+    AgentCard,
+    ApprovalRequest,
+    CapabilityPolicy,
+    RunContext,
+    StorageCheckpointStore,
+)
 from protolink.core.resources import CheckpointStore
 from protolink.storage import InMemoryStorage
 from protolink.tools import filesystem_tools

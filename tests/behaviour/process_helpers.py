@@ -8,7 +8,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from protolink import Agent, AgentCard, ApprovalDecision, ApprovalRequest, CapabilityPolicy, Event
+from protolink import (
+    Agent,
+    AgentCard,
+    ApprovalDecision,
+    ApprovalRequest,
+    CapabilityPolicy,
+    Event,
+)
 from protolink.execution.process import ProcessResult, ProcessSpec
 from protolink.tools.builtins.process import PROCESS_EXECUTE
 

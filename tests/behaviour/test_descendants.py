@@ -16,8 +16,8 @@ import shlex
 import textwrap
 
 import pytest
-
 from process_helpers import observed_agent
+
 from protolink.tools.builtins import ProcessCancelledError, process_tool
 
 #: How long the waited-for descendants live: longer than a few of the sandbox's stray sweeps.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from process_helpers import observed_agent, sh
+
 from protolink import CapabilityPolicy, PolicyDeniedError, ToolArgumentError
 from protolink.tools.builtins import git_tool
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from process_helpers import observed_agent
+
 from protolink import CapabilityPolicy, PolicyDeniedError
 from protolink.tools.builtins import shell_tool
 

@@ -33,7 +33,6 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword, syntax
 
 from protolink.tools import IMAPEmail, MailBackendError, email_tools
-
 from tests.unit.tools.service_support import service_agent
 
 USER, PASSWORD = "alice@example.com", "correct horse"

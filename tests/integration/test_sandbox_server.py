@@ -43,7 +43,7 @@ from protolink.execution.process import (
 from protolink.execution.resolve import Resolved
 from protolink.revisions import ResourceRevision
 from protolink.sandbox import connect, process_stream
-from protolink.sandbox._pb import (
+from protolink.wire._pb import (
     documents_pb2,
     errors_pb2,
     process_pb2,
@@ -132,7 +132,7 @@ def cmdline(pid: int) -> bytes:
 
 
 def workers(server: RunningServer) -> list[int]:
-    return [pid for pid in server.processes_of_uid() if b"sandbox.worker" in cmdline(pid)]
+    return [pid for pid in server.processes_of_uid() if b"protolink_sandboxd.worker" in cmdline(pid)]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -239,7 +239,7 @@ async def test_a_spawner_that_dies_is_replaced_and_the_next_command_runs(roots):
 
 def test_the_server_refuses_to_run_commands_as_root(tmp_path):
     refused = subprocess.run(
-        [sys.executable, "-m", "sandbox", "--listen", f"unix://{tmp_path / 's.sock'}", "--command-uid", "0"],
+        [sys.executable, "-m", "protolink_sandboxd", "--listen", f"unix://{tmp_path / 's.sock'}", "--command-uid", "0"],
         capture_output=True, text=True, timeout=60,
     )
     assert refused.returncode != 0 and "uid or gid 0" in refused.stderr

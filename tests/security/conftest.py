@@ -206,7 +206,7 @@ for pid in filter(str.isdigit, os.listdir('/proc')):
                           os.getpgid(int(pid)), os.getsid(int(pid)), command)
     except (OSError, IndexError):
         pass
-servers = {pid for pid, (uid, _, _, _, command) in seen.items() if uid == 0 and ' -m sandbox ' in command}
+servers = {pid for pid, (uid, _, _, _, command) in seen.items() if uid == 0 and ' -m protolink_sandboxd ' in command}
 found = []
 for pid, (real_uid, parent, group, session, command) in seen.items():
     # The server's helpers (the spawner, forked from it or started anew, and the workers) are its

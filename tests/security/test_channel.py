@@ -23,7 +23,7 @@ import pytest
 
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 from protolink.sandbox import client, connect
-from protolink.sandbox._pb import process_pb2, sandbox_pb2, workspace_pb2
+from protolink.wire._pb import process_pb2, sandbox_pb2, workspace_pb2
 
 from .conftest import GVISOR, HANG_GUARD, NOBODY, Attacker, figure, still_serves
 
@@ -61,7 +61,7 @@ print(json.dumps(answers))
 async def tamper(attacker: Attacker, action: str) -> dict[str, int]:
     await attacker.call("list_files", path=str(attacker.ws))  # a worker exists
     answers = await attacker.probe(TAMPER, action)
-    assert {name.split()[0] for name in answers} >= {"init", "sandbox", "sandbox.worker", "spawner"}, answers
+    assert {name.split()[0] for name in answers} >= {"init", "protolink_sandboxd", "protolink_sandboxd.worker", "spawner"}, answers
     return answers
 
 
@@ -111,9 +111,9 @@ def role(pid):
     if command[0].endswith(b'/protolink-spawner'):  # the spawner, or a command's keeper (its child)
         parent = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])
         return 'keeper' if role(parent) == 'spawner' else 'spawner'
-    if command[2:3] != [b'-m'] or not command[3].startswith(b'sandbox'):
+    if command[2:3] != [b'-m'] or not command[3].startswith(b'protolink_sandboxd'):
         return None
-    return 'server' if command[3] == b'sandbox' else command[3].decode().removeprefix('sandbox.')
+    return 'server' if command[3] == b'protolink_sandboxd' else command[3].decode().removeprefix('protolink_sandboxd.')
 def attempt(call):
     try:
         call()
@@ -239,7 +239,7 @@ attempt('list', lambda: os.listdir('/run/protolink'))
 attempt('connect', lambda: socket.socket(socket.AF_UNIX).connect('/run/protolink/sandbox.sock'))
 attempt('unlink', lambda: os.unlink('/run/protolink/sandbox.sock'))
 attempt('shadow', lambda: socket.socket(socket.AF_UNIX).bind('/run/protolink/other.sock'))
-attempt('code', lambda: open('/opt/protolink/lib/python3.11/site-packages/sandbox/service.py', 'a'))
+attempt('code', lambda: open('/opt/protolink/lib/python3.11/site-packages/protolink_sandboxd/service.py', 'a'))
 attempt('sitecustomize', lambda: open('/opt/protolink/lib/python3.11/site-packages/sitecustomize.py', 'w'))
 attempt('world_writable', lambda: open('/var/tmp/sitecustomize.py', 'w'))  # mode 1777, on the same root
 print(json.dumps(answers))

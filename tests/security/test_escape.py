@@ -11,7 +11,16 @@ import pytest
 
 from protolink.sandbox.docker import seccomp_profile
 
-from .conftest import CANARY, CANARY_VARIABLE, GVISOR, NO_ROUTE, NOBODY, PYTHON, Roots, still_serves
+from .conftest import (
+    CANARY,
+    CANARY_VARIABLE,
+    GVISOR,
+    NO_ROUTE,
+    NOBODY,
+    PYTHON,
+    Roots,
+    still_serves,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -62,7 +71,7 @@ for pid in filter(str.isdigit, os.listdir('/proc')):
         uid = int(open(f'/proc/{pid}/status').read().split('\nUid:')[1].split()[0])
     except OSError:
         continue
-    if uid == 0 and b'-m' in command and b'sandbox' in command:
+    if uid == 0 and b'-m' in command and b'protolink_sandboxd' in command:
         server = int(pid)
 """
 

@@ -26,8 +26,8 @@ from google.protobuf import descriptor
 
 from protolink.errors import SandboxUnavailableError
 from protolink.sandbox import reaper
-from protolink.sandbox._pb import documents_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.sandbox.docker import DockerSandbox
+from protolink.wire._pb import documents_pb2, process_pb2, sandbox_pb2, workspace_pb2
 
 from .conftest import (
     HANG_GUARD,

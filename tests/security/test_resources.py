@@ -381,7 +381,7 @@ def server_processes():
             adjust = int(open(f'/proc/{pid}/oom_score_adj').read())
         except (OSError, IndexError, ValueError):
             continue
-        if uid == 0 and b'-m' in command and command[command.index(b'-m') + 1] == b'sandbox':
+        if uid == 0 and b'-m' in command and command[command.index(b'-m') + 1] == b'protolink_sandboxd':
             found[int(pid)] = adjust
     return found
 before = server_processes()

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from protolink import Agent, AgentCard, ApprovalDecision, CapabilityPolicy, ResourceConflictError
+from protolink import (
+    Agent,
+    AgentCard,
+    ApprovalDecision,
+    CapabilityPolicy,
+    ResourceConflictError,
+)
 from protolink.tools.builtins import filesystem_tools, process_tool
 
 from .conftest import GVISOR, NOBODY, Attacker, figure, still_serves

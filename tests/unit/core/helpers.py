@@ -6,7 +6,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from protolink import Agent, AgentCard, Artifact, Preparation, PreparedTool, Tool, ToolContext
+from protolink import (
+    Agent,
+    AgentCard,
+    Artifact,
+    Preparation,
+    PreparedTool,
+    Tool,
+    ToolContext,
+)
 
 
 class EchoArgs(BaseModel):

@@ -4,8 +4,13 @@ import os
 
 import pytest
 
-from protolink.execution.resolve import (Resolved, check_real_executable, resolve_command, resolve_directory,
-                                        resolve_executable)
+from protolink.execution.resolve import (
+    Resolved,
+    check_real_executable,
+    resolve_command,
+    resolve_directory,
+    resolve_executable,
+)
 
 
 @pytest.fixture

@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from protolink.sandbox.docker import DockerSandbox, Root, cpu_limit, roots_from_env, seccomp_profile
+from protolink.sandbox.docker import (
+    DockerSandbox,
+    Root,
+    cpu_limit,
+    roots_from_env,
+    seccomp_profile,
+)
 
 
 def test_root_parse_reads_an_optional_mode():

@@ -17,8 +17,8 @@ import pytest
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 from protolink.execution.process import ProcessSpec
 from protolink.sandbox import connect, process_stream
-from protolink.sandbox._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
-from protolink.sandbox.errors import NOT_CONNECTED_DETAILS
+from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
+from protolink.wire.status import NOT_CONNECTED_DETAILS
 
 SERVICE = "protolink.sandbox.v1.Sandbox"
 SPEC = ProcessSpec(("/bin/true",), "/ws", {}, 5.0, 100)

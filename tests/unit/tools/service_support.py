@@ -9,7 +9,14 @@ from typing import Any
 
 import httpx
 
-from protolink import Agent, AgentCard, ApprovalDecision, ApprovalRequest, CapabilityPolicy, Tool
+from protolink import (
+    Agent,
+    AgentCard,
+    ApprovalDecision,
+    ApprovalRequest,
+    CapabilityPolicy,
+    Tool,
+)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "services"
 

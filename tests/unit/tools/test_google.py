@@ -11,7 +11,13 @@ import json
 import httpx
 import pytest
 
-from protolink.tools import Gmail, GoogleAPIError, GoogleCalendar, calendar_tools, email_tools
+from protolink.tools import (
+    Gmail,
+    GoogleAPIError,
+    GoogleCalendar,
+    calendar_tools,
+    email_tools,
+)
 from protolink.tools.services._http import MAX_RESPONSE_BYTES
 
 from .service_support import Approvals, Replay, fixture, ok, service_agent

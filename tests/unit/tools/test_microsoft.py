@@ -8,7 +8,13 @@ import json
 import httpx
 import pytest
 
-from protolink.tools import MicrosoftGraphError, OutlookCalendar, OutlookEmail, calendar_tools, email_tools
+from protolink.tools import (
+    MicrosoftGraphError,
+    OutlookCalendar,
+    OutlookEmail,
+    calendar_tools,
+    email_tools,
+)
 
 from .service_support import Replay, fixture, ok, service_agent
 

@@ -8,7 +8,11 @@ import sys
 import pytest
 
 from protolink import BudgetExceededError, EventBus, RunContext, ToolContext
-from protolink.execution.process import ProcessCancelledError, ProcessResult, ProcessSpec
+from protolink.execution.process import (
+    ProcessCancelledError,
+    ProcessResult,
+    ProcessSpec,
+)
 from protolink.execution.resolve import Resolved
 from protolink.tools.builtins import process_tool, shell_tool
 from protolink.tools.builtins.process import resolve_on, run_process

@@ -1,0 +1,179 @@
+"""The one place where gRPC statuses and our exceptions are translated (the errors themselves
+are in :mod:`protolink.errors`).
+
+Operation errors (a bad path, a conflict, a missing file) cross the wire as a status code plus
+an :class:`~protolink.wire._pb.errors_pb2.Error` (kind and safe message) in the trailing
+metadata, and are raised on the host as the same builtin or ProtoLink types the local backend
+raises. Class names and tracebacks never cross the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from protolink.errors import (
+    DocumentError,
+    ResourceConflictError,
+    ResourceUnchangedError,
+    SandboxAuthenticationError,
+    SandboxError,
+    SandboxLimitError,
+    SandboxNotReachedError,
+    SandboxProtocolError,
+    SandboxUnavailableError,
+    ToolExecutionError,
+)
+
+from ._pb import errors_pb2
+
+T = TypeVar("T")
+
+ERROR_METADATA_KEY = "protolink-error-bin"
+#: How gRPC's channel fails a call it could not send because no connection could be made.
+NOT_CONNECTED_DETAILS = "failed to connect to all addresses"
+MAX_MESSAGE_CHARS = 4096
+Kind = errors_pb2.ErrorKind
+
+
+#: Each error kind: the status it travels with, and the exception raised on the host.
+KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
+    Kind.ERROR_KIND_INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, ValueError),
+    Kind.ERROR_KIND_NOT_FOUND: (grpc.StatusCode.NOT_FOUND, FileNotFoundError),
+    Kind.ERROR_KIND_ALREADY_EXISTS: (grpc.StatusCode.ALREADY_EXISTS, FileExistsError),
+    Kind.ERROR_KIND_PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, PermissionError),
+    Kind.ERROR_KIND_CONFLICT: (grpc.StatusCode.ABORTED, ResourceConflictError),
+    Kind.ERROR_KIND_TIMEOUT: (grpc.StatusCode.DEADLINE_EXCEEDED, TimeoutError),
+    Kind.ERROR_KIND_FAILED: (grpc.StatusCode.FAILED_PRECONDITION, RuntimeError),
+    Kind.ERROR_KIND_OS_ERROR: (grpc.StatusCode.FAILED_PRECONDITION, OSError),
+    Kind.ERROR_KIND_LIMIT_EXCEEDED: (grpc.StatusCode.RESOURCE_EXHAUSTED, SandboxLimitError),
+    Kind.ERROR_KIND_INTERNAL: (grpc.StatusCode.INTERNAL, SandboxError),
+    Kind.ERROR_KIND_TOOL_EXECUTION: (grpc.StatusCode.FAILED_PRECONDITION, ToolExecutionError),
+    Kind.ERROR_KIND_DOCUMENT: (grpc.StatusCode.INVALID_ARGUMENT, DocumentError),
+    Kind.ERROR_KIND_RESOURCE_UNCHANGED: (grpc.StatusCode.FAILED_PRECONDITION, ResourceUnchangedError),
+}
+
+#: What a status without a (valid) error kind means: a transport or server fault.
+STATUSES: dict[grpc.StatusCode, type[SandboxError] | None] = {
+    grpc.StatusCode.OK: None,
+    grpc.StatusCode.CANCELLED: SandboxUnavailableError,  # the server went away mid-call
+    grpc.StatusCode.UNKNOWN: SandboxError,
+    grpc.StatusCode.INVALID_ARGUMENT: SandboxProtocolError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: SandboxUnavailableError,
+    grpc.StatusCode.NOT_FOUND: SandboxProtocolError,
+    grpc.StatusCode.ALREADY_EXISTS: SandboxProtocolError,
+    grpc.StatusCode.PERMISSION_DENIED: SandboxProtocolError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: SandboxProtocolError,  # e.g. an oversized answer
+    grpc.StatusCode.FAILED_PRECONDITION: SandboxProtocolError,
+    grpc.StatusCode.ABORTED: SandboxProtocolError,
+    grpc.StatusCode.OUT_OF_RANGE: SandboxProtocolError,
+    grpc.StatusCode.UNIMPLEMENTED: SandboxProtocolError,  # a server of another version
+    grpc.StatusCode.INTERNAL: SandboxProtocolError,  # e.g. an answer that does not parse
+    grpc.StatusCode.UNAVAILABLE: SandboxUnavailableError,
+    grpc.StatusCode.DATA_LOSS: SandboxProtocolError,
+    grpc.StatusCode.UNAUTHENTICATED: SandboxAuthenticationError,
+}
+
+# Most specific first: the first class an exception is an instance of decides its kind.
+_CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
+    (SandboxLimitError, Kind.ERROR_KIND_LIMIT_EXCEEDED),
+    (SandboxError, Kind.ERROR_KIND_INTERNAL),
+    (ResourceConflictError, Kind.ERROR_KIND_CONFLICT),
+    (ResourceUnchangedError, Kind.ERROR_KIND_RESOURCE_UNCHANGED),
+    (ToolExecutionError, Kind.ERROR_KIND_TOOL_EXECUTION),
+    (DocumentError, Kind.ERROR_KIND_DOCUMENT),
+    (FileNotFoundError, Kind.ERROR_KIND_NOT_FOUND),
+    (FileExistsError, Kind.ERROR_KIND_ALREADY_EXISTS),
+    (PermissionError, Kind.ERROR_KIND_PERMISSION_DENIED),
+    (TimeoutError, Kind.ERROR_KIND_TIMEOUT),
+    (OSError, Kind.ERROR_KIND_OS_ERROR),
+    (ValueError, Kind.ERROR_KIND_INVALID_ARGUMENT),
+    (RuntimeError, Kind.ERROR_KIND_FAILED),
+)
+
+
+def to_status(error: BaseException) -> tuple[grpc.StatusCode, errors_pb2.Error]:
+    """The status and wire error for an exception raised by an operation in the sandbox.
+
+    Unexpected exceptions become ``INTERNAL`` with a fixed message: their text may hold
+    details of the server, and only the server's log sees them.
+    """
+    kind = next((kind for cls, kind in _CLASSIFY if isinstance(error, cls)), Kind.ERROR_KIND_INTERNAL)
+    if kind == Kind.ERROR_KIND_INTERNAL:
+        return KINDS[kind][0], errors_pb2.Error(kind=kind, message="internal sandbox error")
+    number = error.errno if isinstance(error, OSError) and isinstance(error.errno, int) else 0
+    message = error.strerror if number and isinstance(error.strerror, str) else str(error)
+    return KINDS[kind][0], errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS], errno=number)
+
+
+def invalid_argument(message: str) -> tuple[grpc.StatusCode, errors_pb2.Error]:
+    """The status and wire error for a malformed request."""
+    return to_status(ValueError(message))
+
+
+def from_status(
+    code: grpc.StatusCode, details: str | None, trailing_metadata: object = ()
+) -> Exception:
+    """The exception to raise on the host for a failed call.
+
+    A valid error kind that agrees with the status gives the operation's own exception type;
+    anything else is a sandbox fault chosen by the status alone. All of it is untrusted.
+    """
+    wire = _wire_error(trailing_metadata)
+    if wire is not None and wire.kind in KINDS and KINDS[wire.kind][0] == code:
+        return from_wire(wire)
+    cls = STATUSES.get(code, SandboxProtocolError) or SandboxProtocolError
+    if code == grpc.StatusCode.UNAVAILABLE and (details or "").startswith(NOT_CONNECTED_DETAILS):
+        cls = SandboxNotReachedError
+    name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+    return cls(f"sandbox call failed ({name}): {_clip(details or '')}".rstrip(": "))
+
+
+def parsed_answer(answer: T | None) -> T:
+    """``answer`` as received; grpc.aio hands over None (and logs) for one that does not parse."""
+    if answer is None:
+        raise SandboxProtocolError("the sandbox sent an answer that does not parse")
+    return answer
+
+
+def checked_answer(decode: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``decode(*args, **kwargs)`` of something the server sent; whatever does not fit its
+    shape is the server's fault: SandboxProtocolError."""
+    try:
+        return decode(*args, **kwargs)
+    except (TypeError, ValueError, KeyError) as error:
+        raise SandboxProtocolError(f"the sandbox sent an invalid answer: {error}") from None
+
+
+def from_wire(wire: errors_pb2.Error) -> Exception:
+    """The exception to raise on the host for a wire error (an Execute ``error`` event, or the
+    error a failed call carries); an unknown kind is a protocol fault. Untrusted."""
+    if wire.kind not in KINDS:
+        return SandboxProtocolError(f"the sandbox sent an error of unknown kind {wire.kind}")
+    cls = KINDS[wire.kind][1]
+    if wire.errno and issubclass(cls, OSError):
+        return cls(wire.errno, _clip(wire.message))
+    return cls(_clip(wire.message))
+
+
+def from_rpc_error(error: grpc.RpcError) -> Exception:
+    """:func:`from_status` for an error raised by a grpc.aio call."""
+    return from_status(error.code(), error.details(), error.trailing_metadata() or ())
+
+
+def _wire_error(trailing_metadata: object) -> errors_pb2.Error | None:
+    try:
+        for key, value in trailing_metadata:  # type: ignore[attr-defined]
+            if key == ERROR_METADATA_KEY and isinstance(value, bytes):
+                return errors_pb2.Error.FromString(value)
+    except (DecodeError, TypeError, ValueError):
+        return None
+    return None
+
+
+def _clip(text: str) -> str:
+    text = text if isinstance(text, str) else ""
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + "…"

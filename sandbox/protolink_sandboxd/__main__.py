@@ -1,0 +1,44 @@
+"""``python3 -m protolink_sandboxd``: parse the command line, then serve under the orphan reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+from .config import parse_args
+from .init import run_under_reaper
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="sandbox: %(levelname)s %(message)s")
+
+    def serve() -> int:
+        # gRPC's fork handlers crash children that fail to exec after a setuid (SIGSEGV instead
+        # of an error); commands and workers never use gRPC, so they are not needed.
+        os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+        from .launcher import Launcher
+        from .privileges import subreapers_work
+
+        subreapers = subreapers_work()  # before the spawner: no child may be orphaned meanwhile
+
+        # A SPAWN carries one Execute request and the places its executable may be.
+        launcher = Launcher(config.command_uid, config.command_gid, max_request_bytes=2 * config.max_message_bytes,
+                            memory_bytes=config.command_memory_bytes, program=config.spawner_program)
+        if config.token is None:  # a forked spawner would carry the token; else one is started afresh
+            launcher.fork()  # while this process has one thread
+        from .server import (
+            serve,  # grpc is imported after the forks, in the serving process
+        )
+
+        asyncio.run(serve(config, launcher, subreapers=subreapers))
+        return 0
+
+    code = run_under_reaper(serve)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The server's command line: ``python3 -m protolink_sandboxd --listen ADDRESS --root PATH:rw|ro ...``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import stat
+from dataclasses import dataclass
+
+from protolink.wire.roots import Root
+
+from .spawner import PROGRAM
+
+MiB = 1024 * 1024
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything the server needs to know; see :func:`parse_args` for the flags."""
+
+    listen: str
+    roots: tuple[Root, ...]
+    boundary: str
+    command_uid: int = NOBODY
+    command_gid: int = NOBODY
+    token: str | None = None
+    max_concurrency: int = 256
+    max_message_bytes: int = 32 * MiB
+    max_output_bytes: int = 64 * MiB
+    max_workers: int = 8
+    worker_memory_bytes: int = 1024 * MiB
+    #: Address-space limit of every command (RLIMIT_AS); 0: none (the container's memory limit alone).
+    command_memory_bytes: int = 0
+    max_document_seconds: float = 300.0
+    operation_seconds: float = 300.0
+    #: The compiled spawner (sandbox/spawner.c) that starts commands.
+    spawner_program: str = PROGRAM
+
+    @property
+    def tcp(self) -> bool:
+        return self.listen.startswith("tcp://")
+
+    @property
+    def address(self) -> str:
+        """The address in gRPC's own syntax."""
+        return self.listen.removeprefix("tcp://")
+
+
+def parse_args(argv: list[str] | None = None) -> ServerConfig:
+    """Parse and check the command line; reads, then deletes, the token file."""
+    parser = argparse.ArgumentParser(prog="python3 -m protolink_sandboxd", description="The ProtoLink sandbox server.")
+    parser.add_argument("--listen", required=True, help="unix:///abs/path.sock or tcp://HOST:PORT")
+    parser.add_argument("--root", action="append", default=[], type=_root, metavar="PATH:rw|ro",
+                        help="a mounted root; repeat for several")
+    parser.add_argument("--boundary", default=socket.gethostname(), help="names the sandbox: sandbox:NAME")
+    parser.add_argument("--command-uid", type=int, default=NOBODY)
+    parser.add_argument("--command-gid", type=int, default=NOBODY)
+    parser.add_argument("--token-file", help="required with tcp://; read at startup, then deleted")
+    parser.add_argument("--max-concurrency", type=_positive, default=ServerConfig.max_concurrency)
+    parser.add_argument("--max-message-bytes", type=_positive, default=ServerConfig.max_message_bytes)
+    parser.add_argument("--max-output-bytes", type=_positive, default=ServerConfig.max_output_bytes)
+    parser.add_argument("--max-workers", type=_positive, default=ServerConfig.max_workers)
+    parser.add_argument("--worker-memory-bytes", type=_positive, default=ServerConfig.worker_memory_bytes)
+    parser.add_argument("--command-memory-bytes", type=int, default=ServerConfig.command_memory_bytes,
+                        help="RLIMIT_AS of every command; 0 for none")
+    parser.add_argument("--max-document-seconds", type=float, default=ServerConfig.max_document_seconds)
+    parser.add_argument("--operation-seconds", type=float, default=ServerConfig.operation_seconds)
+    parser.add_argument("--spawner-program", default=ServerConfig.spawner_program,
+                        help="the compiled spawner (default: where the image installs it)")
+    args = parser.parse_args(argv)
+    if not args.listen.startswith(("unix:///", "tcp://")):
+        parser.error("--listen must be unix:///ABSOLUTE/PATH or tcp://HOST:PORT")
+    if args.command_uid == 0 or args.command_gid == 0:
+        parser.error("commands never run as uid or gid 0")
+    if args.listen.startswith("tcp://") and not args.token_file:
+        parser.error("tcp:// listening requires --token-file")
+    if not os.path.isabs(args.spawner_program):
+        parser.error("--spawner-program must be an absolute path")
+    if args.command_memory_bytes < 0:
+        parser.error("--command-memory-bytes must be 0 (none) or a positive number of bytes")
+    for name in ("max_document_seconds", "operation_seconds"):
+        if not 0 < getattr(args, name) < float("inf"):
+            parser.error(f"--{name.replace('_', '-')} must be a positive number of seconds")
+    return ServerConfig(
+        listen=args.listen,
+        roots=tuple(args.root),
+        boundary=f"sandbox:{args.boundary}",
+        command_uid=args.command_uid,
+        command_gid=args.command_gid,
+        token=_take_token(args.token_file) if args.token_file else None,
+        max_concurrency=args.max_concurrency,
+        max_message_bytes=args.max_message_bytes,
+        max_output_bytes=args.max_output_bytes,
+        max_workers=args.max_workers,
+        worker_memory_bytes=args.worker_memory_bytes,
+        command_memory_bytes=args.command_memory_bytes,
+        max_document_seconds=args.max_document_seconds,
+        operation_seconds=args.operation_seconds,
+        spawner_program=args.spawner_program,
+    )
+
+
+def _root(text: str) -> Root:
+    root = Root.parse(text)
+    if not text.endswith((":ro", ":rw")) or not root.path.startswith("/") or os.path.normpath(root.path) != root.path:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected /CANONICAL/PATH:rw or /CANONICAL/PATH:ro")
+    return root
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def _take_token(path: str) -> str:
+    """The token in the regular file ``path``, which is then removed (best effort).
+
+    Anything else (a device such as /dev/null, a symlink, a directory) is refused and left alone.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise SystemExit(f"cannot read the token file {path}: {error.strerror}") from None
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise SystemExit(f"the token file {path} is not a regular file")
+        token = os.read(fd, 4096).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
+    if len(token) < 16:
+        raise SystemExit("the token must be at least 16 characters")
+    with contextlib.suppress(OSError):  # a read-only mount: the file stays, readable by root alone
+        current = os.lstat(path)
+        if (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino):
+            os.unlink(path)
+    return token

@@ -1,0 +1,256 @@
+"""One ``Execute`` call: the processes its requests start, and their events on one stream.
+
+Each request starts one process (or cancels one an earlier request started) and every event
+carries its request's id, so a client runs all its processes on a single call instead of
+paying for a call per process. Processes run through
+:class:`~protolink.execution.processes.LocalProcesses` (started as the command user by the
+spawner, :mod:`protolink_sandboxd.launcher`), at most ``max_concurrency`` at once across all calls; a call
+that asks for more than twice that at once gets a limit error for each one beyond.
+A process that cannot run gets an ``error`` event with a typed wire error; a request that does
+not parse, or reuses the id of a running process, fails the whole call (``INVALID_ARGUMENT``).
+The call ends once the client has half-closed it and its processes have finished; when it is
+canceled, or the client goes away, every process it started is killed and reaped first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from google.protobuf.message import Message
+
+from protolink.errors import SandboxLimitError
+from protolink.execution.process import (
+    ProcessCancelledError,
+    ProcessResult,
+    ProcessSpec,
+)
+from protolink.execution.processes import Leader, LocalProcesses
+from protolink.execution.resolve import Resolved, changed_executable
+from protolink.wire import convert
+from protolink.wire._pb import process_pb2
+from protolink.wire.status import to_status
+
+from .activity import Activity
+from .launcher import CommandSpec, Launcher, ResolutionChanged
+from .reaper import StrayReaper
+
+#: A quiet process still sends an event this often, so either side notices a dead peer.
+KEEPALIVE_SECONDS = 5.0
+#: A process that sends nothing else this soon after it starts gets a ``started`` event: the
+#: client learns that it runs, and a short command does not pay for one more message.
+STARTED_NOTICE_SECONDS = 0.02
+#: Text per Output event; larger chunks are split.
+OUTPUT_CHUNK_CHARS = 64 * 1024
+#: Pauses before a command refused a process for lack of tasks (EAGAIN) is tried again: the
+#: strays a sweep has just killed (a fork bomb's) count against the limits until they are reaped.
+NO_TASK_RETRY_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+class CommandProcesses(LocalProcesses):
+    """LocalProcesses whose commands are resolved and started by the spawner, as the command
+    user; supervision (output, caps, timeouts, group kills) stays in the server."""
+
+    def __init__(self, launcher: Launcher, reaper: StrayReaper) -> None:
+        self._launcher = launcher
+        self._reaper = reaper
+
+    async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
+        return await self._launcher.resolve_command(argv, cwd, env)
+
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+        """Start ``spec`` through the spawner; refused for lack of tasks, it is tried again
+        after a sweep for strays and a pause (NO_TASK_RETRY_SECONDS) before the refusal stands."""
+        for pause in NO_TASK_RETRY_SECONDS:
+            try:
+                return await self._start(spec, stdout, stderr)
+            except OSError as error:
+                if error.errno != errno.EAGAIN:
+                    raise
+            await self._reaper.sweep()
+            await asyncio.sleep(pause)
+        return await self._start(spec, stdout, stderr)
+
+    async def _start(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+        try:
+            return await self._launcher.launch(spec, stdout, stderr)
+        except ResolutionChanged:
+            raise ValueError(await self._change(spec)) from None
+
+    async def _change(self, spec: ProcessSpec) -> str:
+        """Why the command of ``spec`` no longer starts the approved file in the approved directory."""
+        try:
+            if isinstance(spec, CommandSpec) and spec.resolved_from is not None:
+                executable, cwd = spec.resolved_from
+                written = await self._launcher.resolve_command([executable], cwd, spec.env)
+                if (written.argv[0], written.cwd) != (spec.argv[0], spec.cwd):
+                    return (f"{executable!r} in {cwd!r} now resolves to {written.argv[0]!r} in {written.cwd!r}, not "
+                            f"to the {spec.argv[0]!r} in {spec.cwd!r} resolved before approval; nothing was started")
+            if spec.real_executable is not None:
+                now = (await self._launcher.resolve_command([spec.argv[0]], spec.cwd, spec.env)).real_executable
+                if now != spec.real_executable:
+                    return str(changed_executable(spec.argv[0], now, spec.real_executable))
+        except ValueError as error:
+            return f"{error}; nothing was started"
+        return f"{spec.argv[0]!r} in {spec.cwd!r} changed while it was starting; nothing was started"
+
+
+class Runner:
+    """What every Execute call shares: the processes backend, the stray sweep, the slots, and
+    the server's activity (a running process counts as a running call)."""
+
+    def __init__(self, launcher: Launcher, reaper: StrayReaper, activity: Activity, *, max_concurrency: int,
+                 max_output_bytes: int) -> None:
+        self.processes = CommandProcesses(launcher, reaper)
+        self.reaper = reaper
+        self.activity = activity
+        self.slots = asyncio.Semaphore(max_concurrency)
+        #: Processes one call may have running or waiting for a slot: a client keeps to
+        #: max_concurrency (Info's limits); the slack covers processes it canceled that are
+        #: still being reaped here.
+        self.max_per_call = 2 * max_concurrency
+        self.max_output_bytes = max_output_bytes
+
+
+class ProcessCall:
+    """The processes of one Execute call; iterate :meth:`events` to serve it."""
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+        self._queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._reading = True
+
+    async def events(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The call's events, serialized, until it ends; raises what failed the call."""
+        reader = asyncio.ensure_future(self._read(requests))
+        try:
+            while (event := await self._queue.get()) is not None:
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+        finally:
+            reader.cancel()
+            for task in self._running.values():
+                task.cancel()  # each kills and reaps its group before it ends
+            await _settled([reader, *self._running.values()])
+
+    async def _read(self, requests: AsyncIterator[bytes]) -> None:
+        try:
+            async for request in requests:
+                self._take(request)
+        except Exception as error:  # a request that does not parse, or a broken protocol
+            self._queue.put_nowait(error)
+        finally:
+            self._reading = False
+            self._end_if_done()
+
+    def _take(self, data: bytes) -> None:
+        request = convert.parse(process_pb2.ExecuteRequest, data)
+        if request.cancel:
+            if (task := self._running.get(request.id)) is not None:
+                task.cancel()
+            return
+        convert.require(request.id not in self._running, f"request id {request.id} is already running")
+        if len(self._running) >= self._runner.max_per_call:
+            refusal = SandboxLimitError(f"more than {self._runner.max_per_call} processes on one call")
+            self._queue.put_nowait(_event(request.id, error=to_status(refusal)[1]))
+            return
+        task = asyncio.ensure_future(self._run(request))
+        self._running[request.id] = task
+        task.add_done_callback(lambda _: self._finished(request.id))
+
+    def _finished(self, request_id: int) -> None:
+        del self._running[request_id]
+        self._end_if_done()
+
+    def _end_if_done(self) -> None:
+        if not self._reading and not self._running:
+            self._queue.put_nowait(None)
+
+    async def _run(self, request: process_pb2.ExecuteRequest) -> None:
+        """Run one process, queueing its events; nothing more after it is canceled."""
+        events = _ProcessEvents(request.id, self._queue)
+        try:
+            with self._runner.activity.call():
+                result = await self._execute(request, events)
+            events.put(finished=process_pb2.Finished(
+                exit_code=result.exit_code,
+                truncated=result.truncated,
+                timed_out=result.timed_out,
+                canceled=result.canceled,
+                duration_seconds=result.duration_seconds,
+            ))
+        except (ProcessCancelledError, asyncio.CancelledError):
+            return  # the group is dead and reaped; the client has stopped listening
+        except Exception as error:
+            events.put(error=to_status(error)[1])
+        finally:
+            events.close()
+
+    async def _execute(self, request: process_pb2.ExecuteRequest, events: _ProcessEvents) -> ProcessResult:
+        spec = CommandSpec.of(convert.process_spec(request), convert.command_as_written(request))
+        convert.require(spec.max_output_bytes <= self._runner.max_output_bytes,
+                         f"max_output_bytes is over this sandbox's limit of {self._runner.max_output_bytes}")
+        async with self._runner.slots, self._runner.reaper.command():
+            events.starting()
+            return await self._runner.processes.execute(spec, events)
+
+
+class _ProcessEvents:
+    """One process's events into the call's queue: the Emitter LocalProcesses sends output to,
+    a ``started`` event when nothing else comes first, and a keepalive every
+    KEEPALIVE_SECONDS until closed."""
+
+    def __init__(self, request_id: int, queue: asyncio.Queue[bytes | BaseException | None]) -> None:
+        self._id = request_id
+        self._queue = queue
+        self._loop = asyncio.get_running_loop()
+        self._sent = False
+        self._notice: asyncio.TimerHandle | None = None
+        self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
+
+    def starting(self) -> None:
+        """The process has its slot: ``started`` follows in STARTED_NOTICE_SECONDS unless
+        another event (output, finished) has told the client first."""
+        self._notice = self._loop.call_later(STARTED_NOTICE_SECONDS, self._notify_started)
+
+    def put(self, **event: Message) -> None:
+        self._sent = True
+        self._queue.put_nowait(_event(self._id, **event))
+
+    async def emit(self, type: str, **data: Any) -> None:
+        if type != "process.output":
+            return
+        channel = convert.CHANNEL_NUMBERS[data["channel"]]
+        text: str = data["text"]
+        for start in range(0, len(text), OUTPUT_CHUNK_CHARS):
+            self.put(output=process_pb2.Output(channel=channel, text=text[start : start + OUTPUT_CHUNK_CHARS]))
+
+    def close(self) -> None:
+        """No more started or keepalive events."""
+        if self._notice is not None:
+            self._notice.cancel()
+        self._keepalive.cancel()
+
+    def _notify_started(self) -> None:
+        if not self._sent:
+            self.put(started=process_pb2.Started())
+
+    def _keep_alive(self) -> None:
+        self.put(keepalive=process_pb2.Keepalive())
+        self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
+
+
+def _event(request_id: int, **event: Message) -> bytes:
+    return process_pb2.ExecuteEvent(id=request_id, **event).SerializeToString()
+
+
+async def _settled(tasks: list[asyncio.Task[None] | asyncio.Future[None]]) -> None:
+    """Wait until every task is done, even when this wait is canceled meanwhile."""
+    while pending := [task for task in tasks if not task.done()]:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait(pending)

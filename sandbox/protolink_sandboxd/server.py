@@ -1,0 +1,144 @@
+"""The grpc.aio server: listening socket, authentication, health, limits and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from .config import ServerConfig
+from .launcher import Launcher
+from .privileges import acting_as
+from .reaper import StrayReaper, kill_strays
+from .service import SERVICE, SandboxService
+from .workers import WorkerPool
+
+#: How long in-flight calls may finish when the server is asked to stop.
+STOP_GRACE_SECONDS = 2.0
+#: The first worker starts (a few hundred milliseconds of CPU) once no call has run for this
+#: long, so it does not slow the first commands; a file call that comes first starts it at once.
+WARM_WHEN_QUIET_SECONDS = 0.2
+
+log = logging.getLogger("sandbox")
+
+
+class TokenCheck(grpc.aio.ServerInterceptor):
+    """Refuses every call whose ``authorization`` metadata is not ``Bearer <token>``."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        supplied = dict(details.invocation_metadata or ()).get("authorization", "")
+        supplied_bytes = supplied.encode() if isinstance(supplied, str) else bytes(supplied)
+        if handler is None or hmac.compare_digest(supplied_bytes, self._expected):
+            return handler
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(_refuse_stream)
+        return grpc.unary_unary_rpc_method_handler(_refuse)
+
+
+async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+
+
+async def _refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+    yield  # pragma: no cover - makes this an async generator
+
+
+def server_options(config: ServerConfig) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+        # Calls beyond this wait for a stream on the client side instead of failing.
+        ("grpc.max_concurrent_streams", config.max_concurrency),
+        ("grpc.keepalive_time_ms", 20_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
+        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def _listen(server: grpc.aio.Server, config: ServerConfig) -> None:
+    """Bind the listening socket. A Unix socket is created, owner-only, by the owner of its
+    directory: the host user's directory only its owner can open, where uid 0 without
+    CAP_DAC_OVERRIDE could not create anything when that owner is not root."""
+    if config.tcp:
+        _bind(server, config)
+        return
+    path = config.address.removeprefix("unix://")
+    owner = os.stat(os.path.dirname(path))
+    if owner.st_uid == config.command_uid:
+        raise SystemExit(f"the socket directory {os.path.dirname(path)} belongs to the command user")
+    with acting_as(owner.st_uid, owner.st_gid):
+        _bind(server, config)
+        try:
+            os.chmod(path, 0o600)
+        except PermissionError:  # gVisor: a socket on a host mount refuses chmod; the host's
+            pass  # owner-only directory around it is what keeps others out
+
+
+def _bind(server: grpc.aio.Server, config: ServerConfig) -> None:
+    try:
+        server.add_insecure_port(config.address)
+    except RuntimeError:
+        raise SystemExit(f"cannot listen on {config.listen}") from None
+
+
+async def _warm_when_quiet(service: SandboxService, workers: WorkerPool) -> None:
+    await service.activity.quiet(WARM_WHEN_QUIET_SECONDS)
+    await workers.warm()
+
+
+async def serve(config: ServerConfig, launcher: Launcher, *, subreapers: bool) -> None:
+    """Serve until SIGTERM or SIGINT; then stop accepting, kill every command and worker.
+
+    ``subreapers``: whether the commands' keepers are subreapers here (see :mod:`protolink_sandboxd.reaper`)."""
+    os.umask(0o077)  # the socket is created owner-only; commands and workers set their own umask
+    workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
+                         max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
+    launcher.start()
+    reaper = StrayReaper(config.command_uid, lambda: launcher.pid, lambda: workers.pids, subreapers=subreapers)
+    server = grpc.aio.server(
+        options=server_options(config),
+        interceptors=[TokenCheck(config.token)] if config.token else [],
+        maximum_concurrent_rpcs=config.max_concurrency * 4,
+    )
+    service = SandboxService(config, workers, reaper, launcher)
+    server.add_generic_rpc_handlers((service.handler(),))
+    health_service = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
+    _listen(server, config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await server.start()
+    for name in ("", SERVICE):
+        await health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("serving %s on %s", config.boundary, config.listen)
+    warming = asyncio.ensure_future(_warm_when_quiet(service, workers))
+    try:
+        await stop.wait()
+    finally:
+        warming.cancel()
+        await health_service.enter_graceful_shutdown()
+        await server.stop(STOP_GRACE_SECONDS)
+        await workers.aclose()
+        await launcher.aclose()
+        await asyncio.to_thread(kill_strays, config.command_uid, None)

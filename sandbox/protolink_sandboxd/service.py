@@ -1,0 +1,151 @@
+"""The Sandbox service: a thin adapter from RPCs to :mod:`protolink.execution`.
+
+``Execute`` calls run processes (:mod:`protolink_sandboxd.execute`); ``ResolveCommand`` is answered by
+the spawner (:mod:`protolink_sandboxd.launcher`), with the command user's permissions. Workspace and
+document operations run in worker processes (:mod:`protolink_sandboxd.workers`) after the requested roots
+are checked against the mounted ones. Requests arrive as bytes and are parsed here, so a
+malformed one is answered with ``INVALID_ARGUMENT``; any failure becomes a status plus a typed
+wire error (:mod:`protolink.wire.status`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+from google.protobuf.message import Message
+
+import protolink
+from protolink.wire import convert
+from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
+from protolink.wire.status import ERROR_METADATA_KEY, KINDS, to_status
+
+from .activity import Activity
+from .config import ServerConfig
+from .execute import ProcessCall, Runner
+from .launcher import Launcher
+from .operations import OPERATIONS
+from .reaper import StrayReaper
+from .workers import OperationFailed, WorkerPool
+
+SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].full_name
+
+log = logging.getLogger("sandbox")
+
+
+class SandboxService:
+    """The RPC implementations; :meth:`handler` exposes them to a grpc.aio server.
+
+    ``activity`` tells when calls run (the server warms its first worker in a quiet moment).
+    """
+
+    def __init__(self, config: ServerConfig, workers: WorkerPool, reaper: StrayReaper, launcher: Launcher) -> None:
+        self._config = config
+        self._workers = workers
+        self.activity = Activity()
+        self._runner = Runner(launcher, reaper, self.activity, max_concurrency=config.max_concurrency,
+                              max_output_bytes=config.max_output_bytes)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """Every method of the Sandbox service, taking and returning raw bytes."""
+        methods: dict[str, grpc.RpcMethodHandler] = {
+            "Info": grpc.unary_unary_rpc_method_handler(self._guarded(self.info)),
+            "Execute": grpc.stream_stream_rpc_method_handler(self._guarded_stream(self.execute)),
+            "ResolveCommand": grpc.unary_unary_rpc_method_handler(self._guarded(self.resolve_command)),
+        }
+        for name in OPERATIONS:
+            methods[name] = grpc.unary_unary_rpc_method_handler(self._guarded(functools.partial(self.perform, name)))
+        return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+    async def info(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        convert.parse(sandbox_pb2.InfoRequest, request)
+        config = self._config
+        response = sandbox_pb2.InfoResponse(
+            boundary=config.boundary,
+            server_version=protolink.__version__,
+            limits=sandbox_pb2.Limits(
+                max_message_bytes=config.max_message_bytes,
+                max_concurrency=config.max_concurrency,
+                max_document_seconds=config.max_document_seconds,
+                max_document_memory_bytes=config.worker_memory_bytes,
+                max_output_bytes=config.max_output_bytes,
+                max_operation_seconds=config.operation_seconds,
+            ),
+            roots=[sandbox_pb2.Root(path=root.path, writable=root.writable) for root in config.roots],
+        )
+        return response.SerializeToString()
+
+    async def resolve_command(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        message = convert.parse(process_pb2.ResolveCommandRequest, request)
+        resolved = await self._runner.processes.resolve_command(list(message.argv), message.cwd, dict(message.env))
+        return convert.resolve_response(resolved).SerializeToString()
+
+    async def execute(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        async for event in ProcessCall(self._runner).events(requests):
+            yield event
+
+    async def perform(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        operation = OPERATIONS[method]
+        message = convert.parse(operation.request, request)
+        self._check_roots(message)
+        seconds = self._config.operation_seconds
+        if operation.document:
+            limits = convert.document_limits(message.limits)  # type: ignore[attr-defined]
+            seconds = min(limits.timeout_seconds, self._config.max_document_seconds)
+        return await self._workers.call(method, request, seconds=seconds, what=operation.what)
+
+    def _guarded(
+        self, handler: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]],
+    ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+        async def run(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            with self.activity.call():
+                try:
+                    return await handler(request, context)
+                except (grpc.aio.AbortError, asyncio.CancelledError):
+                    raise
+                except Exception as error:
+                    await _abort(context, error)
+                    raise  # unreachable: abort raises
+
+        return run
+
+    def _guarded_stream(
+        self, handler: Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]],
+    ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+        """A streaming ``handler`` whose failure ends its call with a status and a typed wire error."""
+
+        async def run(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            try:
+                async for item in handler(requests, context):
+                    yield item
+            except (grpc.aio.AbortError, asyncio.CancelledError):
+                raise
+            except Exception as error:
+                await _abort(context, error)
+
+        return run
+
+    def _check_roots(self, message: Message) -> None:
+        """Requested roots must be mounted roots or beneath one; writes need a writable one."""
+        mounted = [root.path for root in self._config.roots]
+        for root in getattr(message, "roots", ()):
+            convert.require(convert.beneath(root, mounted), f"root {root!r} is not mounted in this sandbox")
+        if isinstance(message, workspace_pb2.ReplaceFileRequest):
+            writable = [root.path for root in self._config.roots if root.writable]
+            if not convert.beneath(message.expected.resource_id, writable):
+                raise PermissionError(f"{message.expected.resource_id} is in a read-only root of this sandbox")
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
+    if isinstance(error, OperationFailed):
+        code, wire = KINDS[error.error.kind][0], error.error
+    else:
+        code, wire = to_status(error)
+    if wire.kind == errors_pb2.ERROR_KIND_INTERNAL:
+        log.error("internal error", exc_info=error)
+    await context.abort(code, wire.message, trailing_metadata=((ERROR_METADATA_KEY, wire.SerializeToString()),))
+
+

@@ -1,0 +1,222 @@
+"""Worker processes that run workspace and document operations as the command user.
+
+A worker serves one request at a time and is reused while it stays healthy. One that runs
+past its wall time, dies (memory or CPU limit, a crash), breaks the pipe protocol, or is
+abandoned by a canceled call is killed and reaped; the next call starts a fresh one. The
+caller gets a typed error and the server lives on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+
+from google.protobuf.message import DecodeError
+
+from protolink.errors import SandboxError, SandboxLimitError
+from protolink.wire._pb import errors_pb2
+from protolink.wire.status import KINDS
+
+from . import frames
+
+#: How long a failed worker start waits before the next attempt.
+SPAWN_RETRY_SECONDS = 0.2
+#: How long one call must hold a worker, while another waits, before the pool starts another.
+GROW_AFTER_SECONDS = 0.1
+
+log = logging.getLogger("sandbox")
+
+
+class OperationFailed(Exception):
+    """The operation raised inside its worker; ``error`` is the wire error to answer with."""
+
+    def __init__(self, error: errors_pb2.Error) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class _Worker:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    async def ask(self, frame: bytes, max_reply_bytes: int) -> tuple[int, bytes]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(frame)
+        await self.process.stdin.drain()
+        status, length = frames.REPLY.unpack(await self.process.stdout.readexactly(frames.REPLY.size))
+        if status not in (frames.OK, frames.ERROR):
+            raise _Broken(f"a reply with status {status}")
+        if length > max_reply_bytes:
+            raise _TooLarge(length)
+        return status, await self.process.stdout.readexactly(length)
+
+    async def stop(self) -> int:
+        """Kill the worker and reap it; its exit status."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return await self.process.wait()
+
+
+class _Broken(Exception):
+    """The worker broke the pipe protocol."""
+
+
+class _TooLarge(Exception):
+    """The worker's answer is larger than a message may be."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self.length = length
+
+
+class WorkerPool:
+    """Runs operations in worker processes, at most ``max_workers`` of them.
+
+    A call takes whichever worker is idle first. When none is, the pool grows in the
+    background, one worker at a time, so a burst of short calls is served by the workers that
+    exist instead of waiting for new ones to load.
+    """
+
+    def __init__(self, *, uid: int, gid: int, memory_bytes: int, max_workers: int, max_message_bytes: int) -> None:
+        self._command = [
+            sys.executable, "-I", "-m", "protolink_sandboxd.worker",
+            "--uid", str(uid), "--gid", str(gid),
+            "--memory-bytes", str(memory_bytes), "--max-request-bytes", str(max_message_bytes),
+            "--server", str(os.getpid()),
+        ]
+        self._max_message_bytes = max_message_bytes
+        self._max_workers = max_workers
+        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._live: set[_Worker] = set()
+        self._growing: asyncio.Task[None] | None = None
+        self._spawn_error: OSError | None = None
+        self._busy: dict[_Worker, float] = {}  # worker -> when its current call started
+
+    @property
+    def pids(self) -> list[int]:
+        """The pids of the workers this pool holds (each a child of this process)."""
+        return [worker.process.pid for worker in self._live]
+
+    async def warm(self) -> None:
+        """Start one worker ahead of the first call."""
+        if not self._live and (self._growing is None or self._growing.done()):
+            self._growing = asyncio.ensure_future(self._grow())
+            await self._growing
+
+    async def call(self, method: str, payload: bytes, *, seconds: float, what: str) -> bytes:
+        """The response payload of ``method``; OperationFailed with the operation's own error,
+        TimeoutError past ``seconds`` of wall time, SandboxLimitError when the worker died."""
+        frame = frames.request_frame(method, payload, seconds)
+        worker = await self._take()
+        self._busy[worker] = time.monotonic()
+        healthy = False
+        try:
+            status, reply = await asyncio.wait_for(worker.ask(frame, self._max_message_bytes), seconds)
+            failure = _failure(reply) if status == frames.ERROR else None
+            # A worker that ran out of memory answers, then exits: it is not reused.
+            healthy = failure is None or failure.error.kind != errors_pb2.ERROR_KIND_LIMIT_EXCEEDED
+        except TimeoutError:
+            raise TimeoutError(f"{what} did not finish within {seconds:g} seconds; its worker was stopped") from None
+        except _TooLarge as large:
+            raise SandboxLimitError(f"the answer of {what} is {large.length} bytes, over this sandbox's "
+                                    f"message limit of {self._max_message_bytes}") from None
+        except (asyncio.IncompleteReadError, ConnectionError, _Broken, DecodeError):
+            raise SandboxLimitError(f"{what} was stopped: {await _death(worker)}") from None
+        finally:
+            del self._busy[worker]
+            if healthy and worker.process.returncode is None:
+                self._idle.put_nowait(worker)
+            else:
+                await asyncio.shield(self._retire(worker))
+        if failure is not None:
+            raise failure
+        return reply
+
+    async def aclose(self) -> None:
+        """Kill and reap every worker."""
+        if self._growing is not None:
+            self._growing.cancel()
+        await asyncio.gather(*(self._retire(worker) for worker in list(self._live)))
+
+    async def _take(self) -> _Worker:
+        while True:
+            patience = GROW_AFTER_SECONDS if self._live else 0.0
+            getter = asyncio.ensure_future(self._idle.get())
+            try:
+                # Short calls free their workers sooner than a new one would load (a start costs
+                # a few hundred milliseconds of CPU): grow only when a worker has been held by
+                # one call for a while, or when there is none at all.
+                done, _ = await asyncio.wait({getter}, timeout=patience)
+                if not done and self._should_grow():
+                    self._growing = asyncio.ensure_future(self._grow())
+                growing = self._growing
+                waits = {getter} if growing is None or growing.done() else {getter, growing}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not getter.done():
+                    getter.cancel()  # the item, if one was just put, stays queued
+                elif not getter.cancelled() and sys.exc_info()[0] is not None:
+                    self._idle.put_nowait(getter.result())  # canceled after all: give the worker back
+            if getter.done() and not getter.cancelled():
+                worker = getter.result()
+                if worker.process.returncode is None:
+                    return worker
+                await self._retire(worker)  # it died while idle (a crash, the OOM killer)
+            elif self._spawn_error is not None and not self._live:
+                raise SandboxError(f"cannot start a worker process: {self._spawn_error}")
+
+    def _should_grow(self) -> bool:
+        if len(self._live) >= self._max_workers or not (self._growing is None or self._growing.done()):
+            return False
+        held_since = time.monotonic() - GROW_AFTER_SECONDS
+        return not self._live or any(started < held_since for started in self._busy.values())
+
+    async def _grow(self) -> None:
+        try:
+            worker = await self._spawn()
+        except OSError as error:  # e.g. a full process table: a fork bomb is running
+            self._spawn_error = error
+            log.warning("cannot start a worker process: %s", error)
+            await asyncio.sleep(SPAWN_RETRY_SECONDS)  # waiting callers retry at this pace
+            return
+        self._spawn_error = None
+        self._live.add(worker)
+        self._idle.put_nowait(worker)
+
+    async def _retire(self, worker: _Worker) -> None:
+        self._live.discard(worker)
+        await worker.stop()
+
+    async def _spawn(self) -> _Worker:
+        process = await asyncio.create_subprocess_exec(
+            *self._command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            cwd="/",
+            env={"PATH": os.defpath},
+            start_new_session=True,
+        )
+        return _Worker(process)
+
+
+def _failure(reply: bytes) -> OperationFailed:
+    error = errors_pb2.Error.FromString(reply)
+    if error.kind not in KINDS:
+        raise _Broken(f"an error of unknown kind {error.kind}")
+    return OperationFailed(error)
+
+
+async def _death(worker: _Worker) -> str:
+    """Why a worker stopped answering, once it is reaped."""
+    code = await worker.stop()
+    if code == -signal.SIGXCPU:
+        return "its worker exceeded its CPU time limit"
+    if code < 0:
+        return f"its worker was killed by signal {-code} (a memory or CPU limit, or a crash)"
+    return f"its worker exited with status {code}"

@@ -1,0 +1,58 @@
+"""The server's command line: roots, identities, and a token file that is consumed safely."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from protolink_sandboxd.config import parse_args
+
+from protolink.wire.roots import Root
+
+TOKEN = "t0ken-of-at-least-16-characters"
+
+
+def test_roots_and_defaults():
+    config = parse_args(["--listen", "unix:///run/s.sock", "--root", "/ws:rw", "--root", "/docs:ro"])
+    assert config.roots == (Root("/ws", True), Root("/docs", False))
+    assert (config.command_uid, config.command_gid) == (65534, 65534)
+    assert config.boundary.startswith("sandbox:") and config.token is None
+    assert config.command_memory_bytes == 0  # no address-space limit of its own (runc)
+    limited = parse_args(["--listen", "unix:///run/s.sock", "--command-memory-bytes", str(384 << 20)])
+    assert limited.command_memory_bytes == 384 << 20
+
+
+@pytest.mark.parametrize("argv", [
+    ["--listen", "unix:///s", "--command-uid", "0"],
+    ["--listen", "unix:///s", "--command-gid", "0"],
+    ["--listen", "tcp://0.0.0.0:7000"],  # TCP without a token
+    ["--listen", "http://x"],
+    ["--listen", "unix:///s", "--root", "/ws"],  # access not declared
+    ["--listen", "unix:///s", "--root", "relative:rw"],
+    ["--listen", "unix:///s", "--root", "/ws/../etc:rw"],
+    ["--listen", "unix:///s", "--command-memory-bytes", "-1"],
+])
+def test_refused_command_lines(argv):
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+
+
+def test_the_token_file_is_read_then_removed(tmp_path: Path):
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    config = parse_args(["--listen", "tcp://127.0.0.1:7000", "--token-file", str(token_file)])
+    assert config.token == TOKEN and not token_file.exists()
+
+
+def test_only_a_regular_token_file_is_consumed(tmp_path: Path):
+    fifo, link, short = tmp_path / "fifo", tmp_path / "link", tmp_path / "short"
+    os.mkfifo(fifo)
+    (tmp_path / "target").write_text(TOKEN)
+    link.symlink_to(tmp_path / "target")
+    short.write_text("too short")
+    for path in (fifo, link, short, tmp_path):
+        with pytest.raises(SystemExit):
+            parse_args(["--listen", "tcp://127.0.0.1:7000", "--token-file", str(path)])
+        assert os.path.lexists(path)
+    assert (tmp_path / "target").read_text() == TOKEN
