@@ -17,7 +17,7 @@ _EXPORTS = {
     "SandboxInfo": "protolink.sandbox.client",
     "DockerSandbox": "protolink.sandbox.docker",
     "Root": "protolink.sandbox.docker",
-    "reap": "protolink.protolink_sandboxd.reaper",
+    "reap": "protolink.sandbox.reaper",
 }
 
 __all__ = sorted(_EXPORTS)
