@@ -16,7 +16,8 @@ _EXPORTS = {
     "SandboxBackend": "protolink.sandbox.client",
     "SandboxInfo": "protolink.sandbox.client",
     "DockerSandbox": "protolink.sandbox.docker",
-    "Root": "protolink.sandbox.docker",
+    "SandboxConfig": "protolink.sandbox.config",
+    "Root": "protolink.wire.roots",
     "reap": "protolink.sandbox.reaper",
 }
 

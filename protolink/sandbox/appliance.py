@@ -7,29 +7,37 @@ async code, inside :func:`~protolink.sandbox.engine.engine_errors`.
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from typing import Any
 
 from protolink.errors import SandboxError
 
 from . import engine
+from .config import NoNetwork, SandboxConfig
 from .docker import DockerSandbox, published_address
+from .placements.docker import ContainerSpec, EngineFacts, HostFacts, unix_address
 
 APPLIANCE_LABEL = "io.protolink.appliance"
 ADDRESS_LABEL = "io.protolink.address"
 
 
+def appliance_config(name: str, **options: Any) -> SandboxConfig:
+    """The configuration of appliance ``name`` (the other keywords are those of
+    :meth:`SandboxConfig.from_options`): it never expires, and its owner is this host."""
+    return SandboxConfig.from_options(name=name, owner=f"appliance:{socket.gethostname()}", expiry_seconds=None,
+                                      **options)
+
+
 class Appliance(DockerSandbox):
-    """A DockerSandbox named ``name`` that never expires and carries the labels :func:`find` and
-    :func:`address` read."""
+    """A DockerSandbox (of an :func:`appliance_config`) whose container carries the labels
+    :func:`find` and :func:`address` read."""
 
-    def __init__(self, name: str, **options: Any) -> None:
-        super().__init__(name=name, owner=f"appliance:{socket.gethostname()}", expiry_seconds=None, **options)
-
-    def _labels(self) -> dict[str, str]:
+    def _spec(self, engine_facts: EngineFacts, host: HostFacts) -> ContainerSpec:
+        spec = super()._spec(engine_facts, host)
         extra = {APPLIANCE_LABEL: self.name}
-        if not self.tcp:
-            extra[ADDRESS_LABEL] = f"unix://{self._host_dirs[0] / 'sandbox.sock'}"
-        return {**super()._labels(), **extra}
+        if isinstance(self.config.network, NoNetwork):
+            extra[ADDRESS_LABEL] = unix_address(host.channel_dir)
+        return replace(spec, labels={**spec.labels, **extra})
 
 
 def find(name: str) -> Any | None:

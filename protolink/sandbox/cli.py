@@ -54,29 +54,33 @@ def when(epoch: int, now: float) -> str:
 
 
 async def _up(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from protolink.wire.roots import Root
 
-    from .appliance import Appliance, find
-    from .docker import command_identity, roots_from_env
+    from .appliance import Appliance, appliance_config, find
+    from .config import Identity
+    from .docker import roots_from_env
     from .provision import DEFAULT_IMAGE, ensure_engine, ensure_image
-    from .writable_roots import default_workspace
+    from .writable_roots import check_writable, default_workspace
 
     roots = [Root.parse(text) for text in args.root] or roots_from_env()
-    uid, gid = command_identity()
+    identity = Identity.of()
     workspace = None
     if not roots:
-        workspace = await asyncio.to_thread(default_workspace, uid, gid)
+        workspace = await asyncio.to_thread(default_workspace, identity.uid, identity.gid)
         roots = [Root(str(workspace), writable=True)]
-    image = args.image or DEFAULT_IMAGE
-    sandbox = Appliance(args.name, roots=roots, image=image, memory=args.memory_mib << 20, pids=args.pids,
-                        cpus=args.cpus, disk_bytes=args.disk_mib << 20, runtime=args.runtime, tcp=args.tcp,
-                        chown_writable=args.chown_writable)
-    await asyncio.to_thread(sandbox.check_roots)  # before anything slow; it logs what it hands over
+    config = appliance_config(args.name, roots=roots, image=args.image or DEFAULT_IMAGE, memory=args.memory_mib << 20,
+                              pids=args.pids, cpus=args.cpus, disk_bytes=args.disk_mib << 20, runtime=args.runtime,
+                              tcp=args.tcp)
+    # Before anything slow; it logs what it hands over.
+    await asyncio.to_thread(check_writable, config.roots, identity.uid, identity.gid, hand_over=args.chown_writable)
     await asyncio.to_thread(ensure_engine, _say)
     if await asyncio.to_thread(find, args.name) is not None:
         _say(f"{args.name} is already up; `protolink-sandbox down` first to change it")
         return await _status(args)
-    sandbox.image = await asyncio.to_thread(ensure_image, image, _say)
+    image = await asyncio.to_thread(ensure_image, config.image, _say)
+    sandbox = Appliance(config=replace(config, image=image), chown_writable=args.chown_writable)
     await sandbox.start()
     container_id = sandbox.container_id or ""
     address = await sandbox.detach()
@@ -85,7 +89,7 @@ async def _up(args: argparse.Namespace) -> int:
         _say(f"root {root.path} ({'read-write' if root.writable else 'read-only'})")
     print(f"{args.name} is up at {address}")
     if workspace is not None:
-        print(f"workspace: {workspace} (read-write; commands run as uid {uid})")
+        print(f"workspace: {workspace} (read-write; commands run as uid {identity.uid})")
     token_file = str(records.token_path(args.name)) if sandbox.token is not None else None
     if token_file:
         print(f"token: {token_file}")

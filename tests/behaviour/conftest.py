@@ -72,9 +72,9 @@ def command_uid(backend_kind: str) -> int | None:
 
         return unused_uid()
     if backend_kind == "sandbox":
-        from protolink.sandbox.docker import command_identity
+        from protolink.sandbox.config import Identity
 
-        return command_identity()[0]
+        return Identity.of().uid
     return None
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from protolink.errors import SandboxUnavailableError
-from protolink.sandbox.docker import DockerSandbox, MiB
+from protolink.sandbox.config import MiB
+from protolink.sandbox.docker import DockerSandbox
 
 pytestmark = pytest.mark.docker
 

@@ -30,7 +30,8 @@ import pytest
 from protolink import Agent, AgentCard, StorageCheckpointStore
 from protolink.errors import SandboxUnavailableError
 from protolink.execution.process import ProcessResult
-from protolink.sandbox.docker import DockerSandbox, MiB
+from protolink.sandbox.config import MiB
+from protolink.sandbox.docker import DockerSandbox
 from protolink.storage import InMemoryStorage
 from protolink.tools.builtins import (
     document_tools,

@@ -13,7 +13,8 @@ import pytest
 
 from protolink.errors import SandboxUnavailableError
 from protolink.execution.process import ProcessResult
-from protolink.sandbox.docker import SHM_BYTES, TMPFS_BYTES_PER_ENTRY
+from protolink.sandbox.config import Limits
+from protolink.sandbox.placements.docker import TMPFS_BYTES_PER_ENTRY
 
 from .conftest import (
     GVISOR,
@@ -240,7 +241,7 @@ async def test_entry_flood_in_memory_file_systems(lone_attacker, directory):
         return
     assert not result.timed_out and "No space left on device" in result.stderr
     count = await lone_attacker.run(["/bin/sh", "-c", f"ls -f {flood} | wc -l; rm -rf {flood}"])
-    limit = (LIMITS["tmpfs_bytes"] if directory == "/tmp" else SHM_BYTES) // TMPFS_BYTES_PER_ENTRY
+    limit = (LIMITS["tmpfs_bytes"] if directory == "/tmp" else Limits.shm_bytes) // TMPFS_BYTES_PER_ENTRY
     assert int(count.stdout.split()[0]) <= limit
     figure(f"empty files in {directory} before ENOSPC", count.stdout.split()[0])
     await still_serves(lone_attacker)

@@ -9,7 +9,6 @@ import pytest
 from protolink.sandbox.docker import (
     DockerSandbox,
     Root,
-    cpu_limit,
     roots_from_env,
     seccomp_profile,
 )
@@ -65,18 +64,6 @@ def test_limits_are_validated(tmp_path):
         DockerSandbox([tmp_path], memory=1 << 20)
     with pytest.raises(ValueError):
         DockerSandbox([tmp_path], cpus=0)
-
-
-def test_whole_cpus_are_a_cpuset_spread_by_name_and_fractions_a_quota():
-    (one,) = cpu_limit(1.0, 8, "a")["cpuset_cpus"].split(",")
-    assert 0 <= int(one) < 8 and cpu_limit(1, 8, "a") == cpu_limit(1.0, 8, "a")  # the same CPU for a name
-    chosen = {cpu_limit(2.0, 8, f"sandbox-{n}")["cpuset_cpus"] for n in range(50)}
-    assert len(chosen) > 4  # sandboxes spread over the engine's CPUs
-    for cpus in chosen:
-        first, second = map(int, cpus.split(","))
-        assert 0 <= first < second < 8 and (second - first) in (1, 7)  # two neighbours, wrapping around
-    assert cpu_limit(0.5, 8, "a") == {"nano_cpus": 500_000_000}
-    assert cpu_limit(2.5, 2, "a") == {} and cpu_limit(2.0, 2, "a") == {}
 
 
 def test_the_seccomp_profile_denies_by_default_and_never_allows_escape_calls():

@@ -25,7 +25,11 @@ from protolink.sandbox.posix_acl import (
     USER_OBJ,
     Entry,
 )
-from protolink.sandbox.writable_roots import check_writable, default_workspace, writable_by
+from protolink.sandbox.writable_roots import (
+    check_writable,
+    default_workspace,
+    writable_by,
+)
 from protolink.wire.roots import Root
 
 UID = GID = 65534  # the sandbox's command user

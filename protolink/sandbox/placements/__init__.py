@@ -1,0 +1,16 @@
+"""Placements: pure translations of a :class:`~protolink.sandbox.config.SandboxConfig` into
+what one orchestrator runs.
+
+Each placement is a module with a function from the configuration and the facts of its own
+orchestrator (what that orchestrator reports about itself, and what the host prepared) to that
+orchestrator's specification. No I/O: the caller asks the orchestrator, makes the host's
+directories, then translates, so every security default is checked without an engine.
+
+- :mod:`.docker`: a Docker Engine container (the keywords of the docker SDK's
+  ``containers.create``), run by :class:`~protolink.sandbox.docker.DockerSandbox`.
+
+A Docker Swarm service would be ``swarm.py`` (``service_spec(config, SwarmFacts) ->
+ServiceSpec``: the task template of ``services.create``), a Kubernetes Pod ``kubernetes.py``
+(``pod_spec(config, ClusterFacts) -> dict``, the Pod manifest); each reads the same
+configuration and is tested field by field like the first.
+"""
