@@ -21,7 +21,7 @@ from typing import Any
 
 from protolink import Agent, AgentCard
 from protolink.execution.local import LocalExecutionBackend
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 from protolink.tools.builtins import process_tool
 
 CALLS = 300

@@ -34,7 +34,7 @@ from search import build_tree
 
 from protolink import Agent, AgentCard, CapabilityPolicy
 from protolink.execution.local import LocalExecutionBackend
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.provision import ensure_image
 from protolink.tools import document_tools, filesystem_tools, process_tool

@@ -9,7 +9,7 @@
  * check passes (CHANGED otherwise). A RESOLVE request looks a command up with the command user's
  * permissions. The rules of resolution are the server's (protolink/execution/resolve.py): it
  * sends the candidate files in order, and this program only says which directory a path names
- * and which candidate is the first executable file. The server (sandbox/protolink_sandboxd/launcher.py) holds the
+ * and which candidate is the first executable file. The server (sandbox/protolink_sandboxd/spawner_client.py) holds the
  * other end of the wire format, stated once here and once there (a test compares them):
  *
  *   frame:    kind (u8), request id (u64), payload length (u32), all big-endian; then the payload
@@ -39,7 +39,7 @@
  * process descended from a running command stays below this process, whatever its group or
  * session. The keeper reaps those orphans, and when the command exits it reports the exit and
  * exits too: what the command left behind drops out from under this process, and the server's
- * stray sweep (sandbox/protolink_sandboxd/reaper.py) kills it. Where subreapers are refused (gVisor) the keeper
+ * stray sweep (sandbox/protolink_sandboxd/strays.py) kills it. Where subreapers are refused (gVisor) the keeper
  * is a plain parent and the server tracks descent by what its sweeps saw. The keeper holds the
  * command's oom_score_adj (it cannot open its own /proc files to lower it).
  *

@@ -4,6 +4,7 @@ This package holds the one implementation of each rule; the host tools and the s
 both call it.
 """
 
-from .process import ExecutionBackend, ProcessCancelledError, ProcessResult, ProcessSpec
+from .backends import ExecutionBackend
+from .process_types import ProcessCancelledError, ProcessResult, ProcessSpec
 
 __all__ = ["ExecutionBackend", "ProcessCancelledError", "ProcessResult", "ProcessSpec"]

@@ -1,4 +1,4 @@
-"""Document extraction and search: the DocumentBackend protocol and its host implementation.
+"""Document extraction and search: the blocking implementations and their result types.
 
 A document is read through :mod:`protolink.execution.paths` (absolute path beneath a root, no
 symlink, regular file, at most ``max_file_bytes``), then extracted by the pure functions in
@@ -9,12 +9,10 @@ symlink, regular file, at most ``max_file_bytes``), then extracted by the pure f
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 from protolink.errors import DocumentError
 
@@ -30,7 +28,6 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_SEARCH_RESULTS",
     "SNIPPET_CHARS",
-    "DocumentBackend",
     "DocumentError",
     "DocumentExtraction",
     "DocumentLimits",
@@ -38,7 +35,6 @@ __all__ = [
     "DocumentMetadata",
     "DocumentSearchResult",
     "DocumentSection",
-    "LocalDocuments",
     "extract_document",
     "search_document_file",
 ]
@@ -132,22 +128,6 @@ class DocumentSearchResult:
         )
 
 
-@runtime_checkable
-class DocumentBackend(Protocol):
-    """Where documents are read. Both methods apply the filesystem path rules to ``path`` and
-    ``roots`` (real spellings, as for WorkspaceBackend), the extraction ``limits``, and stop
-    waiting after ``limits.timeout_seconds`` (TimeoutError). Unreadable or unsupported
-    documents raise ValueError (DocumentError)."""
-
-    async def read_document(
-        self, path: str, *, roots: Sequence[str], limits: DocumentLimits
-    ) -> DocumentExtraction: ...
-
-    async def search_document(
-        self, path: str, query: str, *, roots: Sequence[str], limits: DocumentLimits, max_results: int
-    ) -> DocumentSearchResult: ...
-
-
 def extract_document(path: str, roots: Sequence[str], limits: DocumentLimits) -> DocumentExtraction:
     """Read and extract one document (blocking)."""
     format_name = detect_format(path)
@@ -176,46 +156,6 @@ def check_search(query: str, max_results: int) -> None:
         raise ValueError("query must be a single line; matches are found within lines and cells")
     if isinstance(max_results, bool) or not isinstance(max_results, int) or not 1 <= max_results <= MAX_SEARCH_RESULTS:
         raise ValueError(f"max_results must be 1–{MAX_SEARCH_RESULTS}, not {max_results!r}")
-
-
-class LocalDocuments:
-    """DocumentBackend on this host: extraction runs on a worker thread.
-
-    The timeout stops waiting; it cannot stop a parser, which may finish afterward.
-    """
-
-    async def read_document(
-        self, path: str, *, roots: Sequence[str], limits: DocumentLimits
-    ) -> DocumentExtraction:
-        return await _on_worker(extract_document, limits.timeout_seconds, path, roots, limits)
-
-    async def search_document(
-        self, path: str, query: str, *, roots: Sequence[str], limits: DocumentLimits, max_results: int
-    ) -> DocumentSearchResult:
-        check_search(query, max_results)
-        return await _on_worker(
-            search_document_file, limits.timeout_seconds, path, query, roots, limits, max_results
-        )
-
-
-async def _on_worker(function: Callable[..., T], timeout: float, *args: Any) -> T:
-    """``function(*args)`` on a thread; TimeoutError unless it finished within ``timeout``.
-
-    The deadline applies to the work itself: a result that was ready only after it (and
-    reached the event loop in the same moment as the timer) is a timeout too.
-    """
-    deadline = time.monotonic() + timeout
-
-    def timed() -> tuple[T, float]:
-        return function(*args), time.monotonic()
-
-    try:
-        result, finished = await asyncio.wait_for(asyncio.to_thread(timed), timeout)
-        if finished <= deadline:
-            return result
-    except TimeoutError:
-        pass
-    raise TimeoutError(f"document extraction did not finish within {timeout} seconds (the worker may still run)")
 
 
 def _find(

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from protolink.revisions import ResourceRevision, ResourceSnapshot
 
+from .backends import WorkspaceBackend
 from .paths import canonical_roots, canonical_target
-from .workspace import WorkspaceBackend
 
 DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
 

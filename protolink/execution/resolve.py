@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple
 
 
 class Resolved(NamedTuple):
@@ -146,10 +146,3 @@ def _is_executable_file(path: str) -> bool:
     # uid but a real uid of their own.
     effective = os.access in os.supports_effective_ids
     return os.path.isfile(path) and os.access(path, os.X_OK, effective_ids=effective)
-
-
-@runtime_checkable
-class CommandResolver(Protocol):
-    """A backend that resolves commands where it runs them (the host, or inside a sandbox)."""
-
-    async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved: ...

@@ -155,7 +155,7 @@ class _Quiet:
 
 
 async def _exec(args: argparse.Namespace) -> int:
-    from protolink.execution.process import ProcessSpec
+    from protolink.execution.process_types import ProcessSpec
 
     backend = await _reach(args.name)
     if backend is None:

@@ -1,9 +1,9 @@
 """SandboxBackend: the execution, workspace and document backend that runs inside a sandbox.
 
-It implements :class:`~protolink.execution.ExecutionBackend`,
-:class:`~protolink.execution.workspace.WorkspaceBackend` and
-:class:`~protolink.execution.documents.DocumentBackend` by calling the sandbox server over
-gRPC, so every tool that accepts ``backend=`` runs there unchanged. Everything the server
+It is a :class:`~protolink.execution.backends.Backend` (processes, workspace files and
+documents) that calls the sandbox server over gRPC, so every tool that accepts ``backend=``
+runs there unchanged; file and document operations follow the wire's table of operations
+(:mod:`protolink.wire.operations`). Everything the server
 sends is untrusted: message sizes are bounded, output is capped at the spec's
 ``max_output_bytes`` whatever the server claims, and answers are checked before results are
 built. A dead, unreachable or silent sandbox raises :class:`SandboxUnavailableError` instead
@@ -26,29 +26,17 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protolink.errors import SandboxError, SandboxNotReachedError, SandboxProtocolError
-from protolink.execution.documents import (
-    DocumentExtraction,
-    DocumentLimits,
-    DocumentSearchResult,
-    check_search,
-)
-from protolink.execution.fsread import TextChunk
-from protolink.execution.fssearch import Listing, SearchResult
-from protolink.execution.process import (
+from protolink.execution.operations import Operation, Operations
+from protolink.execution.process_types import (
     Emitter,
     ProcessCancelledError,
     ProcessResult,
     ProcessSpec,
 )
 from protolink.execution.resolve import Resolved
-from protolink.revisions import ResourceRevision, ResourceSnapshot
 from protolink.wire import convert
-from protolink.wire._pb import (
-    documents_pb2,
-    sandbox_pb2,
-    sandbox_pb2_grpc,
-    workspace_pb2,
-)
+from protolink.wire._pb import sandbox_pb2, sandbox_pb2_grpc
+from protolink.wire.operations import WIRE_OPERATIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
@@ -75,6 +63,7 @@ RECONNECT_SECONDS = 3.0
 MAX_BOUNDARY_CHARS = 256
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -122,7 +111,7 @@ async def connect(
     return SandboxBackend(channel, info, metadata=metadata, max_message_bytes=max_message_bytes)
 
 
-class SandboxBackend:
+class SandboxBackend(Operations):
     """ExecutionBackend, WorkspaceBackend and DocumentBackend inside a sandbox; see the module.
 
     Create it with :func:`connect` (or ``DockerSandbox``); close it with :meth:`aclose` or
@@ -220,68 +209,24 @@ class SandboxBackend:
         return ProcessResult(stdout=output.stdout, stderr=output.stderr,
                              **{**facts, "truncated": facts["truncated"] or output.truncated})
 
-    # WorkspaceBackend --------------------------------------------------------------------
+    def resolve_now(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> None:
+        """None: a sandbox resolves commands when each call is prepared (a round trip)."""
+        return None
 
-    async def read_text(self, path: str, *, roots: Sequence[str], offset: int, max_chars: int,
-                        max_file_bytes: int) -> TextChunk:
-        roots = _roots(roots)
-        request = self._request(workspace_pb2.ReadTextRequest, path=path, roots=roots, offset=offset,
-                                max_chars=max_chars, max_file_bytes=max_file_bytes)
-        response = await self._unary(self._stub.ReadText, request, self._operation_seconds)
-        return checked_answer(convert.text_chunk, response, roots=roots, max_chars=max_chars)
+    # WorkspaceBackend and DocumentBackend: the typed methods of Operations ---------------
 
-    async def list_files(self, path: str, *, roots: Sequence[str], pattern: str, recursive: bool,
-                         max_results: int) -> Listing:
-        roots = _roots(roots)
-        request = self._request(workspace_pb2.ListFilesRequest, path=path, roots=roots, pattern=pattern,
-                                recursive=recursive, max_results=max_results)
-        response = await self._unary(self._stub.ListFiles, request, self._operation_seconds)
-        return checked_answer(convert.listing, response, roots=roots, max_results=max_results)
-
-    async def search_files(self, path: str, *, roots: Sequence[str], query: str, pattern: str,
-                           case_sensitive: bool, max_results: int, max_file_bytes: int) -> SearchResult:
-        roots = _roots(roots)
-        request = self._request(workspace_pb2.SearchFilesRequest, path=path, roots=roots, query=query,
-                                pattern=pattern, case_sensitive=case_sensitive, max_results=max_results,
-                                max_file_bytes=max_file_bytes)
-        response = await self._unary(self._stub.SearchFiles, request, self._operation_seconds)
-        return checked_answer(convert.search_result, response, roots=roots, max_results=max_results)
-
-    async def snapshot_file(self, path: str, *, roots: Sequence[str], max_file_bytes: int) -> ResourceSnapshot:
-        roots = _roots(roots)
-        request = self._request(workspace_pb2.SnapshotFileRequest, path=path, roots=roots,
-                                max_file_bytes=max_file_bytes)
-        response = await self._unary(self._stub.SnapshotFile, request, self._operation_seconds)
-        return checked_answer(convert.snapshot, response, roots=roots, max_file_bytes=max_file_bytes)
-
-    async def replace_file(self, expected: ResourceRevision, data: bytes | None, mode: int | None, *,
-                           roots: Sequence[str]) -> ResourceRevision:
-        roots = _roots(roots)
-        request = self._request(convert.replace_request, expected, data, mode, roots)
-        response = await self._unary(self._stub.ReplaceFile, request, self._operation_seconds)
-        written = checked_answer(convert.revision, response.revision)
-        if written.resource_id != expected.resource_id:
-            raise SandboxProtocolError("the sandbox reported a write to another file")
-        return written
-
-    # DocumentBackend ---------------------------------------------------------------------
-
-    async def read_document(self, path: str, *, roots: Sequence[str], limits: DocumentLimits) -> DocumentExtraction:
-        roots = _roots(roots)
-        request = self._request(documents_pb2.ReadDocumentRequest, path=path, roots=roots,
-                                limits=convert.limits_message(limits))
-        response = await self._unary(self._stub.ReadDocument, request, limits.timeout_seconds + CALL_GRACE_SECONDS)
-        return checked_answer(convert.extraction, response, roots=roots, limits=limits)
-
-    async def search_document(self, path: str, query: str, *, roots: Sequence[str], limits: DocumentLimits,
-                              max_results: int) -> DocumentSearchResult:
-        check_search(query, max_results)
-        roots = _roots(roots)
-        request = self._request(documents_pb2.SearchDocumentRequest, path=path, query=query, roots=roots,
-                                limits=convert.limits_message(limits), max_results=max_results)
-        response = await self._unary(self._stub.SearchDocument, request, limits.timeout_seconds + CALL_GRACE_SECONDS)
-        return checked_answer(convert.document_search, response, roots=roots, query=query, limits=limits,
-                             max_results=max_results)
+    async def perform(self, operation: Operation[R], **arguments: Any) -> R:
+        """Perform ``operation`` in the sandbox through its row of the wire table; the answer
+        is checked before it becomes a result."""
+        self._check_open()
+        row = WIRE_OPERATIONS[operation.name]
+        arguments["roots"] = _roots(arguments["roots"])
+        request = self._request(row.request, **arguments)
+        seconds = (arguments["limits"].timeout_seconds + CALL_GRACE_SECONDS if operation.document
+                   else self._operation_seconds)
+        response = await self._unary(getattr(self._stub, operation.name), request, seconds)
+        result: R = checked_answer(row.answer, response, **arguments)
+        return result
 
     # Plumbing ----------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
-from protolink.execution.process import Emitter
+from protolink.execution.process_types import Emitter
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2
 from protolink.wire.status import (

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Generic, TypeVar
 
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 from protolink.execution.resolve import Resolved
 
 #: Answers (and reused answers awaiting their start) kept per client, the oldest dropped first.

@@ -34,7 +34,7 @@ from protolink.execution.fssearch import (
     SearchMatch,
     SearchResult,
 )
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 from protolink.execution.resolve import Resolved
 from protolink.revisions import ResourceRevision, ResourceSnapshot
 
@@ -259,11 +259,6 @@ def snapshot(response: workspace.SnapshotFileResponse, *, roots: Sequence[str], 
 
 def snapshot_response(result: ResourceSnapshot) -> workspace.SnapshotFileResponse:
     return workspace.SnapshotFileResponse(revision=revision_message(result.revision), data=result.data)
-
-
-def replace_request(expected: ResourceRevision, data: bytes | None, mode: int | None,
-                    roots: Sequence[str]) -> workspace.ReplaceFileRequest:
-    return workspace.ReplaceFileRequest(expected=revision_message(expected), data=data, mode=mode, roots=roots)
 
 
 def _identity_message(identity: tuple[int, int]) -> workspace.Identity:

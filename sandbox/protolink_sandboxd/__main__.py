@@ -19,21 +19,21 @@ def main(argv: list[str] | None = None) -> int:
         # gRPC's fork handlers crash children that fail to exec after a setuid (SIGSEGV instead
         # of an error); commands and workers never use gRPC, so they are not needed.
         os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
-        from .launcher import Launcher
         from .privileges import subreapers_work
+        from .spawner_client import SpawnerClient
 
         subreapers = subreapers_work()  # before the spawner: no child may be orphaned meanwhile
 
         # A SPAWN carries one Execute request and the places its executable may be.
-        launcher = Launcher(config.command_uid, config.command_gid, max_request_bytes=2 * config.max_message_bytes,
+        spawner = SpawnerClient(config.command_uid, config.command_gid, max_request_bytes=2 * config.max_message_bytes,
                             memory_bytes=config.command_memory_bytes, program=config.spawner_program)
         if config.token is None:  # a forked spawner would carry the token; else one is started afresh
-            launcher.fork()  # while this process has one thread
+            spawner.fork()  # while this process has one thread
         from .server import (
             serve,  # grpc is imported after the forks, in the serving process
         )
 
-        asyncio.run(serve(config, launcher, subreapers=subreapers))
+        asyncio.run(serve(config, spawner, subreapers=subreapers))
         return 0
 
     code = run_under_reaper(serve)

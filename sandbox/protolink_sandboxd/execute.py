@@ -3,8 +3,8 @@
 Each request starts one process (or cancels one an earlier request started) and every event
 carries its request's id, so a client runs all its processes on a single call instead of
 paying for a call per process. Processes run through
-:class:`~protolink.execution.processes.LocalProcesses` (started as the command user by the
-spawner, :mod:`protolink_sandboxd.launcher`), at most ``max_concurrency`` at once across all calls; a call
+:class:`~protolink.execution.local_processes.LocalProcesses` (started as the command user by
+the spawner, :mod:`protolink_sandboxd.spawner_client`, through :class:`CommandLauncher`), at most ``max_concurrency`` at once across all calls; a call
 that asks for more than twice that at once gets a limit error for each one beyond.
 A process that cannot run gets an ``error`` event with a typed wire error; a request that does
 not parse, or reuses the id of a running process, fails the whole call (``INVALID_ARGUMENT``).
@@ -23,20 +23,20 @@ from typing import Any
 from google.protobuf.message import Message
 
 from protolink.errors import SandboxLimitError
-from protolink.execution.process import (
+from protolink.execution.local_processes import Leader, LocalProcesses
+from protolink.execution.process_types import (
     ProcessCancelledError,
     ProcessResult,
     ProcessSpec,
 )
-from protolink.execution.processes import Leader, LocalProcesses
 from protolink.execution.resolve import Resolved, changed_executable
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2
 from protolink.wire.status import to_status
 
 from .activity import Activity
-from .launcher import CommandSpec, Launcher, ResolutionChanged
-from .reaper import StrayReaper
+from .spawner_client import CommandSpec, ResolutionChanged, SpawnerClient
+from .strays import StraySweeper
 
 #: A quiet process still sends an event this often, so either side notices a dead peer.
 KEEPALIVE_SECONDS = 5.0
@@ -50,16 +50,17 @@ OUTPUT_CHUNK_CHARS = 64 * 1024
 NO_TASK_RETRY_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
-class CommandProcesses(LocalProcesses):
-    """LocalProcesses whose commands are resolved and started by the spawner, as the command
-    user; supervision (output, caps, timeouts, group kills) stays in the server."""
+class CommandLauncher:
+    """The :class:`~protolink.execution.local_processes.Launcher` of the server: commands are
+    resolved and started by the spawner, as the command user; a launch refused for lack of
+    tasks is tried again after a sweep for strays. Supervision stays in LocalProcesses."""
 
-    def __init__(self, launcher: Launcher, reaper: StrayReaper) -> None:
-        self._launcher = launcher
-        self._reaper = reaper
+    def __init__(self, spawner: SpawnerClient, sweeper: StraySweeper) -> None:
+        self._spawner = spawner
+        self._sweeper = sweeper
 
     async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
-        return await self._launcher.resolve_command(argv, cwd, env)
+        return await self._spawner.resolve_command(argv, cwd, env)
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
         """Start ``spec`` through the spawner; refused for lack of tasks, it is tried again
@@ -70,13 +71,13 @@ class CommandProcesses(LocalProcesses):
             except OSError as error:
                 if error.errno != errno.EAGAIN:
                     raise
-            await self._reaper.sweep()
+            await self._sweeper.sweep()
             await asyncio.sleep(pause)
         return await self._start(spec, stdout, stderr)
 
     async def _start(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
         try:
-            return await self._launcher.launch(spec, stdout, stderr)
+            return await self._spawner.launch(spec, stdout, stderr)
         except ResolutionChanged:
             raise ValueError(await self._change(spec)) from None
 
@@ -85,12 +86,12 @@ class CommandProcesses(LocalProcesses):
         try:
             if isinstance(spec, CommandSpec) and spec.resolved_from is not None:
                 executable, cwd = spec.resolved_from
-                written = await self._launcher.resolve_command([executable], cwd, spec.env)
+                written = await self._spawner.resolve_command([executable], cwd, spec.env)
                 if (written.argv[0], written.cwd) != (spec.argv[0], spec.cwd):
                     return (f"{executable!r} in {cwd!r} now resolves to {written.argv[0]!r} in {written.cwd!r}, not "
                             f"to the {spec.argv[0]!r} in {spec.cwd!r} resolved before approval; nothing was started")
             if spec.real_executable is not None:
-                now = (await self._launcher.resolve_command([spec.argv[0]], spec.cwd, spec.env)).real_executable
+                now = (await self._spawner.resolve_command([spec.argv[0]], spec.cwd, spec.env)).real_executable
                 if now != spec.real_executable:
                     return str(changed_executable(spec.argv[0], now, spec.real_executable))
         except ValueError as error:
@@ -99,13 +100,14 @@ class CommandProcesses(LocalProcesses):
 
 
 class Runner:
-    """What every Execute call shares: the processes backend, the stray sweep, the slots, and
-    the server's activity (a running process counts as a running call)."""
+    """What every Execute call shares: the launcher, the processes it starts, the stray sweep,
+    the slots, and the server's activity (a running process counts as a running call)."""
 
-    def __init__(self, launcher: Launcher, reaper: StrayReaper, activity: Activity, *, max_concurrency: int,
+    def __init__(self, spawner: SpawnerClient, sweeper: StraySweeper, activity: Activity, *, max_concurrency: int,
                  max_output_bytes: int) -> None:
-        self.processes = CommandProcesses(launcher, reaper)
-        self.reaper = reaper
+        self.launcher = CommandLauncher(spawner, sweeper)
+        self.processes = LocalProcesses(self.launcher)
+        self.sweeper = sweeper
         self.activity = activity
         self.slots = asyncio.Semaphore(max_concurrency)
         #: Processes one call may have running or waiting for a slot: a client keeps to
@@ -195,7 +197,7 @@ class ProcessCall:
         spec = CommandSpec.of(convert.process_spec(request), convert.command_as_written(request))
         convert.require(spec.max_output_bytes <= self._runner.max_output_bytes,
                          f"max_output_bytes is over this sandbox's limit of {self._runner.max_output_bytes}")
-        async with self._runner.slots, self._runner.reaper.command():
+        async with self._runner.slots, self._runner.sweeper.command():
             events.starting()
             return await self._runner.processes.execute(spec, events)
 

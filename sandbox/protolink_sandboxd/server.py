@@ -14,11 +14,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .config import ServerConfig
-from .launcher import Launcher
 from .privileges import acting_as
-from .reaper import StrayReaper, kill_strays
 from .service import SERVICE, SandboxService
-from .workers import WorkerPool
+from .spawner_client import SpawnerClient
+from .strays import StraySweeper, kill_strays
+from .worker_pool import WorkerPool
 
 #: How long in-flight calls may finish when the server is asked to stop.
 STOP_GRACE_SECONDS = 2.0
@@ -105,21 +105,21 @@ async def _warm_when_quiet(service: SandboxService, workers: WorkerPool) -> None
     await workers.warm()
 
 
-async def serve(config: ServerConfig, launcher: Launcher, *, subreapers: bool) -> None:
+async def serve(config: ServerConfig, spawner: SpawnerClient, *, subreapers: bool) -> None:
     """Serve until SIGTERM or SIGINT; then stop accepting, kill every command and worker.
 
-    ``subreapers``: whether the commands' keepers are subreapers here (see :mod:`protolink_sandboxd.reaper`)."""
+    ``subreapers``: whether the commands' keepers are subreapers here (see :mod:`protolink_sandboxd.strays`)."""
     os.umask(0o077)  # the socket is created owner-only; commands and workers set their own umask
     workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
                          max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
-    launcher.start()
-    reaper = StrayReaper(config.command_uid, lambda: launcher.pid, lambda: workers.pids, subreapers=subreapers)
+    spawner.start()
+    sweeper = StraySweeper(config.command_uid, lambda: spawner.pid, lambda: workers.pids, subreapers=subreapers)
     server = grpc.aio.server(
         options=server_options(config),
         interceptors=[TokenCheck(config.token)] if config.token else [],
         maximum_concurrent_rpcs=config.max_concurrency * 4,
     )
-    service = SandboxService(config, workers, reaper, launcher)
+    service = SandboxService(config, workers, sweeper, spawner)
     server.add_generic_rpc_handlers((service.handler(),))
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
@@ -140,5 +140,5 @@ async def serve(config: ServerConfig, launcher: Launcher, *, subreapers: bool) -
         await health_service.enter_graceful_shutdown()
         await server.stop(STOP_GRACE_SECONDS)
         await workers.aclose()
-        await launcher.aclose()
+        await spawner.aclose()
         await asyncio.to_thread(kill_strays, config.command_uid, None)

@@ -1,8 +1,8 @@
 """The Sandbox service: a thin adapter from RPCs to :mod:`protolink.execution`.
 
 ``Execute`` calls run processes (:mod:`protolink_sandboxd.execute`); ``ResolveCommand`` is answered by
-the spawner (:mod:`protolink_sandboxd.launcher`), with the command user's permissions. Workspace and
-document operations run in worker processes (:mod:`protolink_sandboxd.workers`) after the requested roots
+the spawner (:mod:`protolink_sandboxd.spawner_client`), with the command user's permissions. Workspace and
+document operations run in worker processes (:mod:`protolink_sandboxd.worker_pool`) after the requested roots
 are checked against the mounted ones. Requests arrive as bytes and are parsed here, so a
 malformed one is answered with ``INVALID_ARGUMENT``; any failure becomes a status plus a typed
 wire error (:mod:`protolink.wire.status`), never a traceback.
@@ -21,15 +21,15 @@ from google.protobuf.message import Message
 import protolink
 from protolink.wire import convert
 from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
+from protolink.wire.operations import WIRE_OPERATIONS
 from protolink.wire.status import ERROR_METADATA_KEY, KINDS, to_status
 
 from .activity import Activity
 from .config import ServerConfig
 from .execute import ProcessCall, Runner
-from .launcher import Launcher
-from .operations import OPERATIONS
-from .reaper import StrayReaper
-from .workers import OperationFailed, WorkerPool
+from .spawner_client import SpawnerClient
+from .strays import StraySweeper
+from .worker_pool import OperationFailed, WorkerPool
 
 SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].full_name
 
@@ -42,11 +42,11 @@ class SandboxService:
     ``activity`` tells when calls run (the server warms its first worker in a quiet moment).
     """
 
-    def __init__(self, config: ServerConfig, workers: WorkerPool, reaper: StrayReaper, launcher: Launcher) -> None:
+    def __init__(self, config: ServerConfig, workers: WorkerPool, sweeper: StraySweeper, spawner: SpawnerClient) -> None:
         self._config = config
         self._workers = workers
         self.activity = Activity()
-        self._runner = Runner(launcher, reaper, self.activity, max_concurrency=config.max_concurrency,
+        self._runner = Runner(spawner, sweeper, self.activity, max_concurrency=config.max_concurrency,
                               max_output_bytes=config.max_output_bytes)
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -56,7 +56,7 @@ class SandboxService:
             "Execute": grpc.stream_stream_rpc_method_handler(self._guarded_stream(self.execute)),
             "ResolveCommand": grpc.unary_unary_rpc_method_handler(self._guarded(self.resolve_command)),
         }
-        for name in OPERATIONS:
+        for name in WIRE_OPERATIONS:
             methods[name] = grpc.unary_unary_rpc_method_handler(self._guarded(functools.partial(self.perform, name)))
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
@@ -80,7 +80,7 @@ class SandboxService:
 
     async def resolve_command(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         message = convert.parse(process_pb2.ResolveCommandRequest, request)
-        resolved = await self._runner.processes.resolve_command(list(message.argv), message.cwd, dict(message.env))
+        resolved = await self._runner.launcher.resolve_command(list(message.argv), message.cwd, dict(message.env))
         return convert.resolve_response(resolved).SerializeToString()
 
     async def execute(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
@@ -88,14 +88,13 @@ class SandboxService:
             yield event
 
     async def perform(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        operation = OPERATIONS[method]
-        message = convert.parse(operation.request, request)
+        row = WIRE_OPERATIONS[method]
+        message = convert.parse(row.request_type, request)
         self._check_roots(message)
         seconds = self._config.operation_seconds
-        if operation.document:
-            limits = convert.document_limits(message.limits)  # type: ignore[attr-defined]
+        if (limits := row.limits(message)) is not None:
             seconds = min(limits.timeout_seconds, self._config.max_document_seconds)
-        return await self._workers.call(method, request, seconds=seconds, what=operation.what)
+        return await self._workers.call(method, request, seconds=seconds, what=row.operation.what)
 
     def _guarded(
         self, handler: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]],

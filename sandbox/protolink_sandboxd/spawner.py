@@ -8,7 +8,7 @@ and environment with the two ends of the output pipes (``SCM_RIGHTS``). It answe
 command's pid and reports its exit code. Each command runs under a keeper of its own, a child
 subreaper that adopts whatever the command's descendants orphan, so that everything descended
 from a running command stays below the spawner whatever its group or session, and leaves it
-when the command ends (see ``spawner.c`` and :mod:`protolink_sandboxd.reaper`). The server keeps
+when the command ends (see ``spawner.c`` and :mod:`protolink_sandboxd.strays`). The server keeps
 everything else: output, caps, timeouts, group kills and strays.
 
 This module prepares the process (:func:`run`), then executes the compiled spawner

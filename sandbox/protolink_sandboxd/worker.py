@@ -18,10 +18,10 @@ import sys
 from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxLimitError
-from protolink.wire import status
+from protolink.wire.operations import WIRE_OPERATIONS
+from protolink.wire.status import to_status
 
 from . import frames
-from .operations import OPERATIONS
 from .privileges import (
     OOM_HELPER,
     die_with_parent,
@@ -59,14 +59,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _perform(method: str, payload: bytes, cpu_seconds: float) -> tuple[int, bytes, bool]:
     """(status, payload, whether this worker may serve again)."""
-    operation = OPERATIONS.get(method)
-    if operation is None:
+    row = WIRE_OPERATIONS.get(method)
+    if row is None:
         return frames.ERROR, _error(ValueError(f"unknown operation {method!r}")), True
     used = resource.getrusage(resource.RUSAGE_SELF)
     spent = used.ru_utime + used.ru_stime
     resource.setrlimit(resource.RLIMIT_CPU, (math.ceil(spent + cpu_seconds) + 1, resource.RLIM_INFINITY))
     try:
-        response = operation.run(operation.request.FromString(payload))
+        response = row.response(row.operation.run(**row.arguments(row.request_type.FromString(payload))))
         return frames.OK, response.SerializeToString(), True
     except DecodeError:
         return frames.ERROR, _error(ValueError(f"malformed {method} request")), True
@@ -78,7 +78,7 @@ def _perform(method: str, payload: bytes, cpu_seconds: float) -> tuple[int, byte
 
 
 def _error(error: BaseException) -> bytes:
-    return status.to_status(error)[1].SerializeToString()
+    return to_status(error)[1].SerializeToString()
 
 
 def _read_request(max_bytes: int) -> tuple[str, bytes, float] | None:

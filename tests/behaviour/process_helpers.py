@@ -16,7 +16,7 @@ from protolink import (
     CapabilityPolicy,
     Event,
 )
-from protolink.execution.process import ProcessResult, ProcessSpec
+from protolink.execution.process_types import ProcessResult, ProcessSpec
 from protolink.tools.builtins.process import PROCESS_EXECUTE
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from protolink.execution.process import ProcessResult, ProcessSpec
+from protolink.execution.process_types import ProcessResult, ProcessSpec
 
 COMMAND_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 

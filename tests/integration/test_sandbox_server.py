@@ -35,7 +35,7 @@ from protolink.errors import (
     SandboxUnavailableError,
 )
 from protolink.execution.documents import DocumentError, DocumentLimits
-from protolink.execution.process import (
+from protolink.execution.process_types import (
     ProcessCancelledError,
     ProcessResult,
     ProcessSpec,

@@ -29,7 +29,7 @@ import pytest
 
 from protolink import Agent, AgentCard, StorageCheckpointStore
 from protolink.errors import SandboxUnavailableError
-from protolink.execution.process import ProcessResult
+from protolink.execution.process_types import ProcessResult
 from protolink.sandbox.config import MiB
 from protolink.sandbox.docker import DockerSandbox
 from protolink.storage import InMemoryStorage
@@ -143,8 +143,10 @@ class Attacker:
             self.agent.add_tool(tool)
         self._git: dict[Path, Agent] = {}
 
-    async def call(self, tool: str, **arguments: Any) -> Any:
-        return await asyncio.wait_for(self.agent.call_tool(tool, **arguments), HANG_GUARD)
+    async def call(self, tool: str, *, guard: float = HANG_GUARD, **arguments: Any) -> Any:
+        """The tool's call, failed by the test past ``guard`` seconds (a hang, not a slow machine:
+        a command's guard is its own timeout plus HANG_GUARD)."""
+        return await asyncio.wait_for(self.agent.call_tool(tool, **arguments), guard)
 
     async def shell(self, command: str) -> ProcessResult:
         """``run_shell`` (30 s, 64 KiB of output) in the workspace."""
@@ -154,7 +156,7 @@ class Attacker:
                   cwd: Path | None = None) -> ProcessResult:
         """``execute_command`` with its own limits."""
         return await self.call("execute_command", argv=argv, cwd=str(cwd or self.ws), env=ENV,
-                               timeout_seconds=timeout, max_output_bytes=max_output_bytes)
+                               timeout_seconds=timeout, max_output_bytes=max_output_bytes, guard=timeout + HANG_GUARD)
 
     async def python(self, code: str, *args: str, timeout: float = 30, max_output_bytes: int = 65536) -> ProcessResult:
         return await self.run([PYTHON, "-c", code, *args], timeout=timeout, max_output_bytes=max_output_bytes)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from protolink.errors import SandboxUnavailableError
-from protolink.execution.process import ProcessResult
+from protolink.execution.process_types import ProcessResult
 from protolink.sandbox.config import Limits
 from protolink.sandbox.placements.docker import TMPFS_BYTES_PER_ENTRY
 

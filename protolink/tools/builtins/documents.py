@@ -17,15 +17,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
+from protolink.execution.backends import DocumentBackend
 from protolink.execution.documents import (
     MAX_QUERY_CHARS,
     MAX_SEARCH_RESULTS,
-    DocumentBackend,
     DocumentLimits,
-    LocalDocuments,
     check_search,
 )
 from protolink.execution.extract import EXTENSIONS, detect_format
+from protolink.execution.local import LocalExecutionBackend
 from protolink.execution.paths import MAX_PATH_CHARS, canonical_roots, canonical_target
 
 from ._budget import within_budget
@@ -82,7 +82,7 @@ def document_tools(
         max_archive_bytes=max_archive_bytes,
         timeout_seconds=timeout_seconds,
     )
-    documents = LocalDocuments() if backend is None else backend
+    documents = LocalExecutionBackend() if backend is None else backend
     if not isinstance(documents, DocumentBackend):
         raise TypeError(f"backend must implement DocumentBackend, not {type(documents).__name__}")
 

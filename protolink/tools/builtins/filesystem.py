@@ -27,12 +27,12 @@ from protolink.core.resources import (
     restore_change,
 )
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
+from protolink.execution.backends import WorkspaceBackend
 from protolink.execution.filesystem import DEFAULT_MAX_FILE_BYTES, FilesystemResource
 from protolink.execution.fsread import MAX_READ_CHARS, decode_text
 from protolink.execution.fssearch import MAX_RESULTS
 from protolink.execution.fswrite import CREATE_MODE
 from protolink.execution.paths import MAX_PATH_CHARS, canonical_roots, canonical_target
-from protolink.execution.workspace import WorkspaceBackend
 from protolink.revisions import ResourceSnapshot
 
 READ, WRITE, RESTORE = "filesystem.read", "filesystem.write", "filesystem.restore"

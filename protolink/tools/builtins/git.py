@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from protolink.core.tools import Preparation, PreparedTool, ToolContext
+from protolink.execution.backends import ExecutionBackend
 from protolink.execution.local import LocalExecutionBackend
-from protolink.execution.process import ExecutionBackend
 
 from .process import (
     PROCESS_EXECUTE,

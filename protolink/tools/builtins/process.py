@@ -18,20 +18,17 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
 from protolink.errors import BudgetExceededError
+from protolink.execution.backends import ExecutionBackend, process_backend
 from protolink.execution.local import LocalExecutionBackend
-from protolink.execution.process import (
-    ExecutionBackend,
+from protolink.execution.process_types import (
     ProcessCancelledError,
     ProcessResult,
     ProcessSpec,
 )
-from protolink.execution.processes import LocalProcesses
 from protolink.execution.resolve import (
-    CommandResolver,
     Resolved,
     check_arguments,
     check_command,
-    resolve_command,
 )
 
 __all__ = [
@@ -130,15 +127,10 @@ def check_limits(timeout_seconds: float, max_output_bytes: int) -> None:
 async def resolve_on(
     backend: ExecutionBackend, argv: Sequence[str], cwd: str, env: Mapping[str, str]
 ) -> Resolved:
-    """Resolve argv[0], the file it runs and cwd where ``backend`` runs processes.
-
-    Backends that offer ``resolve_command`` (the local and sandbox backends) resolve inside
-    their boundary; for any other backend the host rules apply.
-    """
-    if isinstance(backend, CommandResolver):
-        check_command(argv, cwd, env)
-        return await backend.resolve_command(argv, cwd, env)
-    return await asyncio.to_thread(resolve_command, argv, cwd, env)
+    """Resolve argv[0], the file it runs and cwd where ``backend`` runs processes (the host's
+    rules for a backend that does not resolve: :func:`~protolink.execution.backends.process_backend`)."""
+    check_command(argv, cwd, env)
+    return await process_backend(backend).resolve_command(argv, cwd, env)
 
 
 def configured_environment(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -149,11 +141,11 @@ def configured_environment(env: Mapping[str, str] | None) -> dict[str, str]:
 class ConfiguredCommand:
     """An application-configured executable, directory, environment and limits (shell, git).
 
-    On the host backend the executable and directory are resolved now, at registration,
-    without launching anything, and the file the executable runs when each call is prepared. A
-    backend elsewhere is only checked now (absolute directory, valid environment, limits); it
-    resolves them inside its boundary when each call is prepared, still before authorization.
-    The model supplies only the arguments.
+    Where the backend resolves at once (the host), the executable and directory are resolved
+    now, at registration, without launching anything, and the file the executable runs when
+    each call is prepared. A backend elsewhere is only checked now (absolute directory, valid
+    environment, limits); it resolves them inside its boundary when each call is prepared,
+    still before authorization. The model supplies only the arguments.
     """
 
     def __init__(self, backend: ExecutionBackend, executable: str, *, cwd: str,
@@ -166,9 +158,7 @@ class ConfiguredCommand:
         self.env = dict(env)
         self.timeout_seconds = timeout_seconds
         self.max_output_bytes = max_output_bytes
-        self._resolved: Resolved | None = None
-        if isinstance(backend, LocalProcesses):
-            self._resolved = resolve_command([executable], cwd, self.env)
+        self._resolved = process_backend(backend).resolve_now([executable], cwd, self.env)
 
     async def prepare(self, arguments: Sequence[str], capabilities: tuple[str, ...],
                       title: str) -> Preparation:

@@ -1,4 +1,4 @@
-"""LocalDocuments' timeout is a deadline on the extraction, whatever the event loop was doing."""
+"""The host backend's document timeout is a deadline on the extraction, whatever the event loop was doing."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from protolink.execution.documents import LocalDocuments
 from protolink.execution.extract import DocumentLimits
+from protolink.execution.local import LocalExecutionBackend
 from tests.behaviour.test_documents import pdf_bytes
 
 
@@ -16,7 +16,7 @@ async def test_an_extraction_that_ends_after_its_deadline_is_a_timeout_even_if_t
     path = tmp_path / "long.pdf"
     path.write_bytes(pdf_bytes([[f"page {n} line {i}" for i in range(40)] for n in range(200)]))
     limits = DocumentLimits(max_sections=200, max_output_chars=10**7, timeout_seconds=0.01)
-    reading = asyncio.ensure_future(LocalDocuments().read_document(str(path), roots=[str(tmp_path)], limits=limits))
+    reading = asyncio.ensure_future(LocalExecutionBackend().read_document(str(path), roots=[str(tmp_path)], limits=limits))
     await asyncio.sleep(0.002)  # the extraction starts on its thread
     time.sleep(0.5)  # the loop is busy: the finished extraction and the expired timer reach it together
 
@@ -28,6 +28,6 @@ async def test_an_extraction_within_its_deadline_is_returned(tmp_path):
     path = tmp_path / "short.pdf"
     path.write_bytes(pdf_bytes([["one page"]]))
 
-    extraction = await LocalDocuments().read_document(str(path), roots=[str(tmp_path)], limits=DocumentLimits())
+    extraction = await LocalExecutionBackend().read_document(str(path), roots=[str(tmp_path)], limits=DocumentLimits())
 
     assert [section.text.strip() for section in extraction.sections] == ["one page"]

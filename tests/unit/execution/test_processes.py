@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from protolink.execution.process import ProcessSpec
-from protolink.execution.processes import LocalProcesses, start_process
+from protolink.execution.local_processes import HostLauncher, LocalProcesses, start_process
+from protolink.execution.process_types import ProcessSpec
 
 
 class Exited:
@@ -37,7 +37,7 @@ def without_pidfd(monkeypatch):
 async def test_exit_code_and_output_without_pidfd(without_pidfd, tmp_path):
     events = Events()
     spec = ProcessSpec(("/bin/sh", "-c", "echo hi; exit 3"), str(tmp_path), {}, 30, 100)
-    result = await LocalProcesses().execute(spec, events)
+    result = await LocalProcesses(HostLauncher()).execute(spec, events)
     assert (result.exit_code, result.stdout, result.timed_out) == (3, "hi\n", False)
     assert events.seen == [("process.output", {"channel": "stdout", "text": "hi\n"})]
 
@@ -45,7 +45,7 @@ async def test_exit_code_and_output_without_pidfd(without_pidfd, tmp_path):
 async def test_timeout_without_pidfd(without_pidfd, tmp_path):
     spec = ProcessSpec(("/bin/sh", "-c", "exec sleep 30"), str(tmp_path), {"PATH": "/usr/bin:/bin"},
                        0.3, 100)
-    result = await LocalProcesses().execute(spec, Events())
+    result = await LocalProcesses(HostLauncher()).execute(spec, Events())
     assert result.timed_out and result.exit_code == -15
 
 
@@ -53,17 +53,17 @@ async def test_a_command_that_cannot_start_is_a_clear_error(tmp_path):
     spec = ProcessSpec((str(tmp_path / "missing"),), str(tmp_path), {}, 5, 100)
     before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(RuntimeError, match="could not start"):
-        await LocalProcesses().execute(spec, Events())
+        await LocalProcesses(HostLauncher()).execute(spec, Events())
     assert len(os.listdir("/proc/self/fd")) == before
 
 
 async def test_a_launcher_of_its_own_starts_every_command(tmp_path):
-    class Private(LocalProcesses):
+    class Private(HostLauncher):
         async def launch(self, spec, stdout, stderr):
             popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr, umask=0o077)
             popen.wait()
             return Exited(popen.pid, popen.returncode)
 
     spec = ProcessSpec(("/bin/sh", "-c", "echo x > made"), str(tmp_path), {}, 5, 100)
-    assert (await Private().execute(spec, Events())).exit_code == 0
+    assert (await LocalProcesses(Private()).execute(spec, Events())).exit_code == 0
     assert (tmp_path / "made").stat().st_mode & 0o777 == 0o600

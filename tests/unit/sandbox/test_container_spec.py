@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from docker.models.containers import _create_container_args
 from docker.types import LogConfig, Mount, Ulimit
-from protolink.wire.roots import Root
 
 from protolink.sandbox.appliance import (
     ADDRESS_LABEL,
@@ -32,6 +31,7 @@ from protolink.sandbox.placements.docker import (
     cpu_limit,
 )
 from protolink.sandbox.provision import DEFAULT_IMAGE
+from protolink.wire.roots import Root
 
 CREATED = 1_700_000_000
 PROFILE = '{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": []}'

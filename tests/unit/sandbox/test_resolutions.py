@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 from protolink.execution.resolve import Resolved
 from protolink.sandbox.resolutions import Resolutions
 

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 from protolink.sandbox import connect, process_stream
 from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.wire.status import NOT_CONNECTED_DETAILS

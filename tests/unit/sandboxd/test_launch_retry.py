@@ -7,9 +7,9 @@ import errno
 
 import pytest
 from protolink_sandboxd import execute
-from protolink_sandboxd.execute import CommandProcesses
+from protolink_sandboxd.execute import CommandLauncher
 
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 
 SPEC = ProcessSpec(("/bin/true",), "/", {}, 5, 1024)
 
@@ -43,19 +43,19 @@ def short_pauses(monkeypatch):
 
 async def test_a_launch_refused_for_lack_of_tasks_is_tried_again_after_a_sweep():
     launcher, sweeps = Refusing(2, errno.EAGAIN), Sweeps()
-    assert await CommandProcesses(launcher, sweeps).launch(SPEC, 1, 2) == "started"
+    assert await CommandLauncher(launcher, sweeps).launch(SPEC, 1, 2) == "started"
     assert (launcher.launches, sweeps.count) == (3, 2)
 
 
 async def test_the_refusal_stands_once_the_retries_are_spent():
     launcher, sweeps = Refusing(10, errno.EAGAIN), Sweeps()
     with pytest.raises(OSError) as refused:
-        await CommandProcesses(launcher, sweeps).launch(SPEC, 1, 2)
+        await CommandLauncher(launcher, sweeps).launch(SPEC, 1, 2)
     assert refused.value.errno == errno.EAGAIN and launcher.launches == 4
 
 
 async def test_other_refusals_are_not_retried():
     launcher, sweeps = Refusing(1, errno.ENOENT), Sweeps()
     with pytest.raises(OSError):
-        await CommandProcesses(launcher, sweeps).launch(SPEC, 1, 2)
+        await CommandLauncher(launcher, sweeps).launch(SPEC, 1, 2)
     assert (launcher.launches, sweeps.count) == (1, 0)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from protolink_sandboxd.reaper import _unreaped_child
+from protolink_sandboxd.strays import _unreaped_child
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -34,7 +34,7 @@ def test_only_the_servers_own_processes_listed_is_a_clean_look():
     else running, not clean beside an unknown process, clean when that process is a helper."""
     script = textwrap.dedent("""
         import subprocess
-        from protolink_sandboxd.reaper import _only_ours
+        from protolink_sandboxd.strays import _only_ours
         assert _only_ours(None, []), "alone"
         other = subprocess.Popen(["sleep", "60"])
         assert not _only_ours(None, []), "an unknown process"
@@ -57,8 +57,8 @@ def test_the_quickest_look_trusts_only_processes_started_since_a_quiet_moment_an
     many new processes send the look the long way."""
     script = textwrap.dedent("""
         import os, subprocess
-        from protolink_sandboxd.reaper import NEW_PIDS_CHECKED, StrayReaper
-        reaper = StrayReaper(65533, lambda: None, lambda: [])
+        from protolink_sandboxd.strays import NEW_PIDS_CHECKED, StraySweeper
+        reaper = StraySweeper(65533, lambda: None, lambda: [])
         assert not reaper._none_left_since_quiet(), "no quiet moment yet"
         assert reaper._idle_and_clean(), "alone"
         subprocess.run(["true"], check=True)
@@ -93,7 +93,7 @@ def test_the_quickest_look_trusts_only_processes_started_since_a_quiet_moment_an
 
 
 def test_a_pid_counter_that_does_not_count_is_not_used():
-    from protolink_sandboxd.reaper import _PidCounter
+    from protolink_sandboxd.strays import _PidCounter
 
     assert _PidCounter(lambda: 0).last() is None  # gVisor's /proc/loadavg ends in 0, whatever starts
     counter = _PidCounter(lambda: subprocess.Popen(["true"]).pid)
@@ -107,7 +107,7 @@ def test_no_sweep_runs_once_the_last_command_has_ended():
     own, under an init that is not the reaper's process (as in the container)."""
     script = textwrap.dedent("""
         import asyncio, subprocess
-        from protolink_sandboxd.reaper import INTERVAL_SECONDS, StrayReaper
+        from protolink_sandboxd.strays import INTERVAL_SECONDS, StraySweeper
 
         def alive(pid):
             try:
@@ -117,7 +117,7 @@ def test_no_sweep_runs_once_the_last_command_has_ended():
                 return False
 
         async def main():
-            reaper = StrayReaper(65533, lambda: None, lambda: [])
+            reaper = StraySweeper(65533, lambda: None, lambda: [])
             async with reaper.command():
                 await asyncio.sleep(INTERVAL_SECONDS * 1.2)  # the timer is mid-wait when it ends
             daemon = subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], user=65533,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from protolink_sandboxd.reaper import Origins, _Process
+from protolink_sandboxd.strays import Origins, _Process
 
 from .test_stray_look import ROOT
 
@@ -57,7 +57,7 @@ def test_strays_are_what_left_the_servers_tree_whatever_their_session():
     one orphaned to init is killed."""
     script = textwrap.dedent(f"""
         import os, subprocess, time
-        from protolink_sandboxd.reaper import kill_strays
+        from protolink_sandboxd.strays import kill_strays
 
         def dead(pid):
             try:

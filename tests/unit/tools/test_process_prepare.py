@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from protolink import BudgetExceededError, EventBus, RunContext, ToolContext
-from protolink.execution.process import (
+from protolink.execution.process_types import (
     ProcessCancelledError,
     ProcessResult,
     ProcessSpec,
@@ -45,6 +45,9 @@ class ResolvingBackend(RecordingBackend):
     async def resolve_command(self, argv, cwd, env):
         self.resolved.append((tuple(argv), cwd, dict(env)))
         return Resolved(("/inside/" + argv[0], *argv[1:]), "/inside" + cwd, "/inside/real/" + argv[0])
+
+    def resolve_now(self, argv, cwd, env):
+        return None
 
 
 def context(run: RunContext | None = None) -> tuple[ToolContext, list]:

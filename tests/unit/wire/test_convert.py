@@ -17,7 +17,7 @@ from protolink.execution.documents import (
 )
 from protolink.execution.fsread import TextChunk
 from protolink.execution.fssearch import FileEntry, Listing, SearchMatch, SearchResult
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 from protolink.execution.resolve import Resolved
 from protolink.revisions import ResourceRevision, ResourceSnapshot
 from protolink.wire import convert

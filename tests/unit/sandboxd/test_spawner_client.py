@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 from protolink_sandboxd import spawner
-from protolink_sandboxd.launcher import (
+from protolink_sandboxd.spawner_client import (
     MAX_ANSWER_BYTES,
     CommandSpec,
     SpawnerConnection,
     SpawnerError,
 )
 
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 
 MAX_REQUEST_BYTES = 1 << 16
 

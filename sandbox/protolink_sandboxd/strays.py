@@ -46,7 +46,7 @@ class _Process(NamedTuple):
     uids: frozenset[int]
 
 
-class StrayReaper:
+class StraySweeper:
     """Sweeps strays of ``uid`` while commands run and once after each command.
 
     ``spawner`` gives the spawner's pid (None while there is none): its children are the

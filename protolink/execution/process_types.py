@@ -1,11 +1,12 @@
-"""Process execution types shared by every backend: what to run, and what happened."""
+"""Process execution types shared by every backend: what to run, where its output goes, and
+what happened."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -76,17 +77,3 @@ class ProcessCancelledError(asyncio.CancelledError):
     def __init__(self, result: ProcessResult) -> None:
         super().__init__("process canceled")
         self.result = result
-
-
-@runtime_checkable
-class ExecutionBackend(Protocol):
-    """Where processes run. ``boundary`` names it in previews (``"host"``, ``"sandbox:..."``).
-
-    ``execute`` honors the spec exactly, emits ``process.output`` events through
-    ``execution.emit`` as output arrives, and returns a :class:`ProcessResult`; on
-    cancellation it kills and reaps the process group, then raises ProcessCancelledError.
-    """
-
-    boundary: str
-
-    async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult: ...

@@ -17,9 +17,9 @@ After the leader is gone, output already written is read for at most
 pipes open longer, and their later output is discarded.
 
 The pipes and the leader's exit are watched by the event loop itself (a pidfd on Linux), so
-a running process costs no thread. :meth:`LocalProcesses.launch` is the one step that starts
-the leader; the sandbox server overrides it to start commands through a helper process that
-already has the command user's identity, and supervises them with everything else here.
+a running process costs no thread. A :class:`Launcher` is the one step that starts the leader:
+:class:`HostLauncher` on the host; the sandbox server passes one that starts commands through
+its spawner, as the command user, and supervises them with everything else here.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from protolink.errors import ToolExecutionError
 
 from .groups import completed_within, signal_group, terminate_group
 from .output import Channel, OutputCollector
-from .process import Emitter, ProcessCancelledError, ProcessResult, ProcessSpec
+from .process_types import Emitter, ProcessCancelledError, ProcessResult, ProcessSpec
 from .resolve import Resolved, check_real_executable, resolve_command
 
 #: How long pipes are still read after the process group is gone.
@@ -63,28 +63,45 @@ class Leader(Protocol):
         """Stop watching for the exit (the result is being built without it)."""
 
 
-class LocalProcesses:
-    """Host process execution: the ExecutionBackend half of LocalExecutionBackend."""
+class Launcher(Protocol):
+    """What starts processes for :class:`LocalProcesses`, and resolves commands as the processes
+    it starts would find them: this host (:class:`HostLauncher`), or the sandbox server's
+    spawner, which starts them as the command user."""
 
     async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
-        """Resolve argv[0], the file it runs and the working directory where the process will
-        run (this host)."""
-        return await asyncio.to_thread(resolve_command, argv, cwd, env)
+        """``argv`` resolved by the rules of :mod:`protolink.execution.resolve`."""
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
         """Start ``spec`` as the leader of a new session, stdin on /dev/null, stdout and stderr
         on the given pipe ends (the caller closes its own copies). OSError when it cannot
         start, ValueError when argv[0] no longer resolves to ``spec.real_executable``; when
         canceled, whatever it started is killed."""
+
+
+class HostLauncher:
+    """Processes of this host's user, started with ``vfork`` by :func:`start_process`."""
+
+    async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
+        return await asyncio.to_thread(resolve_command, argv, cwd, env)
+
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
         if spec.real_executable is not None:
             check_real_executable(spec.argv[0], spec.real_executable)
         popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr)
         return _PopenLeader(popen, asyncio.get_running_loop())
 
+
+class LocalProcesses:
+    """Runs each ProcessSpec to its end through a :class:`Launcher` and supervises it here:
+    output, caps, timeouts, group kills (see the module docstring)."""
+
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
+
     async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
         """Run ``spec`` to completion, timeout or cancellation; see the module docstring."""
         child = _Child(spec, OutputCollector(spec.max_output_bytes))
-        await child.start(self.launch)
+        await child.start(self.launcher.launch)
         pump = asyncio.create_task(_emit_output(child.outbox, execution))
         try:
             child.timed_out = not await completed_within(child.exited, spec.timeout_seconds)

@@ -25,7 +25,7 @@ from typing import Any
 
 from protolink.errors import SandboxError
 from protolink.execution.groups import signal_group
-from protolink.execution.process import ProcessSpec
+from protolink.execution.process_types import ProcessSpec
 from protolink.execution.resolve import (
     Resolved,
     check_command,
@@ -81,7 +81,7 @@ class ResolutionChanged(Exception):
     no longer resolves to the approved file; nothing started."""
 
 
-class Launcher:
+class SpawnerClient:
     """Starts commands as ``uid``/``gid`` through the spawner ``program``, and resolves them
     with that user's permissions."""
 
@@ -223,7 +223,7 @@ class SpawnerConnection:
         loop.add_reader(channel, self._readable)
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> _Command:
-        """:meth:`Launcher.launch` through this spawner: OSError when the command cannot start,
+        """:meth:`SpawnerClient.launch` through this spawner: OSError when the command cannot start,
         ValueError when it cannot be passed, ResolutionChanged when its check fails."""
         check_command(spec.argv, spec.cwd, spec.env)
         check = None
