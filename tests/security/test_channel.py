@@ -261,7 +261,7 @@ async def test_event_flood(attacker):
     The server batches what it reads into capped events; the call ends with its 4 KiB of output and truncated=True.
     """
     code = (f"import os\nfor i in range({100_000 if GVISOR else 1_000_000}):\n    os.write(1, b'x')\n    os.write(2, b'y')\n")
-    result = await attacker.python(code, timeout=900, max_output_bytes=4096)  # what is asserted is not speed
+    result = await attacker.python(code, timeout=300, max_output_bytes=4096)  # what is asserted is not speed
     assert result.exit_code == 0 and result.truncated
     assert len(result.stdout) + len(result.stderr) == 4096
     await still_serves(attacker)
