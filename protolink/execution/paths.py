@@ -199,12 +199,6 @@ def read_descriptor(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_regular_file(path: str, roots: Sequence[str], *, max_bytes: int) -> bytes:
-    """The bytes of the regular file at ``path``; ValueError when it holds more than ``max_bytes``."""
-    with open_regular_file(path, roots) as opened:
-        return read_bounded(opened, max_bytes)
-
-
 def read_bounded(opened: OpenedFile, max_bytes: int) -> bytes:
     """All bytes of an opened file, refusing files larger than ``max_bytes`` (even ones that grow)."""
     if opened.stat.st_size > max_bytes:

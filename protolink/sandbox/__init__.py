@@ -18,7 +18,7 @@ _EXPORTS = {
     "DockerSandbox": "protolink.sandbox.docker",
     "SandboxConfig": "protolink.sandbox.config",
     "Root": "protolink.wire.roots",
-    "reap": "protolink.sandbox.reaper",
+    "reap": "protolink.sandbox.leftovers",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -99,7 +99,7 @@ async def _up(args: argparse.Namespace) -> int:
 
 async def _down(args: argparse.Namespace) -> int:
     from .appliance import find
-    from .reaper import remove_host_dirs
+    from .leftovers import remove_host_dirs
 
     container = await asyncio.to_thread(find, args.name)
     records.forget(args.name)
@@ -115,7 +115,7 @@ async def _down(args: argparse.Namespace) -> int:
 async def _status(args: argparse.Namespace) -> int:
     from .appliance import address, find
     from .client import connect
-    from .reaper import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL
+    from .leftovers import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL
 
     container = await asyncio.to_thread(find, args.name)
     if container is None:

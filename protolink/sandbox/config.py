@@ -31,8 +31,8 @@ from typing import TypeAlias
 
 from protolink.wire.roots import Root
 
+from .leftovers import process_owner
 from .provision import DEFAULT_IMAGE
-from .reaper import process_owner
 from .records import NAME
 
 MiB = 1 << 20

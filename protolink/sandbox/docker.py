@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from protolink.errors import SandboxEngineError, SandboxError, SandboxUnavailableError
 from protolink.wire.roots import Root
 
-from . import engine, reaper
+from . import engine, leftovers
 from .config import PublishedPort, SandboxConfig
 from .disk import DiskWatch
 from .engine import engine_error, engine_errors
@@ -133,7 +133,7 @@ class DockerSandbox:
         self.start_timeout = start_timeout
         self.chown_writable = chown_writable
         self.address: str | None = None
-        self.reaped: list[reaper.Reaped] = []
+        self.reaped: list[leftovers.Reaped] = []
         self._tcp = isinstance(config.network, PublishedPort)
         self._token = secrets.token_urlsafe(32) if self._tcp else None
         self._state = "new"
@@ -209,7 +209,7 @@ class DockerSandbox:
                 self._engine = await _in_thread(self._engine_facts)
                 if self._tcp:  # its port is published through the bridge: "network bridge not found" says it is missing
                     await _in_thread(self._docker.api.inspect_network, "bridge")
-                self.reaped = await _in_thread(reaper.reap, self._docker)
+                self.reaped = await _in_thread(leftovers.reap, self._docker)
                 for gone in self.reaped:
                     log.warning("reaped sandbox container %s (%s): %s", gone.name, gone.container_id, gone.reason)
                 await _in_thread(self._run_container, self._engine)
@@ -406,10 +406,6 @@ class DockerSandbox:
                 pass
         self._container.exec_run(["/usr/bin/setpriv", "--inh-caps=-all", "/bin/sh", "-c", "kill -KILL -1"],
                                  user=f"{self.command_uid}:{self.command_gid}")
-
-    async def disk_growth(self) -> int:
-        """How many bytes the writable roots have grown since the sandbox started."""
-        return 0 if self._watch is None else await self._watch.growth_bytes()
 
 
 def published_address(container: Any) -> str | None:

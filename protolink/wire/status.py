@@ -109,11 +109,6 @@ def to_status(error: BaseException) -> tuple[grpc.StatusCode, errors_pb2.Error]:
     return KINDS[kind][0], errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS], errno=number)
 
 
-def invalid_argument(message: str) -> tuple[grpc.StatusCode, errors_pb2.Error]:
-    """The status and wire error for a malformed request."""
-    return to_status(ValueError(message))
-
-
 def from_status(
     code: grpc.StatusCode, details: str | None, trailing_metadata: object = ()
 ) -> Exception:

@@ -22,7 +22,7 @@ import pytest
 
 from protolink.errors import SandboxEngineError, SandboxUnavailableError
 from protolink.sandbox import docker as sandbox_docker
-from protolink.sandbox import reaper
+from protolink.sandbox import leftovers
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.hostdirs import private_subdir
 
@@ -33,12 +33,12 @@ BASE_IMAGE = "protolink/base:bookworm"
 
 
 def _containers(client, session: str) -> list:
-    return client.containers.list(all=True, filters={"label": f"{reaper.SESSION_LABEL}={session}"})
+    return client.containers.list(all=True, filters={"label": f"{leftovers.SESSION_LABEL}={session}"})
 
 
 def _dead_process_owner() -> str:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    owner = reaper.process_owner(child.pid)
+    owner = leftovers.process_owner(child.pid)
     child.wait()
     return owner
 
@@ -150,17 +150,17 @@ def test_reaper_removes_orphaned_and_expired_containers_and_reports_them(docker_
     now = time.time()
     host_dir = private_subdir("reaper-test-")
     cases = {
-        "orphan": reaper.labels(_dead_process_owner(), uuid.uuid4().hex, 3600, [host_dir]),
-        "expired": reaper.labels(reaper.process_owner(), uuid.uuid4().hex, 60, [], now=now - 120),
-        "live": reaper.labels(reaper.process_owner(), uuid.uuid4().hex, 3600, []),
-        "appliance": reaper.labels("appliance:elsewhere", uuid.uuid4().hex, None, []),
+        "orphan": leftovers.labels(_dead_process_owner(), uuid.uuid4().hex, 3600, [host_dir]),
+        "expired": leftovers.labels(leftovers.process_owner(), uuid.uuid4().hex, 60, [], now=now - 120),
+        "live": leftovers.labels(leftovers.process_owner(), uuid.uuid4().hex, 3600, []),
+        "appliance": leftovers.labels("appliance:elsewhere", uuid.uuid4().hex, None, []),
     }
     made = {}
     try:
         for case, labels in cases.items():
             made[case] = docker_client.containers.create(BASE_IMAGE, ["/bin/true"], labels=labels,
                                                         network_mode="none", name=f"protolink-reaper-{case}-{uuid.uuid4().hex[:6]}")
-        reaped = {gone.name: gone for gone in reaper.reap(docker_client)}
+        reaped = {gone.name: gone for gone in leftovers.reap(docker_client)}
 
         assert reaped[made["orphan"].name].reason == "owner gone"
         assert reaped[made["expired"].name].reason == "expired"
@@ -181,7 +181,7 @@ def test_reaper_removes_orphaned_and_expired_containers_and_reports_them(docker_
 async def test_starting_a_sandbox_reaps_and_reports_orphans(docker_client, sandbox_image, tmp_path):
     orphan = docker_client.containers.create(
         BASE_IMAGE, ["/bin/true"], network_mode="none",
-        labels=reaper.labels(_dead_process_owner(), uuid.uuid4().hex, 3600, []))
+        labels=leftovers.labels(_dead_process_owner(), uuid.uuid4().hex, 3600, []))
     sandbox = DockerSandbox([tmp_path], image=sandbox_image)
     async with sandbox:
         assert orphan.short_id in [gone.container_id for gone in sandbox.reaped]

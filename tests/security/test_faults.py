@@ -25,7 +25,7 @@ import pytest
 from google.protobuf import descriptor
 
 from protolink.errors import SandboxUnavailableError
-from protolink.sandbox import reaper
+from protolink.sandbox import leftovers
 from protolink.sandbox.docker import DockerSandbox
 from protolink.wire._pb import documents_pb2, process_pb2, sandbox_pb2, workspace_pb2
 
@@ -64,7 +64,7 @@ async def test_container_killed_mid_call(sandbox_image, docker_client, box_root)
         with pytest.raises(SandboxUnavailableError):
             await attacker.call("read_file", path=str(box_root / "doc.txt"))
     figure("container killed mid-call: typed error after", f"{seconds:.2f} s")
-    assert not docker_client.containers.list(all=True, filters={"label": f"{reaper.SESSION_LABEL}={box.session}"})
+    assert not docker_client.containers.list(all=True, filters={"label": f"{leftovers.SESSION_LABEL}={box.session}"})
 
 
 async def test_container_frozen_mid_call(sandbox_image, docker_client, box_root):

@@ -15,7 +15,7 @@ of the docker SDK's ``containers.create`` (:class:`ContainerSpec`). What it make
 - roots bind-mounted at their own paths, read-only unless writable; the host's private
   directory at :data:`SOCKET_DIR` (Unix socket) or :data:`SECRET_DIR` (TCP mode's token);
 - no network (``network_mode="none"``), or in TCP mode the server's port published on the
-  engine's host; the labels of :func:`~protolink.sandbox.reaper.labels`;
+  engine's host; the labels of :func:`~protolink.sandbox.leftovers.labels`;
 - under gVisor (the runtime's program is ``runsc``), the tuning of the ``GVISOR_*`` figures.
 """
 
@@ -29,7 +29,7 @@ from typing import Any, assert_never
 
 from docker.types import LogConfig, Mount, Ulimit
 
-from .. import reaper
+from .. import leftovers
 from ..config import MiB, NoNetwork, PublishedPort, SandboxConfig
 
 #: Where the host's private directory is mounted for the server's Unix socket.
@@ -140,7 +140,7 @@ def container_spec(config: SandboxConfig, engine: EngineFacts, host: HostFacts) 
         command=server_command(config, engine),
         name=config.name,
         hostname="sandbox",
-        labels=reaper.labels(config.lease.owner, config.lease.session, config.lease.expiry_seconds,
+        labels=leftovers.labels(config.lease.owner, config.lease.session, config.lease.expiry_seconds,
                              [host.channel_dir], now=host.created),
         user="0:0",
         mounts=_mounts(config, host.channel_dir),

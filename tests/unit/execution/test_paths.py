@@ -51,7 +51,7 @@ def test_the_real_spelling_is_taken_as_written_without_touching_the_file_system(
     assert target == WorkspacePath(str(tree["root"]), ("to-other", "secret.txt"))
     monkeypatch.undo()
     with pytest.raises(ValueError, match="symlink"):
-        paths.read_regular_file(target.path, roots, max_bytes=100)
+        read_regular_file(target.path, roots, max_bytes=100)
 
 
 def test_a_symlink_beneath_the_root_is_refused_through_an_alias(tree):
@@ -60,7 +60,7 @@ def test_a_symlink_beneath_the_root_is_refused_through_an_alias(tree):
     target = canonical_target(f"{tree['links']}/root/escape/secret.txt", roots)
     assert target.path == f"{tree['root']}/escape/secret.txt"
     with pytest.raises(ValueError, match="symlink"):
-        paths.read_regular_file(target.path, roots, max_bytes=100)
+        read_regular_file(target.path, roots, max_bytes=100)
 
 
 @pytest.mark.parametrize("alias", ["outside/secret.txt", "sub/a.txt", "loop/a.txt", "missing/a.txt", "root-file/a"])
@@ -99,6 +99,11 @@ def test_directory_symlink_followed_by_the_kernel_is_rejected(tmp_path: Path, mo
 
     monkeypatch.setattr(paths.os, "open", following)
     with pytest.raises(ValueError, match="symlink"):
-        paths.read_regular_file(str(root / "link" / "secret.txt"), [str(root)], max_bytes=100)
+        read_regular_file(str(root / "link" / "secret.txt"), [str(root)], max_bytes=100)
     (root / "sub" / "ok.txt").write_text("ok\n")
-    assert paths.read_regular_file(str(root / "sub" / "ok.txt"), [str(root)], max_bytes=100) == b"ok\n"
+    assert read_regular_file(str(root / "sub" / "ok.txt"), [str(root)], max_bytes=100) == b"ok\n"
+
+
+def read_regular_file(path: str, roots: list[str], *, max_bytes: int) -> bytes:
+    with paths.open_regular_file(path, roots) as opened:
+        return paths.read_bounded(opened, max_bytes)

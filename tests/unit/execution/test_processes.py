@@ -5,7 +5,11 @@ import os
 
 import pytest
 
-from protolink.execution.local_processes import HostLauncher, LocalProcesses, start_process
+from protolink.execution.local_processes import (
+    HostLauncher,
+    LocalProcesses,
+    start_process,
+)
 from protolink.execution.process_types import ProcessSpec
 
 

@@ -5,37 +5,37 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from protolink.sandbox import reaper
+from protolink.sandbox import leftovers
 
 
 def test_this_process_is_a_live_owner():
-    assert not reaper.owner_gone(reaper.process_owner())
+    assert not leftovers.owner_gone(leftovers.process_owner())
 
 
 def test_a_finished_process_is_a_gone_owner():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    owner = reaper.process_owner(child.pid)
+    owner = leftovers.process_owner(child.pid)
     child.wait()
-    assert reaper.owner_gone(owner)
+    assert leftovers.owner_gone(owner)
 
 
 def test_owners_that_are_not_processes_of_this_host_are_never_gone():
-    assert not reaper.owner_gone("appliance:somewhere")
-    assert not reaper.owner_gone("process:another-host:1:1")
-    assert not reaper.owner_gone("process:garbage")
+    assert not leftovers.owner_gone("appliance:somewhere")
+    assert not leftovers.owner_gone("process:another-host:1:1")
+    assert not leftovers.owner_gone("process:garbage")
 
 
 def test_labels_carry_expiry_as_an_absolute_time(tmp_path):
-    labels = reaper.labels("appliance:x", "s1", 60, [tmp_path], now=1000)
-    assert labels[reaper.CREATED_LABEL] == "1000" and labels[reaper.EXPIRY_LABEL] == "1060"
-    assert reaper.labels("appliance:x", "s1", None, [], now=1000)[reaper.EXPIRY_LABEL] == "0"
-    assert labels[reaper.HOSTDIRS_LABEL] == str(tmp_path)
+    labels = leftovers.labels("appliance:x", "s1", 60, [tmp_path], now=1000)
+    assert labels[leftovers.CREATED_LABEL] == "1000" and labels[leftovers.EXPIRY_LABEL] == "1060"
+    assert leftovers.labels("appliance:x", "s1", None, [], now=1000)[leftovers.EXPIRY_LABEL] == "0"
+    assert labels[leftovers.HOSTDIRS_LABEL] == str(tmp_path)
 
 
 def test_host_dirs_outside_the_runtime_dir_are_never_removed(tmp_path):
     keep = tmp_path / "keep"
     keep.mkdir()
-    reaper.remove_host_dirs({reaper.HOSTDIRS_LABEL: str(keep)})
+    leftovers.remove_host_dirs({leftovers.HOSTDIRS_LABEL: str(keep)})
     assert keep.exists()
 
 
@@ -51,7 +51,7 @@ class _Engine:
         self.api = self
 
     def containers(self, all: bool, filters: dict) -> list[dict]:
-        owner = {reaper.OWNER_LABEL: "x", reaper.EXPIRY_LABEL: "1"}
+        owner = {leftovers.OWNER_LABEL: "x", leftovers.EXPIRY_LABEL: "1"}
         return [{"Id": "busy" * 16, "Names": ["/busy"], "Labels": owner},
                 {"Id": "idle" * 16, "Names": ["/idle"], "Labels": owner}]
 
@@ -69,6 +69,6 @@ class _Response:
 
 def test_a_container_already_being_removed_is_skipped_and_the_rest_are_reaped():
     engine = _Engine()
-    reaped = reaper.reap(engine, now=2)
+    reaped = leftovers.reap(engine, now=2)
     assert [(gone.name, gone.reason) for gone in reaped] == [("idle", "expired")]
     assert engine.removed == ["idle" * 16]
