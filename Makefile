@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 #: The suite takes minutes; past this many seconds it is stopped and fails instead of hanging.
 TEST_TIMEOUT ?= 2700
 
-.PHONY: install test engine image proto sandbox-up sandbox-down bench clean
+.PHONY: install test test-fast engine image proto sandbox-up sandbox-down bench clean
 
 install: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml
 test: install
 	@timeout --foreground --kill-after=60 $(TEST_TIMEOUT) $(BIN)/python -m pytest -q || { status=$$?; \
 	  [ $$status -ne 124 ] || echo "make test: stopped after $(TEST_TIMEOUT) s (TEST_TIMEOUT)" >&2; exit $$status; }
+
+## test-fast: what needs neither an engine nor root (a few minutes)
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not docker and not root"
 
 ## engine: install (Debian, root) and start a Docker Engine when none answers
 engine:

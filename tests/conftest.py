@@ -1,8 +1,9 @@
 """Root test configuration: the policy for tests that need a Docker Engine.
 
 A test marked ``@pytest.mark.docker``, or one that uses the ``docker_client`` fixture, runs only
-when an engine answers. When none does it is skipped, unless ``PROTOLINK_REQUIRE_DOCKER=1`` (CI),
-where it fails instead: a CI run without its engine must not pass by skipping.
+when an engine answers; one marked ``@pytest.mark.root`` only as root. Otherwise it is skipped,
+unless ``PROTOLINK_REQUIRE_DOCKER=1`` (CI), where it fails instead: a CI run must not pass by
+skipping. ``make test-fast`` runs what needs neither.
 
 At the end of a session that reached an engine, containers labelled ``io.protolink.owner`` that
 were created during the session and are still there fail the run.
@@ -48,18 +49,26 @@ def _engine_problem() -> str | None:
     return None
 
 
-def _require_engine() -> None:
-    problem = _engine_problem()
+def _require(problem: str | None) -> None:
+    """Skip for ``problem`` (None: none), or fail under PROTOLINK_REQUIRE_DOCKER=1 (CI), where
+    nothing may pass by skipping."""
     if problem is None:
         return
     if os.environ.get("PROTOLINK_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"PROTOLINK_REQUIRE_DOCKER=1 but {problem} (start one: scripts/engine-up.sh)", pytrace=False)
-    pytest.skip(f"{problem} (start one: scripts/engine-up.sh)")
+        pytest.fail(f"PROTOLINK_REQUIRE_DOCKER=1 but {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
+def _require_engine() -> None:
+    problem = _engine_problem()
+    _require(None if problem is None else f"{problem} (start one: scripts/engine-up.sh)")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("docker"):
         _require_engine()
+    if item.get_closest_marker("root"):
+        _require(None if os.geteuid() == 0 else "this test needs root (other uids, pid namespaces, chown)")
 
 
 @pytest.fixture(scope="session")

@@ -27,8 +27,9 @@ from protolink.sandbox import posix_acl
 
 BACKENDS = ["local", pytest.param("sandbox", marks=pytest.mark.docker)]
 SANDBOX_PYTHON = "/opt/protolink/bin/python"
-# "server": the sandbox server as a subprocess on this host (no Docker), through SandboxBackend.
-BACKENDS.append("server")
+# "server": the sandbox server as a subprocess on this host (no Docker), through SandboxBackend;
+# it runs commands as a uid of their own, which needs root.
+BACKENDS.append(pytest.param("server", marks=pytest.mark.root))
 _counter = itertools.count()
 
 

@@ -53,6 +53,8 @@ from protolink.wire._pb import (
 from tests.pdfs import pdf
 from tests.sandbox_server import HOST_PYTHON, RunningServer, sandbox_server, unused_uid
 
+pytestmark = pytest.mark.root
+
 ENV = {"PATH": "/usr/bin:/bin"}
 #: Generous bound on waiting for something the kernel does asynchronously (a kill, an exit).
 SETTLE_SECONDS = 30

@@ -32,6 +32,8 @@ from protolink.sandbox.writable_roots import (
 )
 from protolink.wire.roots import Root
 
+pytestmark = pytest.mark.root
+
 UID = GID = 65534  # the sandbox's command user
 OTHER_GID = 4242
 

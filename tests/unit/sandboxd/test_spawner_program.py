@@ -23,6 +23,8 @@ from protolink_sandboxd import spawner
 
 from tests.sandbox_server import spawner_program, unused_uid
 
+pytestmark = pytest.mark.root
+
 MAX_REQUEST_BYTES = 1 << 16
 ENV = {"PATH": "/usr/bin:/bin", "ONLY": "this"}
 #: rt_sigaction's system call number here: the C library's own wrappers refuse signal 32.

@@ -8,7 +8,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from protolink_sandboxd.strays import _unreaped_child
+
+pytestmark = pytest.mark.root
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

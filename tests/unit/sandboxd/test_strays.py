@@ -8,9 +8,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from protolink_sandboxd.strays import Origins, _Process
 
 from .test_stray_look import ROOT
+
+pytestmark = pytest.mark.root
 
 UID = 65533
 SPAWNER, KEEPER, OTHER_KEEPER = 10, 11, 12
