@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import platform
 import stat
+import struct
 
 import pytest
 
 from protolink.sandbox.docker import seccomp_profile
 
-from .conftest import (
-    CANARY,
-    CANARY_VARIABLE,
-    GVISOR,
-    NO_ROUTE,
-    NOBODY,
-    PYTHON,
-    Roots,
-    still_serves,
-)
+from .conftest import CANARY, CANARY_VARIABLE, GVISOR, NO_ROUTE, NOBODY, PYTHON, Roots, figure, still_serves
 
 pytestmark = pytest.mark.docker
 
@@ -251,9 +244,9 @@ async def test_setuid_binary_in_writable_root(attacker):
 
 
 async def test_commands_never_run_as_root(attacker):
-    """Becoming root from a command: setuid(0), setresuid, setpriv --reuid=0, and capabilities in /proc/self/status.
+    """Becoming root from a command: setuid(0), setresuid, setgid, setgroups, setpriv --reuid=0.
 
-    Commands run as uid 65534 with no capabilities in any set (ambient and no_new_privs asked of prctl); every attempt fails with EPERM.
+    Commands run as uid and gid 65534 with no supplementary groups; every attempt fails with EPERM.
     """
     code = r"""
 import json, os
@@ -265,21 +258,67 @@ for name, call in {'setuid': lambda: os.setuid(0), 'setresuid': lambda: os.setre
         answers[name] = 0
     except OSError as error:
         answers[name] = error.errno
-status = dict(line.split(':\t', 1) for line in open('/proc/self/status').read().splitlines() if ':\t' in line)
-answers['caps'] = [int(status[key], 16) for key in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd')]
-# Asked of the kernel itself: gVisor's status has no CapAmb or NoNewPrivs line.
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-answers['ambient'] = [cap for cap in range(64) if libc.prctl(47, 1, cap, 0, 0) == 1]  # PR_CAP_AMBIENT_IS_SET
-answers['no_new_privs'] = libc.prctl(39, 0, 0, 0, 0)  # PR_GET_NO_NEW_PRIVS
 print(json.dumps(answers))
 """
     answers = await attacker.probe(code)
     assert answers["ids"] == [NOBODY] * 4 and answers["groups"] == []
     assert [answers[name] for name in ("setuid", "setresuid", "setgid", "setgroups")] == [errno.EPERM] * 4
-    assert answers["caps"][:3] == [0, 0, 0] and answers["ambient"] == [] and answers["no_new_privs"] == 1
     elevated = await attacker.shell("setpriv --reuid=0 id -u")
     assert elevated.exit_code != 0
+    await still_serves(attacker)
+
+
+#: The container's bounding set, which every process in it inherits: CAP_KILL, CAP_SETGID, CAP_SETUID.
+BOUNDING = 1 << 5 | 1 << 6 | 1 << 7
+#: ``struct vfs_cap_data`` (revision 2, effective): the bounding set's capabilities permitted. A file
+#: that names capabilities outside the bounding set does not even run (EPERM: it would run without them).
+FILE_CAPABILITIES = struct.pack("<5I", 0x02000000 | 0x000001, BOUNDING, 0, 0, 0)
+CREDENTIALS = r"""
+import ctypes, json, sys
+status = dict(line.split(':', 1) for line in open('/proc/self/status').read().splitlines() if ':' in line)
+answers = {name: status[name].split() for name in ('Uid', 'Gid', 'CapInh', 'CapPrm', 'CapEff', 'CapAmb', 'CapBnd',
+                                                   'NoNewPrivs') if name in status}
+# Asked of the kernel itself too: gVisor's status has no CapAmb or NoNewPrivs line.
+libc = ctypes.CDLL(None, use_errno=True)
+answers['ambient'] = [cap for cap in range(64) if libc.prctl(47, 1, cap, 0, 0) == 1]  # PR_CAP_AMBIENT_IS_SET
+answers['no_new_privs'] = libc.prctl(39, 0, 0, 0, 0)  # PR_GET_NO_NEW_PRIVS
+answers['execs'] = {}
+for name in sys.argv[1:]:
+    lines = [line.split(':', 1) for line in open(name + '.status').read().splitlines() if ':' in line]
+    answers['execs'][name] = {key: value.split() for key, value in lines}
+print(json.dumps(answers))
+"""
+
+
+async def test_capabilities_of_commands(attacker):
+    """What a command holds (its capability sets and no_new_privs in /proc/self/status), and what it gains by executing a setuid-root copy of cat and a copy with the bounding set's three as file capabilities (the host, as root, made both in the writable root, which is not mounted nosuid; a command cannot make either).
+
+    A command's effective, permitted, inheritable and ambient sets are empty; its bounding set is the container's (SETUID, SETGID, KILL) and no_new_privs is set. The bounding set only caps what an exec of such a binary may add, and no_new_privs makes the kernel ignore setuid bits and file capabilities: both copies run as uid 65534 with the same empty sets. Under gVisor (no file capabilities, no CapAmb or NoNewPrivs lines in status) the same holds.
+    """
+    made = await attacker.shell("cp /bin/cat setuid-cat && cp /bin/cat caps-cat && echo made")
+    assert made.stdout == "made\n", made
+    setuid_cat, caps_cat = attacker.ws / "setuid-cat", attacker.ws / "caps-cat"
+    for binary in (setuid_cat, caps_cat):
+        os.chown(binary, 0, 0)
+    setuid_cat.chmod(0o4755)
+    caps_cat.chmod(0o755)
+    os.setxattr(caps_cat, "security.capability", FILE_CAPABILITIES)
+    seen = await attacker.shell(f"stat -c '%u %a' setuid-cat caps-cat; grep ' {attacker.ws.parent} ' "
+                                "/proc/self/mountinfo | cut -d' ' -f6")
+    assert seen.stdout.splitlines()[:2] == ["0 4755", "0 755"], seen
+    assert "nosuid" not in seen.stdout, "the root must honour setuid bits, or this proves nosuid, not no_new_privs"
+    ran = await attacker.shell("./setuid-cat /proc/self/status > setuid-cat.status && "
+                               "./caps-cat /proc/self/status > caps-cat.status && echo ran")
+    assert ran.stdout == "ran\n", ran
+    answers = await attacker.probe(CREDENTIALS, "setuid-cat", "caps-cat")
+    assert answers["ambient"] == [] and answers["no_new_privs"] == 1
+    for status in (answers, *answers["execs"].values()):
+        assert status["Uid"] == status["Gid"] == [str(NOBODY)] * 4, status
+        assert {int(status[name][0], 16) for name in ("CapInh", "CapPrm", "CapEff", "CapAmb") if name in status} == {0}
+        assert int(status["CapBnd"][0], 16) == BOUNDING, status
+        assert status.get("NoNewPrivs", ["1"]) == ["1"], status
+    figure("capabilities of a command and of its setuid-root and file-capability execs",
+           f"CapBnd {answers['CapBnd'][0]}, every other set 0, no_new_privs 1")
     await still_serves(attacker)
 
 
