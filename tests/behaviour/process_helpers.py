@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,9 +70,3 @@ async def sh(backend: Any, cwd: os.PathLike[str] | str, script: str) -> ProcessR
     result = await backend.execute(spec, Silent())
     assert result.exit_code == 0, result
     return result
-
-
-def open_fds() -> int:
-    """Descriptors this process holds, once objects already unreachable have closed theirs."""
-    gc.collect()
-    return len(os.listdir("/proc/self/fd"))

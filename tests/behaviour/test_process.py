@@ -7,8 +7,8 @@ import signal
 import textwrap
 
 import pytest
-from process_helpers import observed_agent, open_fds
 
+from process_helpers import observed_agent
 from protolink import (
     Agent,
     AgentCard,
@@ -22,6 +22,7 @@ from protolink import (
 )
 from protolink.errors import DirectCallError
 from protolink.tools.builtins import ProcessCancelledError, ProcessResult, process_tool
+from tests.descriptors import open_descriptors
 
 LATE_WRITER = """\
 import pathlib, signal, sys, time
@@ -329,7 +330,7 @@ async def test_no_file_descriptor_leaks_after_exit_timeout_and_cancellation(
         tool, workspace, backend_python):
     observed = observed_agent(tool)
     await run(observed, workspace, [backend_python, "-c", "print(1)"])  # warm up lazy imports
-    before = open_fds()
+    before = open_descriptors()
     await run(observed, workspace, [backend_python, "-c", "print(1)"])
     await run(observed, workspace, [backend_python, "-c", "import time; time.sleep(60)"],
               timeout_seconds=0.5)
@@ -342,4 +343,4 @@ async def test_no_file_descriptor_leaks_after_exit_timeout_and_cancellation(
     call.cancel()
     with pytest.raises(ProcessCancelledError):
         await call
-    assert open_fds() <= before  # none left behind (a sandbox's gRPC channel may close one of its own)
+    assert open_descriptors() == before

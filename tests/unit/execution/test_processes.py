@@ -11,6 +11,7 @@ from protolink.execution.local_processes import (
     start_process,
 )
 from protolink.execution.process_types import ProcessSpec
+from tests.descriptors import open_descriptors
 
 
 class Exited:
@@ -55,10 +56,10 @@ async def test_timeout_without_pidfd(without_pidfd, tmp_path):
 
 async def test_a_command_that_cannot_start_is_a_clear_error(tmp_path):
     spec = ProcessSpec((str(tmp_path / "missing"),), str(tmp_path), {}, 5, 100)
-    before = len(os.listdir("/proc/self/fd"))
+    before = open_descriptors()
     with pytest.raises(RuntimeError, match="could not start"):
         await LocalProcesses(HostLauncher()).execute(spec, Events())
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert open_descriptors() == before
 
 
 async def test_a_launcher_of_its_own_starts_every_command(tmp_path):
