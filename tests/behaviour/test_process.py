@@ -24,30 +24,19 @@ from protolink.errors import DirectCallError
 from protolink.tools.builtins import ProcessCancelledError, ProcessResult, process_tool
 from tests.descriptors import open_descriptors
 
-LATE_WRITER = """\
-import pathlib, signal, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-pathlib.Path(sys.argv[1] + ".armed").touch()
-time.sleep(float(sys.argv[2]))
-pathlib.Path(sys.argv[1]).write_text("survived")
-"""
-
 
 def py(code: str) -> str:
     return textwrap.dedent(code)
 
 
-def spawning(marker, delay: float, then: str) -> str:
-    """A parent that starts a SIGTERM-ignoring grandchild writing ``marker`` after ``delay``,
-    prints "started" once the grandchild ignores SIGTERM, then runs ``then``."""
-    return py(f"""
-        import os, subprocess, sys, time
-        subprocess.Popen([sys.executable, "-c", {LATE_WRITER!r}, {str(marker)!r}, "{delay}"])
-        while not os.path.exists({str(marker) + ".armed"!r}):
-            time.sleep(0.01)
-        print("started", flush=True)
-        {then}
-    """)
+def spawning(marker, delay: float, then: str) -> list[str]:
+    """A shell that starts a SIGTERM-ignoring grandchild writing ``marker`` after ``delay``,
+    prints "started" once the grandchild ignores SIGTERM, then runs ``then``. A shell, not
+    Python: a test with a 1 s timeout needs this done first, whatever the machine's load, and two
+    Python start-ups took 0.3-0.4 s of that second beside two CPU hogs."""
+    late_writer = f"trap '' TERM; touch '{marker}.armed'; sleep {delay}; echo survived > '{marker}'"
+    return ["/bin/sh", "-c", f"({late_writer}) & while [ ! -e '{marker}.armed' ]; do sleep 0.01; done; "
+                             f"echo started; {then}"]
 
 
 @pytest.fixture
@@ -185,11 +174,10 @@ async def test_prepared_tool_cannot_be_called_directly(tool, workspace, backend_
         await tool(argv=[backend_python, "-V"], cwd=str(workspace), env={})
 
 
-async def test_timeout_kills_the_whole_group(tool, workspace, backend_python):
+async def test_timeout_kills_the_whole_group(tool, workspace):
     observed = observed_agent(tool)
     marker = workspace / "grandchild-survived"
-    code = spawning(marker, 2, "import time; time.sleep(60)")
-    result = await run(observed, workspace, [backend_python, "-c", code], timeout_seconds=1)
+    result = await run(observed, workspace, spawning(marker, 2, "exec sleep 60"), timeout_seconds=1)
     assert result.timed_out and not result.canceled and not result.budget_exceeded
     assert result.exit_code == -signal.SIGTERM
     assert result.stdout == "started\n"
@@ -197,10 +185,10 @@ async def test_timeout_kills_the_whole_group(tool, workspace, backend_python):
     assert not marker.exists()
 
 
-async def test_normal_exit_kills_descendants_left_in_the_group(tool, workspace, backend_python):
+async def test_normal_exit_kills_descendants_left_in_the_group(tool, workspace):
     observed = observed_agent(tool)
     marker = workspace / "background-survived"
-    result = await run(observed, workspace, [backend_python, "-c", spawning(marker, 1.5, "")])
+    result = await run(observed, workspace, spawning(marker, 1.5, "exit 0"))
     assert (result.exit_code, result.stdout, result.timed_out) == (0, "started\n", False)
     await asyncio.sleep(3)
     assert not marker.exists()
@@ -222,13 +210,12 @@ async def test_a_descendant_in_its_own_session_cannot_hold_the_call_open(
     await run(observed, workspace, [backend_python, "-c", kill, str(escaped)])
 
 
-async def test_cancellation_reaps_the_group_and_keeps_partial_output(tool, workspace, backend_python):
+async def test_cancellation_reaps_the_group_and_keeps_partial_output(tool, workspace):
     observed = observed_agent(tool)
     marker = workspace / "grandchild-survived"
-    code = spawning(marker, 2, "import time; time.sleep(60)")
     printed = asyncio.Event()
     observed.agent.events.add_sink(lambda event: printed.set() if event.type == "process.output" else None)
-    call = asyncio.create_task(run(observed, workspace, [backend_python, "-c", code], timeout_seconds=60))
+    call = asyncio.create_task(run(observed, workspace, spawning(marker, 2, "exec sleep 60"), timeout_seconds=60))
     await asyncio.wait_for(printed.wait(), 30)
     call.cancel()
     with pytest.raises(ProcessCancelledError) as raised:
