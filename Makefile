@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 #: The suite takes minutes; past this many seconds it is stopped and fails instead of hanging.
 TEST_TIMEOUT ?= 2700
 
-.PHONY: install test test-fast engine image proto sandbox-up sandbox-down bench clean
+.PHONY: install test test-fast test-gvisor engine gvisor image proto sandbox-up sandbox-down bench clean
 
 install: $(STAMP)
 
@@ -16,10 +16,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[all]'
 	touch $(STAMP)
 
+# pytest with the arguments given, stopped and failed past TEST_TIMEOUT seconds.
+pytest = timeout --foreground --kill-after=60 $(TEST_TIMEOUT) $(BIN)/python -m pytest -q $(1) || { status=$$?; \
+	  [ $$status -ne 124 ] || echo "make $@: stopped after $(TEST_TIMEOUT) s (TEST_TIMEOUT)" >&2; exit $$status; }
+
 ## test: the whole suite (Docker-backed tests need an engine; see scripts/engine-up.sh)
 test: install
-	@timeout --foreground --kill-after=60 $(TEST_TIMEOUT) $(BIN)/python -m pytest -q || { status=$$?; \
-	  [ $$status -ne 124 ] || echo "make test: stopped after $(TEST_TIMEOUT) s (TEST_TIMEOUT)" >&2; exit $$status; }
+	@$(call pytest)
+
+## test-gvisor: the attack corpus (tests/security) again, every sandbox under gVisor's runsc
+test-gvisor: install gvisor
+	@PROTOLINK_SANDBOX_RUNTIME=runsc $(call pytest,tests/security)
 
 ## test-fast: what needs neither an engine nor root (a few minutes)
 test-fast: install
@@ -28,6 +35,10 @@ test-fast: install
 ## engine: install (Debian, root) and start a Docker Engine when none answers
 engine:
 	bash scripts/engine-up.sh
+
+## gvisor: install runsc (Debian, root) and register it with the engine as the runtime "runsc"
+gvisor: engine
+	bash scripts/gvisor-up.sh
 
 ## image: the offline base image (debootstrap) and the sandbox image (wheelhouse)
 image: install engine

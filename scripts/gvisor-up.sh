@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Register gVisor's runsc with the local Docker Engine as the runtime "runsc" (see SECURITY.md).
-# Idempotent: daemon.json is touched only when runsc is installed and its entry differs, then
-# dockerd reloads it (SIGHUP; running containers are untouched). Prints one line on success.
-# Does not install runsc (Debian: apt-get install runsc) and is not part of CI.
+# Register gVisor's runsc with the local Docker Engine as the runtime "runsc" (see SECURITY.md):
+# used by `make gvisor`, `make test-gvisor` and .ci/run. Installs Debian's runsc when it is
+# missing (Debian, root), as engine-up.sh installs the engine. Idempotent: daemon.json is touched
+# only when its entry differs, then dockerd reloads it (SIGHUP; running containers are untouched).
+# Prints one line on success.
 set -euo pipefail
 
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
@@ -11,7 +12,16 @@ WAIT_SECONDS=30
 
 die() { echo "gvisor-up: $*" >&2; exit 1; }
 
-RUNSC=$(command -v runsc) || die "runsc is not installed (Debian: apt-get install runsc); nothing changed"
+if ! command -v runsc >/dev/null; then
+    if [ ! -f /etc/debian_version ] || ! command -v apt-get >/dev/null || [ "$(id -u)" != 0 ]; then
+        die "runsc is not installed (Debian, as root: apt-get install runsc); nothing changed"
+    fi
+    echo "gvisor-up: installing runsc (apt)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends runsc >/dev/null
+fi
+RUNSC=$(command -v runsc)
 registered() { timeout 10 docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
 
 # --network=none: runsc cannot set up networking for --network none containers otherwise;
