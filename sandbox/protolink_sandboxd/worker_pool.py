@@ -27,6 +27,11 @@ from . import frames
 SPAWN_RETRY_SECONDS = 0.2
 #: How long one call must hold a worker, while another waits, before the pool starts another.
 GROW_AFTER_SECONDS = 0.1
+#: A worker whose resident memory is past this share of its address-space limit after a call is
+#: replaced: Python seldom gives back what a parse grew to, and what an idle worker holds is taken
+#: from commands (under gVisor a worker kept 356 MiB after two memory bombs, and the next command's
+#: allocations then had the host end the whole sandbox).
+KEEP_AT_MOST_SHARE = 0.25
 
 log = logging.getLogger("sandbox")
 
@@ -91,6 +96,7 @@ class WorkerPool:
             "--server", str(os.getpid()),
         ]
         self._max_message_bytes = max_message_bytes
+        self._max_resident_bytes = int(memory_bytes * KEEP_AT_MOST_SHARE)
         self._max_workers = max_workers
         self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
         self._live: set[_Worker] = set()
@@ -130,7 +136,8 @@ class WorkerPool:
             raise SandboxLimitError(f"{what} was stopped: {await _death(worker)}") from None
         finally:
             del self._busy[worker]
-            if healthy and worker.process.returncode is None:
+            if (healthy and worker.process.returncode is None
+                    and resident_bytes(worker.process.pid) <= self._max_resident_bytes):
                 self._idle.put_nowait(worker)
             else:
                 await asyncio.shield(self._retire(worker))
@@ -203,6 +210,19 @@ class WorkerPool:
             start_new_session=True,
         )
         return _Worker(process)
+
+
+def resident_bytes(pid: int) -> int:
+    """The resident memory of process ``pid`` (0 once it is gone). A read of /proc, not of a
+    disk: it does not block the event loop."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _failure(reply: bytes) -> OperationFailed:

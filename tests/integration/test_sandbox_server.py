@@ -50,6 +50,7 @@ from protolink.wire._pb import (
     sandbox_pb2,
     workspace_pb2,
 )
+from protolink_sandboxd.worker_pool import KEEP_AT_MOST_SHARE, resident_bytes
 from tests.pdfs import pdf
 from tests.sandbox_server import HOST_PYTHON, RunningServer, sandbox_server, unused_uid
 
@@ -124,6 +125,16 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+async def test_a_worker_that_grew_past_its_share_of_memory_is_replaced(roots):
+    """A parse that ran out of memory ends as a typed error; the worker it grew is not kept."""
+    async with own_server(roots[0], "grown", args=["--worker-memory-bytes", str(300 << 20)]) as (running, writable):
+        (writable / "bomb.pdf").write_bytes(bomb_pdf(70_000_000))
+        with pytest.raises((DocumentError, SandboxLimitError)):
+            await running.backend.read_document(str(writable / "bomb.pdf"), roots=[str(writable)],
+                                                limits=DocumentLimits())
+        assert [pid for pid in workers(running) if resident_bytes(pid) > (300 << 20) * KEEP_AT_MOST_SHARE] == []
 
 
 def cmdline(pid: int) -> bytes:
