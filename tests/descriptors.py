@@ -1,4 +1,4 @@
-"""This process's open descriptors, for tests that check a call leaves none behind.
+"""This process's open descriptors and TCP sockets, for tests that check a call leaves none behind.
 
 The test process is shared with fixtures that outlive a test and run threads of their own. A
 sandbox with writable roots (the behavioural suites' sandbox backend; the attack corpus's shared
@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import stat
+from pathlib import Path
 
 
 def open_descriptors() -> int:
@@ -25,4 +26,23 @@ def open_descriptors() -> int:
             count += not stat.S_ISDIR(os.stat(f"/proc/self/fd/{name}").st_mode)
         except OSError:
             pass  # closed meanwhile, as the listing's own descriptor is
+    return count
+
+
+def open_tcp_sockets(remote_port: int | None = None) -> int:
+    """This process's TCP sockets, or those connected to ``remote_port``: the client's ends of a
+    test server's connections (the server's own ends have that port as their local one)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if remote_port is None or int(fields[2].rsplit(":", 1)[1], 16) == remote_port:
+                inodes.add(fields[9])
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        count += target.startswith("socket:[") and target[8:-1] in inodes
     return count

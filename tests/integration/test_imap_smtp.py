@@ -33,6 +33,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword, syntax
 
 from protolink.tools import IMAPEmail, MailBackendError, email_tools
+
+from tests.descriptors import open_tcp_sockets
 from tests.unit.tools.service_support import service_agent
 
 USER, PASSWORD = "alice@example.com", "correct horse"
@@ -692,22 +694,6 @@ async def test_the_tool_timeout_interrupts_a_stalled_server(certificate: Certifi
         await agent.call_tool("list_email_messages")
     assert await asyncio.to_thread(server.closed.wait, STARTUP_SECONDS)
     assert server.received == b""
-
-
-def open_tcp_sockets() -> int:
-    """This process's TCP sockets (mail connections); the suite's other descriptors, such as a
-    session-wide sandbox channel on a Unix socket, come and go on their own schedule."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        inodes |= {line.split()[9] for line in Path(table).read_text().splitlines()[1:]}
-    count = 0
-    for descriptor in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{descriptor}")
-        except OSError:
-            continue
-        count += target.startswith("socket:[") and target[8:-1] in inodes
-    return count
 
 
 async def test_connections_are_closed_after_every_operation(dovecot: Dovecot, certificate: Certificate):
