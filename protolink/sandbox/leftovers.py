@@ -3,9 +3,10 @@
 Each container carries ``io.protolink.owner`` (who started it), ``io.protolink.session``,
 ``io.protolink.created`` and ``io.protolink.expiry`` (Unix seconds; ``0`` for none), and
 ``io.protolink.hostdirs``, the owner-only host directories made for it (its socket). An owner
-of the form ``process:<host>:<pid>:<start ticks>`` is a host process: once it is gone (on this
-host) its containers are orphans. Any other owner (a long-running appliance) is reaped only by
-its expiry.
+of the form ``process:<host>/<pid namespace>:<pid>:<start ticks>`` is a host process: once it is
+gone (on this host, in this pid namespace) its containers are orphans. Any other owner (a
+long-running appliance, or a process in another pid namespace: a container that shares the
+engine and the host name, whose pids this process cannot see) is reaped only by its expiry.
 """
 
 from __future__ import annotations
@@ -54,16 +55,22 @@ def _start_ticks(pid: int) -> str | None:
         return None
 
 
+def _host() -> str:
+    """This host and pid namespace: sessions in containers that share an engine often share a
+    host name too, and each would take the others' owners for processes that are gone."""
+    return f"{socket.gethostname()}/{os.stat('/proc/self/ns/pid').st_ino}"
+
+
 def process_owner(pid: int | None = None) -> str:
     """The owner label naming a host process (this one by default)."""
     pid = os.getpid() if pid is None else pid
-    return f"{_PROCESS_OWNER}:{socket.gethostname()}:{pid}:{_start_ticks(pid)}"
+    return f"{_PROCESS_OWNER}:{_host()}:{pid}:{_start_ticks(pid)}"
 
 
 def owner_gone(owner: str) -> bool:
-    """True when ``owner`` names a process of this host that no longer runs."""
+    """True when ``owner`` names a process of this host and pid namespace that no longer runs."""
     parts = owner.split(":")
-    if len(parts) != 4 or parts[0] != _PROCESS_OWNER or parts[1] != socket.gethostname():
+    if len(parts) != 4 or parts[0] != _PROCESS_OWNER or parts[1] != _host():
         return False
     try:
         pid = int(parts[2])
