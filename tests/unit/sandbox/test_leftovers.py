@@ -29,11 +29,11 @@ def test_an_owner_in_another_pid_namespace_is_never_gone():
     # A session in a container that shares the engine and the host name: its pids are not ours
     # to look up, so its sandboxes are left to their expiry instead of being reaped while in use.
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    owner = reaper.process_owner(child.pid)
+    owner = leftovers.process_owner(child.pid)
     child.wait()
     kind, host, pid, ticks = owner.split(":")
     name, namespace = host.split("/")
-    assert not reaper.owner_gone(f"{kind}:{name}/{int(namespace) + 1}:{pid}:{ticks}")
+    assert not leftovers.owner_gone(f"{kind}:{name}/{int(namespace) + 1}:{pid}:{ticks}")
 
 
 def test_labels_carry_expiry_as_an_absolute_time(tmp_path):
