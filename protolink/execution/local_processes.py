@@ -136,9 +136,18 @@ class _Child:
         it cannot start."""
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
+        # Shielded: a cancellation of this call must not cancel a launch in its last step,
+        # which would lose a process that has started. It is looked at here instead.
+        launching = asyncio.ensure_future(launch(self.spec, stdout_write, stderr_write))
         try:
-            self._leader = await launch(self.spec, stdout_write, stderr_write)
+            self._leader = await asyncio.shield(launching)
         except BaseException as error:
+            if not launching.done():
+                launching.cancel()  # a launcher kills what it starts once canceled
+            elif not launching.cancelled() and launching.exception() is None:
+                started = launching.result()  # started as this call was canceled: nobody watches it
+                signal_group(started.pid, signal.SIGKILL)
+                started.close()
             os.close(stdout_read)
             os.close(stderr_read)
             if isinstance(error, OSError):

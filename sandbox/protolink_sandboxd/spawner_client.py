@@ -233,11 +233,16 @@ class SpawnerConnection:
         request = next(_ids)
         frame = spawner.spawn_request(request, spec.argv, spec.cwd, spec.env, check, max_bytes=self._max_request_bytes,
                                       real_executable=spec.real_executable)
+        answer = self._ask(request, frame, (stdout, stderr), self._started)
         try:
-            command: _Command = await self._ask(request, frame, (stdout, stderr), self._started)
+            command: _Command = await answer
             return command  # canceled, the request stays pending: a command it starts is then killed
         except SpawnerError as error:
             raise OSError(str(error)) from None  # this command could not start; the next one can
+        except asyncio.CancelledError:
+            if answer.done() and not answer.cancelled() and answer.exception() is None:
+                signal_group(answer.result().pid, signal.SIGKILL)  # it started as the launch was canceled
+            raise
 
     async def resolve(self, cwd: str, candidates: Iterable[str]) -> tuple[str | None, int, str]:
         """The real path of the directory ``cwd`` names (None: none), the index of the first

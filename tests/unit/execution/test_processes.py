@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import signal
 
 import pytest
 
@@ -72,3 +73,23 @@ async def test_a_launcher_of_its_own_starts_every_command(tmp_path):
     spec = ProcessSpec(("/bin/sh", "-c", "echo x > made"), str(tmp_path), {}, 5, 100)
     assert (await LocalProcesses(Private()).execute(spec, Events())).exit_code == 0
     assert (tmp_path / "made").stat().st_mode & 0o777 == 0o600
+
+
+async def test_a_process_started_as_its_call_is_canceled_is_killed(tmp_path):
+    """The launch finished, but the call was canceled before it could supervise the process: the
+    process dies rather than run on unwatched."""
+    started = []
+
+    class Racing(HostLauncher):
+        async def launch(self, spec, stdout, stderr):
+            leader = await super().launch(spec, stdout, stderr)
+            started.append(leader)
+            call.cancel()  # the call is canceled as the launch returns
+            return leader
+
+    spec = ProcessSpec(("/bin/sleep", "60"), str(tmp_path), {}, 30, 100)
+    call = asyncio.ensure_future(LocalProcesses(Racing()).execute(spec, Events()))
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    [leader] = started
+    assert await asyncio.to_thread(leader._popen.wait, 10) == -signal.SIGKILL
