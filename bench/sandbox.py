@@ -4,16 +4,21 @@ Needs a Docker Engine and the sandbox image (built when missing)::
 
     python bench/sandbox.py
 
-One run prints, side by side (sandbox and local calls are timed in turns):
-  1. ``/bin/true`` through ``execute_command``: sandbox vs LocalExecutionBackend vs ``docker exec``
-     vs ``docker run --rm`` (targets: sandbox/local median <= 1.5; sandbox >= 30x faster than
-     ``docker exec``), and the sandbox's call with this client pinned to the sandbox's CPU and
-     to another;
+One run prints, side by side (sandbox, local and bare calls are timed in turns), with the
+machine's load average, since figures move 2-3x with it:
+  1. ``/bin/true`` through ``execute_command``: sandbox vs LocalExecutionBackend vs a bare asyncio
+     spawn of the same program vs ``docker exec`` vs ``docker run --rm`` (targets: sandbox/bare
+     median <= 1.5; sandbox/local <= 1.5; sandbox >= 30x faster than ``docker exec``), and the
+     sandbox's call with this client pinned to the sandbox's CPU and to another;
   2. cold start, DockerSandbox entered -> first command's result, median of 10 (target <= 400 ms);
-  3. 200 concurrent commands in one sandbox: throughput and errors (target >= 400/s, 0 errors);
-  4. 1 GiB of stdout under a 64 KiB cap: wall time, peak memory growth of the server and of this
+  3. 200 concurrent commands in one sandbox, and on the host backend: throughput and errors
+     (target >= 400/s, 0 errors);
+  4. 10 MB and 100 MB of stdout, all of it kept, through ``execute_command``: sandbox vs local
+     (target: the sandbox's throughput >= 0.8x local's); peak memory growth of the server and of
+     this client with 100 MB kept (target: at most the output's size plus 20 MB each);
+  5. 1 GiB of stdout under a 64 KiB cap: wall time, peak memory growth of the server and of this
      client (target < 50 MB each);
-  5. ``search_files`` over 10,000 files and ``read_document`` of a 200-page PDF: sandbox/local
+  6. ``search_files`` over 10,000 files and ``read_document`` of a 200-page PDF: sandbox/local
      (target <= 1.3).
 """
 
@@ -46,6 +51,9 @@ COLD_STARTS = 10
 CONCURRENT = 200
 FLOOD_BYTES = 1 << 30
 CAP = 64 << 10
+#: Output kept whole: (bytes, runs of each backend in turns).
+KEPT = ((10_000_000, 7), (100_000_000, 3))
+MAX_KEPT = 128 << 20
 PAGES = 200
 REPEATS = 5
 ENV = {"PATH": "/usr/bin:/bin"}
@@ -58,7 +66,7 @@ class Quiet:
 
 def agent_for(backend: Any, root: Path) -> Agent:
     agent = Agent(AgentCard(name="bench"), policy=CapabilityPolicy(default_effect="allow"))
-    agent.add_tool(process_tool(backend=backend))
+    agent.add_tool(process_tool(backend=backend, max_output_bytes=MAX_KEPT))
     for tool in [*filesystem_tools(roots=[root], backend=backend), *document_tools(roots=[root], backend=backend)]:
         agent.add_tool(tool)
     return agent
@@ -66,6 +74,33 @@ def agent_for(backend: Any, root: Path) -> Agent:
 
 async def true_once(agent: Agent, root: Path, **options: Any) -> Any:
     return await agent.call_tool("execute_command", argv=["/bin/true"], cwd=str(root), env=ENV, **options)
+
+
+async def bare_true() -> None:
+    """The floor: a bare asyncio spawn of ``/bin/true``, its output captured."""
+    process = await asyncio.create_subprocess_exec("/bin/true", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    await process.communicate()
+
+
+async def print_kept(agent: Agent, root: Path, size: int) -> Any:
+    """``size`` bytes of stdout, every byte kept."""
+    result = await agent.call_tool("execute_command", argv=["/usr/bin/head", "-c", str(size), "/dev/zero"],
+                                   cwd=str(root), env=ENV, max_output_bytes=size, timeout_seconds=120)
+    assert len(result.stdout) == size and not result.truncated, (len(result.stdout), result.truncated)
+    return result
+
+
+async def concurrent_rate(agent: Agent, root: Path) -> tuple[float, int]:
+    """Commands per second with CONCURRENT ``/bin/true`` at once, and how many failed."""
+    started = time.perf_counter()
+    outcomes = await asyncio.gather(*(true_once(agent, root) for _ in range(CONCURRENT)), return_exceptions=True)
+    wall = time.perf_counter() - started
+    errors = sum(1 for item in outcomes if isinstance(item, BaseException) or item.exit_code != 0)
+    return CONCURRENT / wall, errors
+
+
+def load() -> str:
+    return "load " + " ".join(f"{figure:.1f}" for figure in os.getloadavg())
 
 
 async def timed(call: Callable[[], Awaitable[Any]], times: list[float]) -> None:
@@ -125,6 +160,20 @@ def server_pids(sandbox: DockerSandbox) -> list[str]:
     return [pid for pid, uid in top["Processes"] if uid == "0"]
 
 
+async def peak_growth(sandbox: DockerSandbox, call: Callable[[], Awaitable[Any]]) -> tuple[int, int]:
+    """Bytes by which ``call`` raised the peak resident memory of the sandbox's server (its
+    largest process) and of this client, above what each held before."""
+    servers = server_pids(sandbox)
+    for pid in [*servers, "self"]:
+        reset_peak(pid)
+    server_before = {pid: rss_kib(pid, "VmRSS") for pid in servers}
+    client_before = rss_kib("self", "VmRSS")
+    await call()
+    server_growth = max(rss_kib(pid, "VmHWM") - before for pid, before in server_before.items()
+                        if Path(f"/proc/{pid}").exists())
+    return server_growth * 1024, (rss_kib("self", "VmHWM") - client_before) * 1024
+
+
 def sandbox_cpus(sandbox: DockerSandbox) -> set[int]:
     """The CPUs of the sandbox's cpuset (empty when it has none)."""
     with container_of(sandbox) as container:
@@ -180,17 +229,20 @@ async def main() -> None:
             boxed = agent_for(backend, root)
 
             # 1. Round trip.
-            box_true, local_true = await medians_of(ROUND_TRIPS, lambda: true_once(boxed, root),
-                                                    lambda: true_once(local, root))
+            print(load())
+            box_true, local_true, bare = await medians_of(ROUND_TRIPS, lambda: true_once(boxed, root),
+                                                          lambda: true_once(local, root), bare_true)
             docker_exec = await asyncio.to_thread(median_blocking, DOCKER_EXECS,
                                                   ["docker", "exec", sandbox.name, "/bin/true"])
             docker_run = await asyncio.to_thread(median_blocking, DOCKER_RUNS,
                                                  ["docker", "run", "--rm", "--network", "none",
                                                   "--entrypoint", "/bin/true", image])
-            row("/bin/true via execute_command (median)", "sandbox", "local", "docker exec", "docker run --rm")
-            row("", f"{box_true * 1e3:.2f} ms", f"{local_true * 1e3:.2f} ms", f"{docker_exec * 1e3:.1f} ms",
-                f"{docker_run * 1e3:.0f} ms")
-            row("  sandbox/local (target <= 1.5)", f"{box_true / local_true:.2f}")
+            row("/bin/true via execute_command (median)", "sandbox", "local", "bare asyncio", "docker exec",
+                "docker run --rm")
+            row("", f"{box_true * 1e3:.2f} ms", f"{local_true * 1e3:.2f} ms", f"{bare * 1e3:.2f} ms",
+                f"{docker_exec * 1e3:.1f} ms", f"{docker_run * 1e3:.0f} ms")
+            row("  sandbox/bare (target <= 1.5)", f"{box_true / bare:.2f}")
+            row("  sandbox/local (target <= 1.5), local/bare", f"{box_true / local_true:.2f}", f"{local_true / bare:.2f}")
             row("  docker exec/sandbox (target >= 30)", f"{docker_exec / box_true:.0f}x")
             row("  docker run --rm/sandbox", f"{docker_run / box_true:.0f}x")
             spec = ProcessSpec(("/bin/true",), str(root), ENV, 60, 65536)
@@ -203,36 +255,57 @@ async def main() -> None:
                 same, other = await pinned_medians(ROUND_TRIPS, lambda: true_once(boxed, root), boxed_cpus, other_cpus)
                 row("  this client on the sandbox's CPU, on another", f"{same * 1e3:.2f} ms", f"{other * 1e3:.2f} ms")
 
-            # 3. Concurrency.
-            started = time.perf_counter()
-            outcomes = await asyncio.gather(*(true_once(boxed, root) for _ in range(CONCURRENT)),
-                                            return_exceptions=True)
-            wall = time.perf_counter() - started
-            errors = sum(1 for item in outcomes if isinstance(item, BaseException) or item.exit_code != 0)
+            # 3. Concurrency, in turns with the host backend.
+            await concurrent_rate(boxed, root)  # warm
+            rates: dict[str, list[float]] = {"sandbox": [], "local": []}
+            errors = 0
+            for _ in range(REPEATS):
+                for name, agent in (("sandbox", boxed), ("local", local)):
+                    rate, failed = await concurrent_rate(agent, root)
+                    rates[name].append(rate)
+                    errors += failed
+            box_rate, local_rate = (statistics.median(rates[name]) for name in ("sandbox", "local"))
             print()
-            row(f"{CONCURRENT} concurrent /bin/true in one sandbox", f"{CONCURRENT / wall:.0f}/s", f"{errors} errors")
-            row("  target", ">= 400/s", "0 errors")
+            print(load())
+            row(f"{CONCURRENT} concurrent /bin/true (median of {REPEATS})", "sandbox", "local", "sandbox/local")
+            row("", f"{box_rate:.0f}/s", f"{local_rate:.0f}/s", f"{box_rate / local_rate:.2f}")
+            row("  errors (target 0); target", f"{errors}", "", ">= 400/s")
 
-            # 4. Flood.
-            servers = server_pids(sandbox)
-            for pid in [*servers, "self"]:
-                reset_peak(pid)
-            server_before = {pid: rss_kib(pid, "VmRSS") for pid in servers}
-            client_before = rss_kib("self", "VmRSS")
-            started = time.perf_counter()
-            flood = await boxed.call_tool("execute_command", argv=["/usr/bin/head", "-c", str(FLOOD_BYTES), "/dev/zero"],
-                                          cwd=str(root), env=ENV, max_output_bytes=CAP, timeout_seconds=120)
-            wall = time.perf_counter() - started
-            server_growth = max(rss_kib(pid, "VmHWM") - before for pid, before in server_before.items()
-                                if Path(f"/proc/{pid}").exists())
-            client_growth = rss_kib("self", "VmHWM") - client_before
+            # 4. Output kept whole, in turns with the host backend; then memory with 100 MB.
             print()
-            row("1 GiB stdout, 64 KiB cap", f"{wall:.2f} s", f"kept {len(flood.stdout)} B",
-                f"truncated={flood.truncated}")
-            row("  peak memory growth: server, client", f"{server_growth / 1024:.1f} MB", f"{client_growth / 1024:.1f} MB")
+            print(load())
+            row("stdout kept whole via execute_command", "sandbox", "local", "sandbox/local")
+            for size, runs in KEPT:
+                box_kept, local_kept = await medians_of(runs, lambda: print_kept(boxed, root, size),
+                                                        lambda: print_kept(local, root, size))
+                row(f"  {size // 1_000_000} MB (median of {runs})", f"{box_kept:.3f} s", f"{local_kept:.3f} s",
+                    f"{box_kept / local_kept:.2f}")
+                row("    throughput (target: sandbox >= 0.8x local)", f"{size / 1e6 / box_kept:.0f} MB/s",
+                    f"{size / 1e6 / local_kept:.0f} MB/s", f"{local_kept / box_kept:.2f}x")
+            size = KEPT[-1][0]
+            server_growth, client_growth = await peak_growth(sandbox, lambda: print_kept(boxed, root, size))
+            row(f"  peak memory growth, {size // 1_000_000} MB kept: server, client", f"{server_growth / 1e6:.1f} MB",
+                f"{client_growth / 1e6:.1f} MB")
+            row("    target", f"<= {(size + 20_000_000) / 1e6:.0f} MB", f"<= {(size + 20_000_000) / 1e6:.0f} MB")
+
+            # 5. Flood.
+            flooded: list[Any] = []
+
+            async def flood() -> None:
+                flooded.append(await boxed.call_tool(
+                    "execute_command", argv=["/usr/bin/head", "-c", str(FLOOD_BYTES), "/dev/zero"], cwd=str(root),
+                    env=ENV, max_output_bytes=CAP, timeout_seconds=120))
+
+            started = time.perf_counter()
+            server_growth, client_growth = await peak_growth(sandbox, flood)
+            wall = time.perf_counter() - started
+            print()
+            row("1 GiB stdout, 64 KiB cap", f"{wall:.2f} s", f"kept {len(flooded[0].stdout)} B",
+                f"truncated={flooded[0].truncated}")
+            row("  peak memory growth: server, client", f"{server_growth / 1e6:.1f} MB", f"{client_growth / 1e6:.1f} MB")
             row("  target", "< 50 MB", "< 50 MB")
 
-            # 5. Workspace and documents.
+            # 6. Workspace and documents.
             async def search(agent: Agent) -> Any:
                 return await agent.call_tool("search_files", path=str(root / "tree"), query="Quokka")
 
