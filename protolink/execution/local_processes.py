@@ -1,9 +1,11 @@
 """LocalProcesses: run one approved ProcessSpec on this host and supervise it to the end.
 
 The process is the leader of a new session and process group, with stdin on /dev/null.
-Stdout and stderr are drained concurrently through an :class:`OutputCollector`; kept text is
-emitted as ``process.output`` events as it arrives. Whatever ends the process, its group is
-killed and the leader reaped before ``execute`` returns or raises:
+Stdout and stderr are read by :class:`~protolink.execution.output_pipes.OutputPipes`: the
+first ``max_output_bytes`` are kept (:class:`OutputCap`) and handed, in order, to an
+:class:`OutputSink`: on the host an :class:`OutputCollector`, which decodes, keeps and emits
+them as ``process.output`` events. Whatever ends the process, its group is killed and the
+leader reaped before ``execute`` returns or raises:
 
 - normal exit: SIGKILL to the group, so ordinary descendants left behind die with it;
 - timeout: SIGTERM to the group, a short grace, SIGKILL to the group; the result has
@@ -36,16 +38,13 @@ from typing import Any, Protocol
 from protolink.errors import ToolExecutionError
 
 from .groups import completed_within, signal_group, terminate_group
-from .output import Channel, OutputCollector
+from .output import OutputCap, OutputCollector, OutputSink
+from .output_pipes import OutputPipes
 from .process_types import Emitter, ProcessCancelledError, ProcessResult, ProcessSpec
 from .resolve import Resolved, check_real_executable, resolve_command
 
 #: How long pipes are still read after the process group is gone.
 DRAIN_GRACE_SECONDS = 1.0
-#: Bytes read from a pipe per wakeup (a Linux pipe holds 64 KiB by default).
-READ_CHUNK_BYTES = 64 * 1024
-
-_Outbox = asyncio.Queue["tuple[Channel, str] | None"]
 
 
 class Leader(Protocol):
@@ -100,39 +99,39 @@ class LocalProcesses:
 
     async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
         """Run ``spec`` to completion, timeout or cancellation; see the module docstring."""
-        child = _Child(spec, OutputCollector(spec.max_output_bytes))
+        return await self.run(spec, OutputCollector(execution))
+
+    async def run(self, spec: ProcessSpec, output: OutputSink) -> ProcessResult:
+        """:meth:`execute` with the kept output going to ``output``, whose text the result holds."""
+        child = _Child(spec)
         await child.start(self.launcher.launch)
-        pump = asyncio.create_task(_emit_output(child.outbox, execution))
+        pump = asyncio.create_task(child.pipes.deliver(output))
         try:
             child.timed_out = not await completed_within(child.exited, spec.timeout_seconds)
             await asyncio.shield(child.stop(terminate=child.timed_out))
-            child.finish_output()
             await pump
-            return child.result()
+            await output.finish()
+            return child.result(output)
         except asyncio.CancelledError:
             await _uninterrupted(child.stop(terminate=True))
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
-            raise ProcessCancelledError(child.result(canceled=True)) from None
+            output.close()
+            raise ProcessCancelledError(child.result(output, canceled=True)) from None
 
 
 class _Child:
-    """One process: its pipes, exit watch, collected output and cleanup."""
+    """One process: its output pipes, exit watch and cleanup."""
 
-    def __init__(self, spec: ProcessSpec, collector: OutputCollector) -> None:
+    def __init__(self, spec: ProcessSpec) -> None:
         self.spec = spec
-        self.collector = collector
-        self.outbox: _Outbox = asyncio.Queue()
         self.timed_out = False
         self._loop = asyncio.get_running_loop()
         self._started = time.monotonic()
-        self._pipes: dict[int, Channel] = {}
-        self.closed: asyncio.Future[None] = self._loop.create_future()
         self._stopping: asyncio.Future[None] | None = None
-        self._finished_output = False
 
     async def start(self, launch: Callable[[ProcessSpec, int, int], Awaitable[Leader]]) -> None:
-        """Launch the process with both output pipes and watch them; ToolExecutionError when
+        """Launch the process with both output pipes and read them; ToolExecutionError when
         it cannot start."""
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
@@ -157,10 +156,7 @@ class _Child:
         finally:
             os.close(stdout_write)
             os.close(stderr_write)
-        self._pipes = {stdout_read: "stdout", stderr_read: "stderr"}
-        for fd in self._pipes:
-            os.set_blocking(fd, False)
-            self._loop.add_reader(fd, self._read, fd)
+        self.pipes = OutputPipes({stdout_read: "stdout", stderr_read: "stderr"}, OutputCap(self.spec.max_output_bytes))
 
     @property
     def exited(self) -> asyncio.Future[None]:
@@ -173,7 +169,8 @@ class _Child:
         if self._stopping is None:
             if not terminate:
                 signal_group(self._leader.pid, signal.SIGKILL)
-            if not terminate and self.closed.done():
+            self.pipes.drain()
+            if not terminate and self.pipes.closed.done():
                 self._stopping = self._loop.create_future()
                 self._release()
                 self._stopping.set_result(None)
@@ -184,60 +181,24 @@ class _Child:
     async def _stop(self, terminate: bool) -> None:
         if terminate:
             await terminate_group(self._leader.pid, self.exited)
-        await completed_within(self.closed, DRAIN_GRACE_SECONDS)
+        await completed_within(self.pipes.closed, DRAIN_GRACE_SECONDS)
         self._release()
 
     def _release(self) -> None:
         """Close what is left of the pipes and stop watching the leader."""
-        for fd in list(self._pipes):
-            self._close_pipe(fd)
+        self.pipes.close()
         self._leader.close()
 
-    def finish_output(self) -> None:
-        """Flush the decoders into the event queue and end it."""
-        for item in self._flush():
-            self.outbox.put_nowait(item)
-        self.outbox.put_nowait(None)
-
-    def result(self, *, canceled: bool = False) -> ProcessResult:
-        self._flush()
+    def result(self, output: OutputSink, *, canceled: bool = False) -> ProcessResult:
         return ProcessResult(
             exit_code=self._leader.exit_code,
-            stdout=self.collector.stdout,
-            stderr=self.collector.stderr,
-            truncated=self.collector.truncated,
+            stdout=output.stdout,
+            stderr=output.stderr,
+            truncated=self.pipes.cap.truncated,
             timed_out=self.timed_out,
             canceled=canceled,
             duration_seconds=time.monotonic() - self._started,
         )
-
-    def _flush(self) -> list[tuple[Channel, str]]:
-        if self._finished_output:
-            return []
-        self._finished_output = True
-        return self.collector.close()
-
-    def _read(self, fd: int) -> None:
-        try:
-            data = os.read(fd, READ_CHUNK_BYTES)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._close_pipe(fd)
-            return
-        channel = self._pipes[fd]
-        text = self.collector.feed(channel, data)
-        if text:
-            self.outbox.put_nowait((channel, text))
-
-    def _close_pipe(self, fd: int) -> None:
-        self._loop.remove_reader(fd)
-        os.close(fd)
-        del self._pipes[fd]
-        if not self._pipes and not self.closed.done():
-            self.closed.set_result(None)
 
 
 def start_process(argv: Sequence[str], cwd: str, env: Mapping[str, str], stdout: int, stderr: int,
@@ -289,12 +250,6 @@ class _PopenLeader:
     def _reaped(self) -> None:
         if not self.exited.done():
             self.exited.set_result(None)
-
-
-async def _emit_output(outbox: _Outbox, execution: Emitter) -> None:
-    while (item := await outbox.get()) is not None:
-        channel, text = item
-        await execution.emit("process.output", channel=channel, text=text)
 
 
 async def _uninterrupted(future: asyncio.Future[None]) -> None:

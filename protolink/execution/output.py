@@ -1,27 +1,29 @@
 """Captured process output: one byte cap over stdout and stderr combined, UTF-8 with replacement.
 
-Every backend (the host runner and the sandbox server) feeds raw pipe chunks through an
-:class:`OutputCollector`, so the cap and the decoding rules exist once.
+Where the pipes are read, an :class:`OutputCap` keeps the first ``max_output_bytes`` bytes of
+both channels together and drops the rest as it arrives. An :class:`OutputCollector` decodes
+what was kept, keeps the text for the result and emits it as ``process.output`` events. On the
+host both happen in one process; in a sandbox the server caps the bytes and streams them, and
+the client collects them, capping them again because the server is untrusted. So the rules
+exist once, and every backend makes the same text of the same bytes.
 """
 
 from __future__ import annotations
 
 import codecs
-from typing import Literal
+from typing import Literal, Protocol
+
+from .process_types import Emitter
 
 Channel = Literal["stdout", "stderr"]
 CHANNELS: tuple[Channel, Channel] = ("stdout", "stderr")
 
 
-class OutputCollector:
-    """Keeps at most ``max_bytes`` of stdout and stderr together, in arrival order.
+class OutputCap:
+    """The first ``max_bytes`` bytes of stdout and stderr together, in arrival order.
 
-    Bytes beyond the cap are discarded (and ``truncated`` set) while the caller keeps
-    reading the pipes, so a flood never grows memory. Each channel decodes incrementally as
-    UTF-8 with replacement: a character split across chunks decodes whole; one cut by the
-    cap, or left incomplete at the end, becomes U+FFFD. The text :meth:`feed` and
-    :meth:`close` return is exactly what the result holds, so emitted events and the final
-    result agree.
+    Bytes beyond the cap are dropped (and ``truncated`` set) while the caller keeps reading, so
+    a flood never grows memory.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -30,38 +32,90 @@ class OutputCollector:
         self.max_bytes = max_bytes
         self.kept_bytes = 0
         self.truncated = False
-        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in CHANNELS}
-        self._parts: dict[Channel, list[str]] = {name: [] for name in CHANNELS}
 
-    def feed(self, channel: Channel, data: bytes) -> str:
-        """Account for one chunk read from ``channel``; return the newly kept text."""
+    def take(self, data: bytes) -> bytes:
+        """The part of ``data`` (the next chunk of either channel) that is kept."""
         room = self.max_bytes - self.kept_bytes
         if len(data) > room:
             self.truncated = True
             data = data[:room]
-        if not data:
-            return ""
         self.kept_bytes += len(data)
-        return self._keep(channel, self._decoders[channel].decode(data))
+        return data
 
-    def close(self) -> list[tuple[Channel, str]]:
-        """Flush both decoders; return the final text of each channel that had some left."""
-        tails = []
-        for channel in CHANNELS:
-            text = self._keep(channel, self._decoders[channel].decode(b"", final=True))
-            if text:
-                tails.append((channel, text))
-        return tails
+
+class OutputSink(Protocol):
+    """Where a process's kept output goes, in order: an :class:`OutputCollector` on the host; the
+    sandbox server streams it to its client instead, and keeps none."""
+
+    async def feed(self, channel: Channel, data: bytes) -> None:
+        """The next kept bytes of ``channel``; the next piece waits until this returns."""
+
+    async def finish(self) -> None:
+        """Everything has been fed (the process ended)."""
+
+    def close(self) -> object:
+        """The process was canceled: nothing more comes, and nothing more is emitted."""
 
     @property
     def stdout(self) -> str:
-        return "".join(self._parts["stdout"])
+        """The text the result holds for stdout."""
 
     @property
     def stderr(self) -> str:
-        return "".join(self._parts["stderr"])
+        """The text the result holds for stderr."""
+
+
+class OutputCollector:
+    """Kept output decoded into the result's text and emitted to ``execution`` as it arrives.
+
+    Each channel decodes incrementally as UTF-8 with replacement: a character split across
+    chunks decodes whole; one cut by the cap, or left incomplete at the end, becomes U+FFFD.
+    Every piece of text the result holds is emitted once, in order, as a ``process.output``
+    event, so events and result agree.
+    """
+
+    def __init__(self, execution: Emitter) -> None:
+        self._execution = execution
+        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in CHANNELS}
+        self._text: dict[Channel, str] = {name: "" for name in CHANNELS}
+        self._closed = False
+
+    async def feed(self, channel: Channel, data: bytes) -> None:
+        """Decode, keep and emit the next kept bytes of ``channel``."""
+        await self._emit(channel, self._keep(channel, self._decoders[channel].decode(data)))
+
+    async def finish(self) -> None:
+        """The output is complete: keep and emit what the decoders still hold."""
+        for channel, text in self.close():
+            await self._emit(channel, text)
+
+    def close(self) -> list[tuple[Channel, str]]:
+        """Keep what the decoders still hold (once) and return it, not emitted: a canceled
+        process's partial result ends with it."""
+        if self._closed:
+            return []
+        self._closed = True
+        tails = [(channel, self._keep(channel, self._decoders[channel].decode(b"", final=True)))
+                 for channel in CHANNELS]
+        return [(channel, text) for channel, text in tails if text]
+
+    @property
+    def stdout(self) -> str:
+        return self._text["stdout"]
+
+    @property
+    def stderr(self) -> str:
+        return self._text["stderr"]
 
     def _keep(self, channel: Channel, text: str) -> str:
-        if text:
-            self._parts[channel].append(text)
+        # One string per channel, appended to while nothing else refers to it: CPython then
+        # grows it in place (realloc), so the result costs its size once, where a join of the
+        # pieces would hold it twice at the end.
+        kept, self._text[channel] = self._text[channel], ""
+        kept += text
+        self._text[channel] = kept
         return text
+
+    async def _emit(self, channel: Channel, text: str) -> None:
+        if text:
+            await self._execution.emit("process.output", channel=channel, text=text)

@@ -194,20 +194,22 @@ class SandboxBackend(Operations):
         written = self._resolutions.written(spec)
         request = self._request(convert.execute_request, spec, written)
         started = time.monotonic()
-        output = Output(spec.max_output_bytes)
+        output = Output(spec.max_output_bytes, execution)
+        text = output.collector
         deadline_seconds = spec.timeout_seconds + EXECUTE_GRACE_SECONDS
         try:
-            facts = await self._connected(lambda: self._processes.run(request, output, execution, deadline_seconds))
+            facts = await self._connected(lambda: self._processes.run(request, output, deadline_seconds))
         except asyncio.CancelledError:
-            partial = ProcessResult(None, output.stdout, output.stderr, truncated=output.truncated, canceled=True,
+            text.close()
+            partial = ProcessResult(None, text.stdout, text.stderr, truncated=output.cap.truncated, canceled=True,
                                     duration_seconds=time.monotonic() - started)
             raise ProcessCancelledError(partial) from None
         except BaseException:
             if written is not None:
                 self._resolutions.forget(spec)
             raise
-        return ProcessResult(stdout=output.stdout, stderr=output.stderr,
-                             **{**facts, "truncated": facts["truncated"] or output.truncated})
+        return ProcessResult(stdout=text.stdout, stderr=text.stderr,
+                             **{**facts, "truncated": facts["truncated"] or output.cap.truncated})
 
     def resolve_now(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> None:
         """None: a sandbox resolves commands when each call is prepared (a round trip)."""

@@ -5,9 +5,11 @@ come back on the call tagged with that id, and one reader hands each to the proc
 to. The call is opened on first use and again after it fails; a failure of the call fails every
 process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError` and friends).
 Everything the server sends is untrusted: events are parsed and checked in order, output is
-capped at the process's ``max_output_bytes`` whatever the server claims, each process's events
-wait in a bounded queue (a server that floods one makes the reader wait, it cannot fill this
-process's memory), and a process whose events stop coming, keepalives included, is given up.
+capped at the process's ``max_output_bytes`` whatever the server claims (then decoded, kept and
+emitted by the same :class:`~protolink.execution.output.OutputCollector` the host backend uses),
+each process's events wait in a bounded queue (a server that floods one makes the reader wait,
+it cannot fill this process's memory), and a process whose events stop coming, keepalives
+included, is given up.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import grpc
 
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
+from protolink.execution.output import Channel, OutputCap, OutputCollector
 from protolink.execution.process_types import Emitter
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2
@@ -31,8 +34,9 @@ from protolink.wire.status import (
 
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0
-#: Events of one process that may wait for it to read them.
-QUEUED_EVENTS = 64
+#: Events of one process that may wait for it to read them (an honest server's output events
+#: hold a mebibyte at most: it merges output into pieces of that size while this side is slow).
+QUEUED_EVENTS = 8
 #: A call with no process left on it is ended after this long; the next process opens a new
 #: one. An open call is also why gRPC's fork handlers may crash a child the host process forks
 #: meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
@@ -55,18 +59,16 @@ class ProcessStream:
         self._idle_close: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # the readers and cancel writes under way
 
-    async def run(self, request: process_pb2.ExecuteRequest, output: Output, execution: Emitter,
-                  deadline_seconds: float) -> dict[str, Any]:
+    async def run(self, request: process_pb2.ExecuteRequest, output: Output, deadline_seconds: float) -> dict[str, Any]:
         """Start ``request``'s process and follow it to its Finished facts, within ``deadline_seconds``.
 
         Canceled (or failing), it tells the server to kill and reap the process group. At most
         ``max_in_flight`` processes run at once (the server's ``max_concurrency``); more wait here.
         """
         async with self._in_flight:
-            return await self._run(request, output, execution, deadline_seconds)
+            return await self._run(request, output, deadline_seconds)
 
-    async def _run(self, request: process_pb2.ExecuteRequest, output: Output, execution: Emitter,
-                   deadline_seconds: float) -> dict[str, Any]:
+    async def _run(self, request: process_pb2.ExecuteRequest, output: Output, deadline_seconds: float) -> dict[str, Any]:
         if self._idle_close is not None:
             self._idle_close.cancel()
         call = self._open()
@@ -78,7 +80,7 @@ class ProcessStream:
         try:
             async with asyncio.timeout(deadline_seconds) as deadline:
                 await self._write(call, request)
-                facts = await _follow(events, output, execution)
+                facts = await _follow(events, output)
             finished = True
             return facts
         except TimeoutError:
@@ -170,35 +172,19 @@ def _put_failure(events: asyncio.Queue[_Item], failure: BaseException) -> None:
 
 
 class Output:
-    """Output received from the server, capped at ``max_chars`` characters in total.
+    """A process's output as received: capped at ``max_bytes`` again, whatever the server claims,
+    then decoded, kept and emitted to ``execution`` as the host backend does with its pipes."""
 
-    The server decodes at most ``max_output_bytes`` bytes, and decoding never yields more
-    characters than bytes, so an honest server never reaches this cap.
-    """
+    def __init__(self, max_bytes: int, execution: Emitter) -> None:
+        self.cap = OutputCap(max_bytes)
+        self.collector = OutputCollector(execution)
 
-    def __init__(self, max_chars: int) -> None:
-        self._room = max_chars
-        self._parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        self.truncated = False
-
-    def keep(self, channel: str, text: str) -> str:
-        if len(text) > self._room:
-            text, self.truncated = text[: self._room], True
-        self._room -= len(text)
-        if text:
-            self._parts[channel].append(text)
-        return text
-
-    @property
-    def stdout(self) -> str:
-        return "".join(self._parts["stdout"])
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self._parts["stderr"])
+    async def feed(self, channel: Channel, data: bytes) -> None:
+        if kept := self.cap.take(data):
+            await self.collector.feed(channel, kept)
 
 
-async def _follow(events: asyncio.Queue[_Item], output: Output, execution: Emitter) -> dict[str, Any]:
+async def _follow(events: asyncio.Queue[_Item], output: Output) -> dict[str, Any]:
     """Read one process's events to its Finished facts. Order: started?, output*, finished (or error)."""
     begun = False
     loop = asyncio.get_running_loop()
@@ -222,11 +208,12 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, execution: Emitt
                     channel = convert.CHANNELS.get(event.output.channel)
                     if channel is None:
                         raise SandboxProtocolError(f"the sandbox sent output on unknown channel {event.output.channel}")
-                    if text := output.keep(channel, event.output.text):
-                        idle.reschedule(None)  # however long the consumer takes
-                        await execution.emit("process.output", channel=channel, text=text)
+                    idle.reschedule(None)  # however long the consumer takes
+                    await output.feed(channel, event.output.data)
                 elif kind == "finished":
-                    return checked_answer(convert.finished_facts, event.finished)
+                    facts = checked_answer(convert.finished_facts, event.finished)
+                    await output.collector.finish()
+                    return facts
                 idle.reschedule(loop.time() + IDLE_SECONDS)
     except TimeoutError:
         if not idle.expired():

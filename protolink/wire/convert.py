@@ -34,6 +34,7 @@ from protolink.execution.fssearch import (
     SearchMatch,
     SearchResult,
 )
+from protolink.execution.output import Channel
 from protolink.execution.process_types import ProcessSpec
 from protolink.execution.resolve import Resolved
 from protolink.revisions import ResourceRevision, ResourceSnapshot
@@ -46,7 +47,7 @@ M = TypeVar("M", bound=Message)
 
 #: A process exit code or the negative number of the signal that ended it.
 EXIT_CODES = range(-255, 256)
-CHANNELS = {process.CHANNEL_STDOUT: "stdout", process.CHANNEL_STDERR: "stderr"}
+CHANNELS: dict[int, Channel] = {process.CHANNEL_STDOUT: "stdout", process.CHANNEL_STDERR: "stderr"}
 CHANNEL_NUMBERS = {name: number for number, name in CHANNELS.items()}
 ENTRY_TYPES = {
     workspace.ENTRY_TYPE_FILE: "file",

@@ -29,7 +29,9 @@ class ServerConfig:
     token: str | None = None
     max_concurrency: int = 256
     max_message_bytes: int = 32 * MiB
-    max_output_bytes: int = 64 * MiB
+    #: The output a command may keep. The server keeps none of it (it streams it, holding a
+    #: few MiB of each command at most): this bounds what one command makes the client hold.
+    max_output_bytes: int = 1024 * MiB
     max_workers: int = 8
     worker_memory_bytes: int = 1024 * MiB
     #: Address-space limit of every command (RLIMIT_AS); 0: none (the container's memory limit alone).

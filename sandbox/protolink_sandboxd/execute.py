@@ -2,7 +2,12 @@
 
 Each request starts one process (or cancels one an earlier request started) and every event
 carries its request's id, so a client runs all its processes on a single call instead of
-paying for a call per process. Processes run through
+paying for a call per process. A process's output goes out as the bytes its command wrote,
+within its cap; the client decodes and keeps it, and this server keeps none. At most one
+output event of a process waits to be sent: what the command writes meanwhile is merged into
+the next, larger event, and while too much waits the command's pipes are not read (see
+:mod:`protolink.execution.output_pipes`), so a slow client slows the command down instead of
+filling this server's memory. Processes run through
 :class:`~protolink.execution.local_processes.LocalProcesses` (started as the command user by
 the spawner, :mod:`protolink_sandboxd.spawner_client`, through :class:`CommandLauncher`), at most ``max_concurrency`` at once across all calls; a call
 that asks for more than twice that at once gets a limit error for each one beyond.
@@ -18,12 +23,12 @@ import asyncio
 import contextlib
 import errno
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
 
 from google.protobuf.message import Message
 
 from protolink.errors import SandboxLimitError
 from protolink.execution.local_processes import Leader, LocalProcesses
+from protolink.execution.output import Channel
 from protolink.execution.process_types import (
     ProcessCancelledError,
     ProcessResult,
@@ -43,8 +48,6 @@ KEEPALIVE_SECONDS = 5.0
 #: A process that sends nothing else this soon after it starts gets a ``started`` event: the
 #: client learns that it runs, and a short command does not pay for one more message.
 STARTED_NOTICE_SECONDS = 0.02
-#: Text per Output event; larger chunks are split.
-OUTPUT_CHUNK_CHARS = 64 * 1024
 #: Pauses before a command refused a process for lack of tasks (EAGAIN) is tried again: the
 #: strays a sweep has just killed (a fork bomb's) count against the limits until they are reaped.
 NO_TASK_RETRY_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)
@@ -117,12 +120,17 @@ class Runner:
         self.max_output_bytes = max_output_bytes
 
 
+#: An event to send, serialized, with the future to complete once it is taken for sending; or
+#: what failed the call; or None, the end of the call.
+_Queued = tuple[bytes, "asyncio.Future[None] | None"] | BaseException | None
+
+
 class ProcessCall:
     """The processes of one Execute call; iterate :meth:`events` to serve it."""
 
     def __init__(self, runner: Runner) -> None:
         self._runner = runner
-        self._queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Queued] = asyncio.Queue()
         self._running: dict[int, asyncio.Task[None]] = {}
         self._reading = True
 
@@ -130,9 +138,12 @@ class ProcessCall:
         """The call's events, serialized, until it ends; raises what failed the call."""
         reader = asyncio.ensure_future(self._read(requests))
         try:
-            while (event := await self._queue.get()) is not None:
-                if isinstance(event, BaseException):
-                    raise event
+            while (item := await self._queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                event, taken = item
+                if taken is not None and not taken.done():  # done: its process was canceled
+                    taken.set_result(None)
                 yield event
         finally:
             reader.cancel()
@@ -159,7 +170,7 @@ class ProcessCall:
         convert.require(request.id not in self._running, f"request id {request.id} is already running")
         if len(self._running) >= self._runner.max_per_call:
             refusal = SandboxLimitError(f"more than {self._runner.max_per_call} processes on one call")
-            self._queue.put_nowait(_event(request.id, error=to_status(refusal)[1]))
+            self._queue.put_nowait((_event(request.id, error=to_status(refusal)[1]), None))
             return
         task = asyncio.ensure_future(self._run(request))
         self._running[request.id] = task
@@ -199,21 +210,25 @@ class ProcessCall:
                          f"max_output_bytes is over this sandbox's limit of {self._runner.max_output_bytes}")
         async with self._runner.slots, self._runner.sweeper.command():
             events.starting()
-            return await self._runner.processes.execute(spec, events)
+            return await self._runner.processes.run(spec, events)
 
 
 class _ProcessEvents:
-    """One process's events into the call's queue: the Emitter LocalProcesses sends output to,
-    a ``started`` event when nothing else comes first, and a keepalive every
-    KEEPALIVE_SECONDS until closed."""
+    """One process's events into the call's queue: the OutputSink LocalProcesses feeds (its
+    output, as bytes, at most one event waiting), a ``started`` event when nothing else comes
+    first, and a keepalive every KEEPALIVE_SECONDS until closed. It keeps no text: the
+    result's output is empty here, the client assembles it."""
 
-    def __init__(self, request_id: int, queue: asyncio.Queue[bytes | BaseException | None]) -> None:
+    stdout = stderr = ""
+
+    def __init__(self, request_id: int, queue: asyncio.Queue[_Queued]) -> None:
         self._id = request_id
         self._queue = queue
         self._loop = asyncio.get_running_loop()
         self._sent = False
         self._notice: asyncio.TimerHandle | None = None
         self._keepalive = self._loop.call_later(KEEPALIVE_SECONDS, self._keep_alive)
+        self._waiting: asyncio.Future[None] | None = None
 
     def starting(self) -> None:
         """The process has its slot: ``started`` follows in STARTED_NOTICE_SECONDS unless
@@ -222,15 +237,22 @@ class _ProcessEvents:
 
     def put(self, **event: Message) -> None:
         self._sent = True
-        self._queue.put_nowait(_event(self._id, **event))
+        self._queue.put_nowait((_event(self._id, **event), None))
 
-    async def emit(self, type: str, **data: Any) -> None:
-        if type != "process.output":
-            return
-        channel = convert.CHANNEL_NUMBERS[data["channel"]]
-        text: str = data["text"]
-        for start in range(0, len(text), OUTPUT_CHUNK_CHARS):
-            self.put(output=process_pb2.Output(channel=channel, text=text[start : start + OUTPUT_CHUNK_CHARS]))
+    async def feed(self, channel: Channel, data: bytes) -> None:
+        """Queue an Output event once the previous one has been taken for sending."""
+        if self._waiting is not None:
+            await self._waiting
+        self._sent = True
+        event = process_pb2.ExecuteEvent(id=self._id)
+        # Filled in place: a nested Output built apart would be copied into the event.
+        event.output.channel = convert.CHANNEL_NUMBERS[channel]
+        event.output.data = data
+        self._waiting = self._loop.create_future()
+        self._queue.put_nowait((event.SerializeToString(), self._waiting))
+
+    async def finish(self) -> None:
+        """Nothing to do: the Finished event follows the output."""
 
     def close(self) -> None:
         """No more started or keepalive events."""

@@ -456,6 +456,51 @@ async def test_many_concurrent_commands_all_complete(server, roots):
     assert [result.stdout for result in results] == [f"{index}\n" for index in range(64)]
 
 
+async def test_a_consumer_that_stops_taking_output_holds_the_command_back_not_the_server(server, roots):
+    """While the consumer of a command's events takes nothing, the command waits to write and
+    the server holds a bounded window of its output, not the 128 MiB it has to write; once the
+    consumer takes it again, every byte arrives, in order."""
+    size = 128 << 20
+    taking = asyncio.Event()
+
+    class Stalled:
+        async def emit(self, type: str, **data: Any) -> None:
+            await taking.wait()
+
+    (serving,) = _children(server.process.pid)
+    before = rss_bytes(serving)
+    spec = ProcessSpec(("/usr/bin/head", "-c", str(size), "/dev/zero"), str(roots[0]), ENV, 120, size)
+    call = asyncio.ensure_future(server.backend.execute(spec, Stalled()))
+    await settle(lambda: any(b"head" in cmdline(pid) for pid in server.processes_of_uid()), "the command to start")
+    (command,) = [pid for pid in server.processes_of_uid() if b"head" in cmdline(pid)]
+    written: list[int] = []
+
+    def held_back_or_buffered() -> bool:
+        written.append(written_bytes(command))
+        return rss_bytes(serving) - before > 48 << 20 or written[-3:] == [written[-1]] * 3 and written[-1] > 0
+
+    await settle(held_back_or_buffered, "the command to be held back")
+    assert rss_bytes(serving) - before <= 48 << 20
+    assert alive(command) and written[-1] < size
+    taking.set()
+    result = await call
+    assert result.exit_code == 0 and not result.truncated and result.stdout == "\0" * size
+
+
+def rss_bytes(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) * 1024
+
+
+def written_bytes(pid: int) -> int:
+    """Bytes ``pid`` has written so far (0 once it is gone)."""
+    try:
+        io = Path(f"/proc/{pid}/io").read_text()
+    except OSError:
+        return 0
+    return int(next(line for line in io.splitlines() if line.startswith("wchar:")).split()[1])
+
+
 async def test_a_burst_of_file_operations_is_served_by_the_workers(server, roots):
     for index in range(20):
         (roots[0] / f"burst-{index}.txt").write_text(f"{index}\n")

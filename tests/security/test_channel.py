@@ -396,7 +396,7 @@ async def test_endless_output_stream(faked):
     """
     fake, attacker, _ = faked
     async def flood(request_id: int) -> AsyncIterator[bytes]:
-        chunk = event(request_id, output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, text="x" * 65536))
+        chunk = event(request_id, output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, data=b"x" * 65536))
         yield event(request_id, started=process_pb2.Started())
         for _ in range(16384):
             yield chunk
@@ -418,7 +418,7 @@ async def test_oversized_event(faked):
 
     async def huge(request_id: int) -> AsyncIterator[bytes]:
         yield event(request_id, started=process_pb2.Started())
-        yield event(request_id, output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, text="x" * (48 << 20)))
+        yield event(request_id, output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, data=b"x" * (48 << 20)))
 
     fake.execute = huge
     with pytest.raises(SandboxProtocolError):

@@ -75,12 +75,12 @@ class Started(_message.Message):
     def __init__(self) -> None: ...
 
 class Output(_message.Message):
-    __slots__ = ("channel", "text")
+    __slots__ = ("channel", "data")
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
-    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
     channel: Channel
-    text: str
-    def __init__(self, channel: _Optional[_Union[Channel, str]] = ..., text: _Optional[str] = ...) -> None: ...
+    data: bytes
+    def __init__(self, channel: _Optional[_Union[Channel, str]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Finished(_message.Message):
     __slots__ = ("exit_code", "truncated", "timed_out", "canceled", "duration_seconds")

@@ -1,73 +1,106 @@
-"""OutputCollector: one combined byte cap, incremental UTF-8 decoding with replacement."""
+"""OutputCap keeps one combined byte cap; OutputCollector decodes UTF-8 with replacement, keeps
+the text and emits every piece of it once."""
 
 import pytest
 
-from protolink.execution.output import OutputCollector
+from protolink.execution.output import OutputCap, OutputCollector
 
 
-def test_keeps_everything_under_the_cap_in_arrival_order():
-    collector = OutputCollector(100)
-    assert collector.feed("stdout", b"a1 ") == "a1 "
-    assert collector.feed("stderr", b"e1 ") == "e1 "
-    assert collector.feed("stdout", b"a2") == "a2"
-    assert collector.close() == []
-    assert (collector.stdout, collector.stderr, collector.truncated) == ("a1 a2", "e1 ", False)
+class Events:
+    def __init__(self):
+        self.texts = []
+
+    async def emit(self, type, **data):
+        assert type == "process.output"
+        self.texts.append((data["channel"], data["text"]))
 
 
-def test_cap_is_shared_by_both_channels_and_later_bytes_are_discarded():
-    collector = OutputCollector(10)
-    assert collector.feed("stdout", b"123456") == "123456"
-    assert collector.feed("stderr", b"abcdef") == "abcd"
-    assert collector.feed("stdout", b"more") == ""
-    assert (collector.stdout, collector.stderr, collector.kept_bytes) == ("123456", "abcd", 10)
-    assert collector.truncated
+def test_the_cap_keeps_everything_under_it():
+    cap = OutputCap(100)
+    assert cap.take(b"a1 ") == b"a1 "
+    assert cap.take(b"e1 ") == b"e1 "
+    assert (cap.kept_bytes, cap.truncated) == (6, False)
+
+
+def test_the_cap_is_shared_by_both_channels_and_later_bytes_are_dropped():
+    cap = OutputCap(10)
+    assert cap.take(b"123456") == b"123456"
+    assert cap.take(b"abcdef") == b"abcd"
+    assert cap.take(b"more") == b""
+    assert cap.kept_bytes == 10 and cap.truncated
 
 
 def test_exactly_filling_the_cap_is_not_truncation():
-    collector = OutputCollector(4)
-    collector.feed("stdout", b"1234")
-    assert not collector.truncated
-    collector.feed("stdout", b"")
-    assert not collector.truncated
-
-
-def test_a_character_split_across_chunks_decodes_whole():
-    collector = OutputCollector(100)
-    encoded = "é€😀".encode()
-    texts = [collector.feed("stdout", encoded[i:i + 1]) for i in range(len(encoded))]
-    assert "".join(texts) == "é€😀"
-    assert all(len(text) <= 1 for text in texts)
-
-
-def test_channels_decode_independently():
-    collector = OutputCollector(100)
-    euro = "€".encode()
-    collector.feed("stdout", euro[:1])
-    collector.feed("stderr", euro[:2])
-    collector.feed("stdout", euro[1:])
-    collector.feed("stderr", euro[2:])
-    assert (collector.stdout, collector.stderr) == ("€", "€")
-
-
-def test_invalid_bytes_and_a_character_cut_by_the_cap_become_replacement_characters():
-    collector = OutputCollector(6)
-    collector.feed("stdout", b"\xff ok")
-    collector.feed("stdout", "é€".encode())  # 2 of its 5 bytes fit: "é" and nothing of "€"
-    assert collector.close() == []
-    assert collector.stdout == "\ufffd oké"
-    cut = OutputCollector(2)
-    cut.feed("stderr", "€".encode())
-    assert cut.close() == [("stderr", "\ufffd")]
-    assert cut.stderr == "\ufffd" and cut.truncated
-
-
-def test_incomplete_character_at_the_end_is_flushed_as_replacement():
-    collector = OutputCollector(100)
-    assert collector.feed("stdout", b"x\xe2\x82") == "x"
-    assert collector.close() == [("stdout", "\ufffd")]
-    assert collector.stdout == "x\ufffd"
+    cap = OutputCap(4)
+    cap.take(b"1234")
+    cap.take(b"")
+    assert not cap.truncated
 
 
 def test_negative_cap_is_rejected():
     with pytest.raises(ValueError):
-        OutputCollector(-1)
+        OutputCap(-1)
+
+
+async def test_text_is_kept_per_channel_in_arrival_order_and_emitted_once():
+    events = Events()
+    collector = OutputCollector(events)
+    await collector.feed("stdout", b"a1 ")
+    await collector.feed("stderr", b"e1 ")
+    await collector.feed("stdout", b"a2")
+    await collector.finish()
+    assert (collector.stdout, collector.stderr) == ("a1 a2", "e1 ")
+    assert events.texts == [("stdout", "a1 "), ("stderr", "e1 "), ("stdout", "a2")]
+
+
+async def test_a_character_split_across_chunks_decodes_whole():
+    events = Events()
+    collector = OutputCollector(events)
+    encoded = "é€😀".encode()
+    for i in range(len(encoded)):
+        await collector.feed("stdout", encoded[i:i + 1])
+    assert collector.stdout == "é€😀"
+    assert [text for _, text in events.texts] == ["é", "€", "😀"]
+
+
+async def test_channels_decode_independently():
+    collector = OutputCollector(Events())
+    euro = "€".encode()
+    await collector.feed("stdout", euro[:1])
+    await collector.feed("stderr", euro[:2])
+    await collector.feed("stdout", euro[1:])
+    await collector.feed("stderr", euro[2:])
+    assert (collector.stdout, collector.stderr) == ("€", "€")
+
+
+async def test_invalid_bytes_and_a_character_cut_by_the_cap_become_replacement_characters():
+    cap, events = OutputCap(6), Events()
+    collector = OutputCollector(events)
+    await collector.feed("stdout", cap.take(b"\xff ok"))
+    await collector.feed("stdout", cap.take("é€".encode()))  # 2 of its 5 bytes fit: "é" and nothing of "€"
+    await collector.finish()
+    assert collector.stdout == "\ufffd oké" and cap.truncated
+    cut, events = OutputCap(2), Events()
+    collector = OutputCollector(events)
+    await collector.feed("stderr", cut.take("€".encode()))
+    await collector.finish()
+    assert collector.stderr == "\ufffd" and events.texts == [("stderr", "\ufffd")]
+
+
+async def test_an_incomplete_character_at_the_end_is_kept_as_a_replacement_and_emitted():
+    events = Events()
+    collector = OutputCollector(events)
+    await collector.feed("stdout", b"x\xe2\x82")
+    await collector.finish()
+    assert collector.stdout == "x\ufffd"
+    assert events.texts == [("stdout", "x"), ("stdout", "\ufffd")]
+
+
+async def test_close_keeps_the_tail_without_emitting_it():
+    events = Events()
+    collector = OutputCollector(events)
+    await collector.feed("stdout", b"partial \xe2")
+    assert collector.close() == [("stdout", "\ufffd")]
+    assert collector.close() == []
+    await collector.finish()
+    assert collector.stdout == "partial \ufffd" and events.texts == [("stdout", "partial ")]

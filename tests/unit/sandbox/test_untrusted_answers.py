@@ -29,7 +29,7 @@ def started() -> process_pb2.ExecuteEvent:
 
 
 def output(text: str, channel: int = process_pb2.CHANNEL_STDOUT) -> process_pb2.ExecuteEvent:
-    return process_pb2.ExecuteEvent(output=process_pb2.Output(channel=channel, text=text))
+    return process_pb2.ExecuteEvent(output=process_pb2.Output(channel=channel, data=text.encode()))
 
 
 def finished(**facts: Any) -> process_pb2.ExecuteEvent:

@@ -1,0 +1,197 @@
+"""A process's stdout and stderr pipes, read on the event loop, kept within the cap and handed
+to an :class:`~protolink.execution.output.OutputSink` in pieces.
+
+Reading is paced, because a reader woken for every write costs more than the data (a command
+writing 8 KiB at a time woke the sandbox server some 10,000 times per 100 MB):
+
+- the pipes are read as soon as they are readable, each time until they are empty, as long as
+  that finds something worth the wakeup (:data:`READ_CHUNK_BYTES` or more, or a full pipe);
+- a read that finds less (a command writing a line or 8 KiB at a time, the reader woken for
+  each write) is followed by a pause of :data:`READ_INTERVAL_SECONDS`, so that the next read
+  finds the writes of that time together;
+- a pipe found full is enlarged once to :data:`PIPE_BYTES`, so that a pause rarely makes the
+  command wait;
+- bytes past the cap are dropped as they are read, so a flood is drained at full speed;
+- kept bytes wait for the sink in order, and what arrives while it is busy is merged into
+  pieces of up to :data:`PIECE_BYTES` of one channel; while more than :data:`PENDING_BYTES`
+  wait, the pipes are not read at all: the command waits to write, as it would for a slow
+  terminal, and memory stays bounded;
+- once the process has ended (:meth:`OutputPipes.drain`), what is left is read as soon as it is
+  there, without pauses, until the pipes reach their end or are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from collections import deque
+from collections.abc import Mapping
+
+from .output import Channel, OutputCap, OutputSink
+
+#: The most read from a pipe in one call.
+READ_CHUNK_BYTES = 64 * 1024
+#: The pause after a read that found little (the event loop's timers are as coarse as 1 ms).
+READ_INTERVAL_SECONDS = 0.001
+#: What a pipe found full is enlarged to (Linux lets any user go up to 1 MiB).
+PIPE_BYTES = 1024 * 1024
+#: The most kept output handed to the sink at once.
+PIECE_BYTES = 1024 * 1024
+#: Kept output waiting for the sink beyond which the pipes are not read until it catches up.
+PENDING_BYTES = 2 * PIECE_BYTES
+
+
+class OutputPipes:
+    """The read ends of a process's stdout and stderr (``pipes``: descriptor -> channel), read as
+    the module says; ``closed`` completes once both have reached their end."""
+
+    def __init__(self, pipes: Mapping[int, Channel], cap: OutputCap) -> None:
+        self.cap = cap
+        self._loop = asyncio.get_running_loop()
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        self._pipes = dict(pipes)
+        self._sizes: dict[int, int] = {}  # asked for when first needed: most commands never need it
+        self._enlarged: set[int] = set()
+        self._pending: deque[tuple[Channel, bytes]] = deque()
+        self._pending_bytes = 0
+        self._watching = False
+        self._paused = False
+        self._draining = False
+        self._finished = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        for fd in self._pipes:
+            os.set_blocking(fd, False)
+        self._watch()
+
+    def drain(self) -> None:
+        """The process has ended: read what is there now, and the rest as soon as it comes."""
+        self._draining = True
+        self._paused = False
+        self._read_all()
+
+    def close(self) -> None:
+        """Read no more and close the pipes still open; :meth:`deliver` ends once nothing waits."""
+        self._unwatch()
+        for fd in list(self._pipes):
+            self._close_pipe(fd)
+        self._finished = True
+        self._wake()
+
+    async def deliver(self, sink: OutputSink) -> None:
+        """Hand the kept output to ``sink`` in order, merging what waits, until it is all fed."""
+        while self._pending or not self._finished:
+            if self._pending:
+                await sink.feed(*self._next_piece())
+            else:
+                self._wakeup = self._loop.create_future()
+                await self._wakeup
+
+    def _next_piece(self) -> tuple[Channel, bytes]:
+        """The first waiting chunk merged with the next ones of its channel, up to PIECE_BYTES."""
+        channel, first = self._pending.popleft()
+        pieces = [first]
+        size = len(first)
+        while self._pending and self._pending[0][0] == channel and size + len(self._pending[0][1]) <= PIECE_BYTES:
+            data = self._pending.popleft()[1]
+            pieces.append(data)
+            size += len(data)
+        self._pending_bytes -= size
+        if self._paused and self._pending_bytes < PENDING_BYTES:
+            self._paused = False
+            self._watch()
+        return channel, first if len(pieces) == 1 else b"".join(pieces)
+
+    def _read_all(self) -> None:
+        """Read each pipe until it is empty (or the sink has enough waiting); then decide when
+        to read next: when readable, after a pause, or once the sink catches up."""
+        self._timer = None
+        read, full = 0, False
+        for fd in list(self._pipes):
+            if self._pending_bytes >= PENDING_BYTES and not self._draining:
+                break
+            got, filled = self._read(fd)
+            read, full = read + got, full or filled
+        if self._pending:
+            self._wake()
+        if not self._pipes:
+            return
+        if self._pending_bytes >= PENDING_BYTES and not self._draining:
+            self._paused = True
+            self._unwatch()
+        elif self._draining or full or not read or read >= READ_CHUNK_BYTES:
+            self._watch()
+        else:
+            self._unwatch()
+            self._timer = self._loop.call_later(READ_INTERVAL_SECONDS, self._read_all)
+
+    def _read(self, fd: int) -> tuple[int, bool]:
+        """Read ``fd`` until it is empty, at most PIPE_BYTES at once: (bytes read, whether it was full)."""
+        total = 0
+        while total < PIPE_BYTES:
+            try:
+                data = os.read(fd, READ_CHUNK_BYTES)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self._close_pipe(fd)
+                break
+            total += len(data)
+            if kept := self.cap.take(data):
+                self._pending.append((self._pipes[fd], kept))
+                self._pending_bytes += len(kept)
+                if self._pending_bytes >= PENDING_BYTES and not self._draining:
+                    break
+        full = total > 0 and fd in self._pipes and total >= self._size(fd)
+        if full and fd not in self._enlarged:
+            self._enlarge(fd)
+        return total, full
+
+    def _size(self, fd: int) -> int:
+        if fd not in self._sizes:
+            try:
+                self._sizes[fd] = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+            except (AttributeError, OSError):  # not Linux: take it for the usual 64 KiB
+                self._sizes[fd] = READ_CHUNK_BYTES
+        return self._sizes[fd]
+
+    def _enlarge(self, fd: int) -> None:
+        self._enlarged.add(fd)
+        try:
+            self._sizes[fd] = fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass  # over the system's limits: the pipe keeps its size
+
+    def _watch(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._watching:
+            self._watching = True
+            for fd in self._pipes:
+                self._loop.add_reader(fd, self._read_all)
+
+    def _unwatch(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._watching:
+            self._watching = False
+            for fd in self._pipes:
+                self._loop.remove_reader(fd)
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    def _close_pipe(self, fd: int) -> None:
+        if self._watching:
+            self._loop.remove_reader(fd)
+        os.close(fd)
+        del self._pipes[fd]
+        if not self._pipes and not self.closed.done():
+            self.closed.set_result(None)
+
