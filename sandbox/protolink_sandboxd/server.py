@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from .allocator import reuse_large_buffers
 from .config import ServerConfig
 from .privileges import acting_as
 from .service import SERVICE, SandboxService
@@ -110,6 +111,7 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, *, subreapers: boo
 
     ``subreapers``: whether the commands' keepers are subreapers here (see :mod:`protolink_sandboxd.strays`)."""
     os.umask(0o077)  # the socket is created owner-only; commands and workers set their own umask
+    reuse_large_buffers()
     workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
                          max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
     spawner.start()
