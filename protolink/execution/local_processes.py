@@ -104,18 +104,16 @@ class LocalProcesses:
     async def run(self, spec: ProcessSpec, output: OutputSink) -> ProcessResult:
         """:meth:`execute` with the kept output going to ``output``, whose text the result holds."""
         child = _Child(spec)
-        await child.start(self.launcher.launch)
-        pump = asyncio.create_task(child.pipes.deliver(output))
+        await child.start(self.launcher.launch, output)
         try:
             child.timed_out = not await completed_within(child.exited, spec.timeout_seconds)
             await asyncio.shield(child.stop(terminate=child.timed_out))
-            await pump
+            await child.pipes.delivered()
             await output.finish()
             return child.result(output)
         except asyncio.CancelledError:
             await _uninterrupted(child.stop(terminate=True))
-            pump.cancel()
-            await asyncio.gather(pump, return_exceptions=True)
+            await child.pipes.abandon()
             output.close()
             raise ProcessCancelledError(child.result(output, canceled=True)) from None
 
@@ -130,9 +128,9 @@ class _Child:
         self._started = time.monotonic()
         self._stopping: asyncio.Future[None] | None = None
 
-    async def start(self, launch: Callable[[ProcessSpec, int, int], Awaitable[Leader]]) -> None:
-        """Launch the process with both output pipes and read them; ToolExecutionError when
-        it cannot start."""
+    async def start(self, launch: Callable[[ProcessSpec, int, int], Awaitable[Leader]], output: OutputSink) -> None:
+        """Launch the process with both output pipes and read them into ``output``;
+        ToolExecutionError when it cannot start."""
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
         # Shielded: a cancellation of this call must not cancel a launch in its last step,
@@ -156,7 +154,8 @@ class _Child:
         finally:
             os.close(stdout_write)
             os.close(stderr_write)
-        self.pipes = OutputPipes({stdout_read: "stdout", stderr_read: "stderr"}, OutputCap(self.spec.max_output_bytes))
+        self.pipes = OutputPipes({stdout_read: "stdout", stderr_read: "stderr"}, OutputCap(self.spec.max_output_bytes),
+                                 output)
 
     @property
     def exited(self) -> asyncio.Future[None]:

@@ -76,13 +76,15 @@ class OutputCollector:
 
     def __init__(self, execution: Emitter) -> None:
         self._execution = execution
-        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in CHANNELS}
+        self._decoders: dict[Channel, codecs.IncrementalDecoder] = {}  # made for a channel's first bytes
         self._text: dict[Channel, str] = {name: "" for name in CHANNELS}
         self._closed = False
 
     async def feed(self, channel: Channel, data: bytes) -> None:
         """Decode, keep and emit the next kept bytes of ``channel``."""
-        await self._emit(channel, self._keep(channel, self._decoders[channel].decode(data)))
+        if (decoder := self._decoders.get(channel)) is None:
+            decoder = self._decoders[channel] = codecs.getincrementaldecoder("utf-8")("replace")
+        await self._emit(channel, self._keep(channel, decoder.decode(data)))
 
     async def finish(self) -> None:
         """The output is complete: keep and emit what the decoders still hold."""
@@ -95,8 +97,8 @@ class OutputCollector:
         if self._closed:
             return []
         self._closed = True
-        tails = [(channel, self._keep(channel, self._decoders[channel].decode(b"", final=True)))
-                 for channel in CHANNELS]
+        tails = [(channel, self._keep(channel, decoder.decode(b"", final=True)))
+                 for channel, decoder in self._decoders.items()]
         return [(channel, text) for channel, text in tails if text]
 
     @property

@@ -44,10 +44,13 @@ PENDING_BYTES = 2 * PIECE_BYTES
 
 class OutputPipes:
     """The read ends of a process's stdout and stderr (``pipes``: descriptor -> channel), read as
-    the module says; ``closed`` completes once both have reached their end."""
+    the module says, what is kept fed to ``sink``; ``closed`` completes once both pipes have
+    reached their end. Feeding runs in a task of its own, started with the first kept output."""
 
-    def __init__(self, pipes: Mapping[int, Channel], cap: OutputCap) -> None:
+    def __init__(self, pipes: Mapping[int, Channel], cap: OutputCap, sink: OutputSink) -> None:
         self.cap = cap
+        self._sink = sink
+        self._delivery: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self._pipes = dict(pipes)
@@ -72,18 +75,29 @@ class OutputPipes:
         self._read_all()
 
     def close(self) -> None:
-        """Read no more and close the pipes still open; :meth:`deliver` ends once nothing waits."""
+        """Read no more and close the pipes still open; feeding ends once nothing waits."""
         self._unwatch()
         for fd in list(self._pipes):
             self._close_pipe(fd)
         self._finished = True
         self._wake()
 
-    async def deliver(self, sink: OutputSink) -> None:
-        """Hand the kept output to ``sink`` in order, merging what waits, until it is all fed."""
+    async def delivered(self) -> None:
+        """Wait until everything kept has been fed (after :meth:`close`); raises what the sink raised."""
+        if self._delivery is not None:
+            await self._delivery
+
+    async def abandon(self) -> None:
+        """Feed nothing more (the process was canceled)."""
+        if self._delivery is not None:
+            self._delivery.cancel()
+            await asyncio.gather(self._delivery, return_exceptions=True)
+
+    async def _deliver(self) -> None:
+        """Feed the kept output in order, merging what waits, until it is all fed."""
         while self._pending or not self._finished:
             if self._pending:
-                await sink.feed(*self._next_piece())
+                await self._sink.feed(*self._next_piece())
             else:
                 self._wakeup = self._loop.create_future()
                 await self._wakeup
@@ -184,7 +198,10 @@ class OutputPipes:
                 self._loop.remove_reader(fd)
 
     def _wake(self) -> None:
-        if self._wakeup is not None and not self._wakeup.done():
+        if self._delivery is None:
+            if self._pending:
+                self._delivery = self._loop.create_task(self._deliver())
+        elif self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
 
     def _close_pipe(self, fd: int) -> None:

@@ -69,15 +69,14 @@ async def until(condition, seconds: float = 30.0) -> None:
 async def test_every_byte_reaches_the_sink_once_in_order_whatever_the_writes():
     (out, out_w), (err, err_w) = os.pipe(), os.pipe()
     stdout, stderr = os.urandom(3_000_000), os.urandom(1_000_000)
-    pipes = OutputPipes({out: "stdout", err: "stderr"}, OutputCap(10**9))
     sink = Sink()
-    delivering = asyncio.ensure_future(pipes.deliver(sink))
+    pipes = OutputPipes({out: "stdout", err: "stderr"}, OutputCap(10**9), sink)
     writers = [Writer(out_w, stdout, 1), Writer(err_w, stderr, 2)]
     for writer in writers:
         writer.start()
     await asyncio.wait_for(pipes.closed, 30)
     pipes.close()
-    await asyncio.wait_for(delivering, 30)
+    await asyncio.wait_for(pipes.delivered(), 30)
     assert sink.fed == {"stdout": stdout, "stderr": stderr}
     assert not pipes.cap.truncated
 
@@ -88,10 +87,9 @@ class Held:
 
     def __init__(self, data: bytes, cap: int) -> None:
         self.out, write = os.pipe()
-        self.pipes = OutputPipes({self.out: "stdout"}, OutputCap(cap))
         self.sink = Sink()
         self.sink.held.clear()
-        self.delivering = asyncio.ensure_future(self.pipes.deliver(self.sink))
+        self.pipes = OutputPipes({self.out: "stdout"}, OutputCap(cap), self.sink)
         self.writer = Writer(write, data, len(data))
         self.writer.start()
 
@@ -100,7 +98,7 @@ class Held:
         self.sink.held.set()
         await asyncio.wait_for(self.pipes.closed, 30)
         self.pipes.close()
-        await asyncio.wait_for(self.delivering, 30)
+        await asyncio.wait_for(self.pipes.delivered(), 30)
         return bytes(self.sink.fed["stdout"])
 
 
@@ -133,13 +131,12 @@ async def test_after_the_process_ends_what_is_left_is_read_even_while_the_sink_i
 
 async def test_closing_stops_the_reading_and_closes_the_pipes():
     out, out_w = os.pipe()
-    pipes = OutputPipes({out: "stdout"}, OutputCap(100))
     sink = Sink()
-    delivering = asyncio.ensure_future(pipes.deliver(sink))
+    pipes = OutputPipes({out: "stdout"}, OutputCap(100), sink)
     os.write(out_w, b"early")
     await until(lambda: bytes(sink.fed["stdout"]) == b"early")
     pipes.close()
-    await asyncio.wait_for(delivering, 5)
+    await asyncio.wait_for(pipes.delivered(), 5)
     try:
         os.write(out_w, b"late")
     except BrokenPipeError:
