@@ -123,7 +123,7 @@ class OutputPipes:
         self._timer = None
         read, full = 0, False
         for fd in list(self._pipes):
-            if self._pending_bytes >= PENDING_BYTES and not self._draining:
+            if self._held_back():
                 break
             got, filled = self._read(fd)
             read, full = read + got, full or filled
@@ -131,7 +131,7 @@ class OutputPipes:
             self._wake()
         if not self._pipes:
             return
-        if self._pending_bytes >= PENDING_BYTES and not self._draining:
+        if self._held_back():
             self._paused = True
             self._unwatch()
         elif self._draining or full or not read or read >= READ_CHUNK_BYTES:
@@ -157,12 +157,19 @@ class OutputPipes:
             if kept := self.cap.take(data):
                 self._pending.append((self._pipes[fd], kept))
                 self._pending_bytes += len(kept)
-                if self._pending_bytes >= PENDING_BYTES and not self._draining:
+                if self._held_back():
                     break
         full = total > 0 and fd in self._pipes and total >= self._size(fd)
         if full and fd not in self._enlarged:
             self._enlarge(fd)
         return total, full
+
+    def _held_back(self) -> bool:
+        """Enough waits for the sink that reading stops until it takes some; never once the
+        process has ended, nor when feeding failed (its error ends the call, not a stalled
+        command)."""
+        return (self._pending_bytes >= PENDING_BYTES and not self._draining
+                and not (self._delivery is not None and self._delivery.done()))
 
     def _size(self, fd: int) -> int:
         if fd not in self._sizes:
@@ -201,8 +208,15 @@ class OutputPipes:
         if self._delivery is None:
             if self._pending:
                 self._delivery = self._loop.create_task(self._deliver())
+                self._delivery.add_done_callback(self._fed)
         elif self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
+
+    def _fed(self, delivery: asyncio.Task[None]) -> None:
+        """Feeding ended; if it failed, reading goes on (see :meth:`_held_back`)."""
+        if self._paused:
+            self._paused = False
+            self._watch()
 
     def _close_pipe(self, fd: int) -> None:
         if self._watching:

@@ -93,3 +93,15 @@ async def test_a_process_started_as_its_call_is_canceled_is_killed(tmp_path):
         await call
     [leader] = started
     assert await asyncio.to_thread(leader._popen.wait, 10) == -signal.SIGKILL
+
+
+async def test_an_emitter_that_fails_ends_the_call_with_its_error_once_the_command_ends(tmp_path):
+    class Failing:
+        async def emit(self, type, **data):
+            raise RuntimeError("the subscriber broke")
+
+    script = "head -c 8000000 /dev/zero; echo done > finished"
+    spec = ProcessSpec(("/bin/sh", "-c", script), str(tmp_path), {"PATH": "/usr/bin:/bin"}, 60, 10**8)
+    with pytest.raises(RuntimeError, match="the subscriber broke"):
+        await asyncio.wait_for(LocalProcesses(HostLauncher()).execute(spec, Failing()), 30)
+    assert (tmp_path / "finished").read_text() == "done\n"  # the command was not held back
