@@ -64,13 +64,13 @@ def seccomp_profile() -> str:
 
 
 async def _uncancellable(awaitable: Awaitable[T]) -> T:
-    """Await to completion even when cancelled; the cancellation is re-raised afterwards.
+    """Await to completion even when canceled; the cancellation is re-raised afterwards.
 
     Used for starting and removing containers: a container must never be created behind our
-    back, or left half-removed, because the caller was cancelled.
+    back, or left half-removed, because the caller was canceled.
     """
     task = asyncio.ensure_future(awaitable)
-    cancelled = False
+    canceled = False
     while True:
         try:
             result = await asyncio.shield(task)
@@ -78,8 +78,8 @@ async def _uncancellable(awaitable: Awaitable[T]) -> T:
         except asyncio.CancelledError:
             if task.done():
                 raise
-            cancelled = True
-    if cancelled:
+            canceled = True
+    if canceled:
         raise asyncio.CancelledError
     return result
 
@@ -296,7 +296,7 @@ class DockerSandbox:
 
     def _run_container(self, engine_facts: EngineFacts) -> None:
         """Create and start the container (blocking). It is recorded the moment it exists, so
-        a cancelled start still removes it."""
+        a canceled start still removes it."""
         import docker.errors
 
         host_dir = private_subdir(f"{self.name}-")

@@ -118,7 +118,7 @@ def ask_user_tool(
     ``max_answer_chars`` characters, or None to decline. It is given ``timeout_seconds``, bounded
     by the remaining run budget: a question timeout returns status ``timed_out``, an exhausted run
     budget raises BudgetExceededError. A callback exception or invalid answer is a tool failure
-    (RuntimeError); cancelling the task interrupts the callback.
+    (RuntimeError); canceling the task interrupts the callback.
     """
     if not callable(callback):
         raise TypeError("callback must be an async callable taking a UserInputRequest")
