@@ -9,13 +9,13 @@ import socket
 import stat
 from dataclasses import dataclass
 
+from protolink.wire.egress import SOCKET_NAME
 from protolink.wire.roots import Root
 
 from .spawner import PROGRAM
 
 MiB = 1024 * 1024
 NOBODY = 65534
-EGRESS_SOCKET_NAME = "egress.sock"
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class ServerConfig:
     @property
     def egress_socket(self) -> str:
         """Where the host dials in for egress: ``egress.sock`` beside the server's Unix socket."""
-        return os.path.join(os.path.dirname(self.address.removeprefix("unix://")), EGRESS_SOCKET_NAME)
+        return os.path.join(os.path.dirname(self.address.removeprefix("unix://")), SOCKET_NAME)
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                         help="the compiled spawner (default: where the image installs it)")
     parser.add_argument("--egress-port", type=_port, default=0, metavar="PORT",
                         help="relay commands' proxy connections from 127.0.0.1:PORT to the host, which dials in "
-                             f"at {EGRESS_SOCKET_NAME} beside the Unix socket; commands get the proxy variables")
+                             f"at {SOCKET_NAME} beside the Unix socket; commands get the proxy variables")
     args = parser.parse_args(argv)
     if not args.listen.startswith(("unix:///", "tcp://")):
         parser.error("--listen must be unix:///ABSOLUTE/PATH or tcp://HOST:PORT")

@@ -30,10 +30,10 @@ import socket
 from collections import deque
 from dataclasses import dataclass
 
+from protolink.wire.egress import HANDOVER
+
 from .privileges import acting_as
 
-#: What the relay writes on a standby connection when it hands it a command's connection.
-HANDOVER = b"\x01"
 #: The most one read takes, and what a direction buffers before it waits for its reader.
 CHUNK = 256 * 1024
 #: Hosts whose connections commands make directly, not through the proxy.
@@ -90,8 +90,8 @@ class EgressRelay:
 
     @property
     def standby(self) -> int:
-        """Standby connections held."""
-        return len(self._idle)
+        """Standby connections held and still open."""
+        return sum(not _ended(stream) for stream in self._idle)
 
     async def start(self) -> None:
         """Create the Unix socket (as its directory's owner) and the loopback listeners."""
