@@ -132,7 +132,7 @@ class AddressRules:
             embedded = _embedded_ipv4(address)
             reason = None if embedded is None else self.denial(embedded)
             if reason is not None:
-                return f"{address} embeds {reason}"
+                return f"{address} embeds an IPv4 address: {reason}"
         for category in self.deny:
             if _in_category(category, address):
                 return f"{address} is {_DESCRIPTIONS.get(category, category)}" + (
@@ -144,6 +144,7 @@ class AddressRules:
 
 
 _DESCRIPTIONS = {
+    "unspecified": "unspecified (0.0.0.0/8 or ::)",
     "host": "one of this host's own addresses",
     "non-public": "not a globally routable unicast address",
     "reserved": "in a reserved range",
