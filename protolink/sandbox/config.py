@@ -206,7 +206,7 @@ class SandboxConfig:
         _require(self.egress is None or isinstance(self.egress, EgressPolicy), "egress",
                  "must be an EgressPolicy, or None for no egress", self.egress)
         _require(self.egress is None or isinstance(self.network, NoNetwork), "egress",
-                 "needs the Unix socket (NoNetwork): a PublishedPort sandbox has a network interface of its own",
+                 "must go with the Unix socket (NoNetwork): a PublishedPort sandbox has a network interface of its own",
                  self.network)
         _require(isinstance(self.roots, tuple), "roots", "must be a tuple of Root", self.roots)
         seen: set[str] = set()

@@ -137,7 +137,7 @@ def test_egress_is_off_by_default_and_takes_a_policy_or_its_rules():
         SandboxConfig.from_options(egress=["pypi.org:http"])
     with pytest.raises(TypeError):
         SandboxConfig.from_options(egress="pypi.org")  # one string is not a list of rules
-    with pytest.raises(ValueError, match="^sandbox config: egress needs the Unix socket"):
+    with pytest.raises(ValueError, match="^sandbox config: egress must go with the Unix socket"):
         SandboxConfig.from_options(egress=["pypi.org"], tcp=":7100")
 
 
