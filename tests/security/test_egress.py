@@ -41,7 +41,7 @@ from protolink.sandbox.egress.events import EgressEvent
 from protolink.sandbox.egress.policy import DENY_ALL, EgressLimits, EgressPolicy
 from protolink.sandbox.placements.docker import EGRESS_PORT
 
-from .conftest import LIMITS, NO_ROUTE, NOBODY, PYTHON, RUNTIME, Attacker, still_serves
+from .conftest import GVISOR, LIMITS, NO_ROUTE, NOBODY, PYTHON, RUNTIME, Attacker, still_serves
 
 pytestmark = pytest.mark.docker
 
@@ -58,7 +58,7 @@ PROXY_VARIABLES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
                    "http_proxy", "https_proxy", "all_proxy", "no_proxy"}
 
 
-class TestNames:
+class NamesForTests:
     """The system's network, with :data:`TEST_NAMES` answered here."""
 
     def __init__(self) -> None:
@@ -117,7 +117,7 @@ class _Server(http.server.ThreadingHTTPServer):
 
 @dataclass
 class Servers:
-    """An HTTP and an HTTPS server on loopback serving ``directory``; ``ca`` signs the HTTPS one."""
+    """An HTTP and an HTTPS server on loopback serving ``directory`` (the test CA signs the HTTPS one's certificate)."""
 
     http_port: int
     https_port: int
@@ -126,8 +126,9 @@ class Servers:
     https: _Server
 
 
-def _make_tls(directory: Path) -> tuple[Path, Path, Path]:
-    """A test CA (ca.pem) and a certificate for the ``*.egress.test`` names signed by it."""
+def _make_tls(public: Path, private: Path) -> tuple[Path, Path, Path]:
+    """A test CA (``public``/ca.pem) and a certificate for the ``*.egress.test`` names signed
+    by it, with its key (in ``private``)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -153,7 +154,7 @@ def _make_tls(directory: Path) -> tuple[Path, Path, Path]:
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
-    paths = directory / "ca.pem", directory / "server.pem", directory / "server.key"
+    paths = public / "ca.pem", private / "server.pem", private / "server.key"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
     paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -166,14 +167,17 @@ def _serve(server: _Server) -> None:
 
 
 @contextlib.contextmanager
-def loopback_servers(served: Path, tls: Path) -> Iterator[Servers]:
-    _, cert, key = _make_tls(tls)
+def loopback_servers(served: Path, public: Path) -> Iterator[Servers]:
+    """Serve ``served`` over HTTP and HTTPS; the test CA goes to ``public``/ca.pem."""
+    private = Path(tempfile.mkdtemp(prefix="protolink-egress-tls-"))
+    _, cert, key = _make_tls(public, private)
     (served / "hello.txt").write_text(HELLO)
     handler = lambda *args: _Handler(*args, directory=str(served))  # noqa: E731
     plain, secure = _Server(("127.0.0.1", 0), handler), _Server(("127.0.0.1", 0), handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     secure.socket = context.wrap_socket(secure.socket, server_side=True)
+    shutil.rmtree(private)
     for server in (plain, secure):
         server.ended = []
         _serve(server)
@@ -300,7 +304,7 @@ async def egress_sandbox(image: str, *, ro: Sequence[Path] = (), writable: Seque
     """A sandbox with egress whose proxy resolves :data:`TEST_NAMES` (the Network seam is read
     once, when the proxy is made as the sandbox starts); removed on exit."""
     box = DockerSandbox(list(ro), writable=list(writable), image=image, runtime=RUNTIME, **{**LIMITS, **options})
-    with use_network(TestNames()):
+    with use_network(NamesForTests()):
         await box.start()
     try:
         yield box
@@ -457,7 +461,7 @@ async def test_bypassing_the_proxy_variables(egress):
     The kernel refuses: no name resolution (socket.gaierror), no route to the address (ENETUNREACH; EHOSTUNREACH under gVisor), and the container's own loopback answers ECONNREFUSED; the proxy saw nothing.
     """
     index = pip_index()
-    address = (await TestNames().resolve(index.host, 443))[0]
+    address = (await NamesForTests().resolve(index.host, 443))[0]
     await egress.allow([f"{index.host}:443", f"web.egress.test:{egress.servers.http_port}"], loopback=True)
     code = r"""
 import json, socket, sys
@@ -485,20 +489,25 @@ print(json.dumps(answers))
 
 
 async def test_the_host_socket_from_a_command(egress):
-    """A command connects to the relay's Unix socket (/run/protolink/egress.sock), where the host's standby connections arrive, to pose as the host or take its connections.
+    """A command connects to the relay's Unix socket (/run/protolink/egress.sock), where the host's standby connections arrive, to pose as the host or take its connections; it also lists and stats the directory.
 
-    Refused (EACCES): the socket is in the host user's private directory; the proxy and its standby connections are untouched and the next fetch through the proxy works.
+    Refused: EACCES for all three (gVisor answers EPERM for the paths beneath the directory): the socket is in the host user's private directory. The proxy and its standby connections are untouched and the next fetch through the proxy works.
     """
     code = r"""
-import json, socket
-with socket.socket(socket.AF_UNIX) as sock:
+import json, os, socket
+answers = {}
+for name, attempt in (('connect', lambda: socket.socket(socket.AF_UNIX).connect('/run/protolink/egress.sock')),
+                      ('stat', lambda: os.stat('/run/protolink/egress.sock')),
+                      ('list', lambda: os.listdir('/run/protolink'))):
     try:
-        sock.connect('/run/protolink/egress.sock')
-        print(json.dumps('connected'))
+        attempt()
+        answers[name] = 'done'
     except OSError as error:
-        print(json.dumps(error.errno))
+        answers[name] = error.errno
+print(json.dumps(answers))
 """
-    assert await egress.probe(code) == errno.EACCES
+    beneath = errno.EPERM if GVISOR else errno.EACCES  # gVisor's answer to a path beneath the directory
+    assert await egress.probe(code) == {"connect": beneath, "stat": beneath, "list": errno.EACCES}
     await egress.allow([f"web.egress.test:{egress.servers.http_port}"], loopback=True)
     fetched = await egress.probe(FETCH, f"http://web.egress.test:{egress.servers.http_port}/hello.txt")
     assert fetched["status"] == 200
