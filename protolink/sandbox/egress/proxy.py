@@ -30,6 +30,7 @@ _log = logging.getLogger(__name__)
 
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
+MAX_LOOKUPS = 4  # resolutions at once per proxy: the system resolver's threads are shared
 _STATUS_TEXT = {
     400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "Length Required",
     429: "Too Many Requests", 431: "Request Header Fields Too Large", 502: "Bad Gateway",
@@ -99,6 +100,7 @@ class EgressProxy:
         self._bucket = _TokenBucket()
         self._bytes = 0
         self._closed = False
+        self._lookups = asyncio.Semaphore(MAX_LOOKUPS)
 
     @property
     def policy(self) -> EgressPolicy:
@@ -115,16 +117,19 @@ class EgressProxy:
         return self._bytes
 
     def set_policy(self, policy: EgressPolicy) -> None:
-        """Use ``policy`` for new connections at once; close open ones it does not allow."""
+        """Use ``policy`` for new connections at once; close open ones it does not allow.
+
+        Deny-all closes every connection, those still sending their request included.
+        """
         self._policy = policy
-        if self._budget_spent():
-            self._close_all("byte budget")
+        if policy.denies_all or self._budget_spent():
+            self._close_all("deny-all" if policy.denies_all else "byte budget")
             return
         for connection in list(self._connections):
             if connection.request is not None and connection.upstream is not None:
                 reason = self._still_denied(connection)
                 if reason is not None:
-                    connection.close("deny-all" if policy.denies_all else f"policy changed: {reason}")
+                    connection.close(f"policy changed: {reason}")
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client connection, start to end; never raises; always closes ``writer``."""
@@ -190,7 +195,7 @@ class EgressProxy:
             connection.request = request
             addresses = await self._decide(request)
         except Refusal as refusal:
-            self._emit("denied", connection, reason=refusal.reason)
+            self._emit("denied", connection, reason=connection.end or refusal.reason)
             if connection.end is None:
                 await _refuse(reader, connection.client, refusal)
             return
@@ -215,7 +220,7 @@ class EgressProxy:
         if request.address is not None:
             return (request.address,)
         try:
-            async with asyncio.timeout(policy.limits.connect_seconds):
+            async with asyncio.timeout(policy.limits.connect_seconds), self._lookups:
                 answers = await self._network.resolve(request.host, request.port)
             addresses = tuple(dict.fromkeys(ipaddress.ip_address(a.split("%", 1)[0]) for a in answers))
         except TimeoutError:

@@ -10,7 +10,7 @@ import pytest
 
 from protolink.sandbox.egress import DENY_ALL, EgressLimits, EgressPolicy
 
-from .support import Origin, ScriptedNetwork, serve, wait_for
+from .support import Origin, ScriptedNetwork, serve, until_closed, wait_for
 
 PUBLIC = "151.101.0.223"
 GIB = 1 << 30
@@ -63,10 +63,7 @@ async def test_a_1_gib_download_under_a_64_mib_budget_stops_at_the_budget(origin
     async with serve(policy(max_bytes=64 * MIB), network(origin)) as served:
         reader, writer = await served.open()
         writer.write(f"GET http://files.example/bytes/{GIB} HTTP/1.1\r\n\r\n".encode())
-        received = 0
-        async with asyncio.timeout(120):
-            while data := await reader.read(MIB):
-                received += len(data)
+        received = await until_closed(reader, 120)
         writer.close()
         await wait_for(lambda: "closed" in served.kinds())
         closed = served.events[-1]
@@ -83,8 +80,7 @@ async def test_an_idle_connection_is_closed(origin):
         reader, writer, head = await tunnel(served)
         writer.write(b"ping")
         assert await reader.readexactly(4) == b"ping"
-        async with asyncio.timeout(10):
-            assert await reader.read() == b""
+        assert await until_closed(reader) == 0
         writer.close()
         await wait_for(lambda: "closed" in served.kinds())
         assert served.events[-1].reason == "idle" and served.events[-1].bytes_up == 4
@@ -97,9 +93,7 @@ async def test_deny_all_closes_an_open_download_within_a_second(origin):
         await reader.readexactly(MIB)
         served.proxy.set_policy(DENY_ALL)
         cut = time.monotonic()
-        async with asyncio.timeout(10):
-            while await reader.read(MIB):
-                pass
+        await until_closed(reader)
         assert time.monotonic() - cut < 1.0
         writer.close()
         await wait_for(lambda: "closed" in served.kinds())
@@ -113,8 +107,7 @@ async def test_a_narrower_policy_closes_only_what_it_no_longer_allows(origin):
         kept = await tunnel(served, "files.example")
         cut = await tunnel(served, "other.example")
         served.proxy.set_policy(policy("files.example"))
-        async with asyncio.timeout(10):
-            assert await cut[0].read() == b""
+        assert await until_closed(cut[0]) == 0
         kept[1].write(b"still here")
         assert await kept[0].readexactly(10) == b"still here"
         await wait_for(lambda: "closed" in served.kinds())
@@ -163,3 +156,15 @@ async def test_a_flood_ends_in_refusals_and_another_sandbox_still_answers(origin
         if limits.max_connections_per_second < 1000:
             assert codes.count(429) > 0  # the bucket holds one second's worth
         assert flooded.kinds().count("denied") == 1000 - codes.count(200)
+
+
+async def test_deny_all_also_drops_connections_still_sending_their_request(origin):
+    async with serve(policy(), network(origin)) as served:
+        reader, writer = await served.open()
+        writer.write(b"CONNECT files.exa")
+        await wait_for(lambda: served.proxy.open_connections == 1)
+        served.proxy.set_policy(DENY_ALL)
+        assert await until_closed(reader) == 0
+        writer.close()
+        await wait_for(lambda: served.events)
+        assert served.events[-1].kind == "denied" and served.events[-1].reason == "deny-all"

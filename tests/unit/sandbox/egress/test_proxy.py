@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
 from protolink.sandbox.egress import EgressLimits, EgressPolicy
 from protolink.sandbox.egress.proxy import EgressProxy
 
-from .support import LOOPBACK_RULES, Origin, ScriptedNetwork, serve, wait_for
+from .support import LOOPBACK_RULES, Origin, ScriptedNetwork, serve, until_closed, wait_for
 
 PUBLIC = "151.101.0.223"
 
@@ -189,10 +190,32 @@ async def test_aclose_ends_open_tunnels_and_leaves_no_task(origin):
     await wait_for(lambda: proxy.open_connections == 4)
     await proxy.aclose()
     assert proxy.open_connections == 0
-    async with asyncio.timeout(10):
-        for reader, writer in [*clients, (idle_reader, idle_writer)]:
-            await reader.read()
-            writer.close()
+    for reader, writer in [*clients, (idle_reader, idle_writer)]:
+        await until_closed(reader)
+        writer.close()
     server.close()
     await server.wait_closed()
     await wait_for(lambda: len(asyncio.all_tasks()) <= before)
+
+
+async def test_no_socket_is_left_open(origin):
+    """Allowed, refused, budget-cut and policy-cut connections: file descriptors come back."""
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
+    limits = EgressLimits(max_bytes=4 << 20)
+    before = descriptors()
+    async with serve(EgressPolicy.parse(["files.example"], limits=limits), network) as served:
+        for head in (b"GET http://files.example/bytes/10 HTTP/1.1\r\n\r\n", b"CONNECT other.example:443 HTTP/1.1\r\n\r\n",
+                     b"GET / HTTP/1.1\r\n\r\n", b"GET http://files.example/bytes/99999999 HTTP/1.1\r\n\r\n"):
+            await served.ask(head)
+        served.proxy.set_policy(EgressPolicy.parse(["files.example"]))
+        reader, writer = await served.open()
+        writer.write(b"CONNECT files.example:443 HTTP/1.1\r\n\r\n")
+        await reader.readuntil(b"\r\n\r\n")
+        served.proxy.set_policy(EgressPolicy.parse(["other.example"]))
+        assert await until_closed(reader) == 0
+        writer.close()
+        await wait_for(lambda: served.proxy.open_connections == 0)
+    await wait_for(lambda: descriptors() <= before)
