@@ -77,8 +77,8 @@ class Relay:
         """
         pending = []
         for side, (reader, writer) in zip((self._client, self._server), self._streams, strict=True):
-            side.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
             side.transport.set_protocol(side)
+            side.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
             pending.append(_take_buffer(reader))
             side.transport.resume_reading()
         self._write(self._server, head, up=True)

@@ -84,6 +84,8 @@ def refused(served, reason: str) -> None:
     (b"CONNECT 2130706433:443 HTTP/1.1\r\n\r\n", 403, "IP literal 127.0.0.1"),
     (b"CONNECT [::1]:443 HTTP/1.1\r\n\r\n", 403, "IP literal ::1"),
     (b"GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n\r\n", 403, "IP literal 169.254.169.254"),
+    (b"CONNECT 10.1.2.3:443 HTTP/1.1\r\n\r\n", 403, "10.1.2.3 is private"),
+    (b"CONNECT 012.1.2.3:443 HTTP/1.1\r\n\r\n", 403, "10.1.2.3 is private"),
     (b"CONNECT loopback.example:443 HTTP/1.1\r\n\r\n", 403, "resolves to a denied address: 127.0.0.1 is loopback"),
     (b"CONNECT private.example:443 HTTP/1.1\r\n\r\n", 403, "10.0.0.7 is private"),
     (b"CONNECT metadata.example:443 HTTP/1.1\r\n\r\n", 403, "169.254.169.254 is link-local (the cloud metadata"),
@@ -110,7 +112,7 @@ async def test_refusals_answer_and_report_the_reason(origin, head, code, reason)
     })
     policy = EgressPolicy.parse(["files.example:443", "loopback.example:443", "private.example:443",
                                  "metadata.example:443", "mixed.example:443", "mapped.example:443",
-                                 "missing.example:443"])
+                                 "missing.example:443", "10.0.0.0/8:443"])
     async with serve(policy, network) as served:
         answer = await served.ask(head)
         assert status(answer) == code and reason.encode() in answer
