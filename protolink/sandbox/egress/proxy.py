@@ -147,16 +147,17 @@ class EgressProxy:
             try:
                 await self._serve(reader, connection)
             finally:
-                self._connections.discard(connection)
                 if connection.idle_timer is not None:
                     connection.idle_timer.cancel()
+                # Until its last bytes are sent, a connection still counts and can still be cut.
                 graceful = connection.end is None
                 if connection.relay is not None:
-                    await connection.relay.aclose(graceful=graceful)
+                    await connection.relay.aclose(graceful=graceful, seconds=self._policy.limits.idle_seconds)
                 else:
                     await _finish(writer, graceful=graceful)
                     if connection.upstream is not None:
                         await _finish(connection.upstream, graceful=graceful)
+                self._connections.discard(connection)
         except Exception:  # a bug must not take the host process down with it
             _log.exception("egress proxy of sandbox %s failed", self._sandbox)
         finally:

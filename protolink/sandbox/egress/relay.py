@@ -14,7 +14,6 @@ from collections.abc import Callable
 from protolink.net.network import Streams
 
 WRITE_BUFFER_BYTES = 1024 * 1024
-CLOSE_SECONDS = 1.0
 
 
 class _Side(asyncio.Protocol):
@@ -93,14 +92,15 @@ class Relay:
                 self._lost(None)
         return await self._done
 
-    async def aclose(self, *, graceful: bool) -> None:
-        """Close both sides: after their buffered output is sent when ``graceful`` (boundedly)."""
+    async def aclose(self, *, graceful: bool, seconds: float) -> None:
+        """Close both sides: when ``graceful``, after their buffered output is sent (within
+        ``seconds``); otherwise, and after that, at once."""
         sides = (self._client, self._server)
         if graceful:
             for side in sides:
                 side.transport.close()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(CLOSE_SECONDS):
+                async with asyncio.timeout(seconds):
                     await asyncio.gather(*(side.lost for side in sides))
         for side in sides:
             abort(side.transport)

@@ -221,3 +221,20 @@ async def test_no_socket_is_left_open(origin):
         writer.close()
         await wait_for(lambda: served.proxy.open_connections == 0)
     await wait_for(lambda: descriptors() <= before)
+
+
+async def test_a_slow_reader_gets_the_whole_answer_after_the_origin_is_done(origin):
+    network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
+    size = 8 << 20
+    async with serve(EgressPolicy.parse(["files.example"]), network) as served:
+        reader, writer = await served.open()
+        writer.write(f"GET http://files.example/bytes/{size} HTTP/1.1\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        received = 0
+        async with asyncio.timeout(60):
+            while data := await reader.read(64 * 1024):
+                received += len(data)
+                await asyncio.sleep(0.01)
+        writer.close()
+    assert head.endswith(b"Content-Length: %d\r\n\r\n" % size) and received == size
+    assert served.events[-1].reason == "eof" and served.events[-1].bytes_down == len(head) + size
