@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
+import urllib.request
 
 import pytest
 
@@ -238,3 +240,29 @@ async def test_a_slow_reader_gets_the_whole_answer_after_the_origin_is_done(orig
         writer.close()
     assert head.endswith(b"Content-Length: %d\r\n\r\n" % size) and received == size
     assert served.events[-1].reason == "eof" and served.events[-1].bytes_down == len(head) + size
+
+
+async def test_the_standard_librarys_clients_work_through_it(origin):
+    """urllib with a proxy (plain HTTP) and http.client's tunnel (CONNECT), as pip's stack uses it."""
+    policy = EgressPolicy.parse([f"localhost:{origin.port}"], addresses=LOOPBACK_RULES)
+    async with serve(policy) as served:
+        proxy_url = f"http://127.0.0.1:{served.port}"
+
+        def plain() -> bytes:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
+            with opener.open(f"http://localhost:{origin.port}/bytes/7", timeout=30) as response:
+                return response.read()
+
+        def tunnelled() -> bytes:
+            connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+            connection.set_tunnel("localhost", origin.port)
+            try:
+                connection.request("GET", "/bytes/9")
+                return connection.getresponse().read()
+            finally:
+                connection.close()
+
+        assert await asyncio.to_thread(plain) == b"x" * 7
+        assert await asyncio.to_thread(tunnelled) == b"x" * 9
+        await wait_for(lambda: served.kinds().count("closed") == 2)
+    assert [e.method for e in served.events if e.kind == "allowed"] == ["GET", "CONNECT"]
