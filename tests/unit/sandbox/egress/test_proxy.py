@@ -266,3 +266,27 @@ async def test_the_standard_librarys_clients_work_through_it(origin):
         assert await asyncio.to_thread(tunnelled) == b"x" * 9
         await wait_for(lambda: served.kinds().count("closed") == 2)
     assert [e.method for e in served.events if e.kind == "allowed"] == ["GET", "CONNECT"]
+
+
+async def test_cancelling_a_handler_ends_its_connection_at_once(origin):
+    """A dialer that stops cancels its handlers: they end without waiting for slow peers."""
+    network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
+    events = []
+    proxy = EgressProxy(EgressPolicy.parse(["files.example"]), sandbox="s", network=network, on_event=events.append)
+    handlers = []
+
+    async def handle(reader, writer):
+        handlers.append(asyncio.current_task())
+        await proxy.handle(reader, writer)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    writer.write(f"GET http://files.example/bytes/{1 << 34} HTTP/1.1\r\n\r\n".encode())
+    await reader.readexactly(1 << 20)  # the client now stops reading: buffers fill up
+    await wait_for(lambda: handlers)
+    handlers[0].cancel()
+    await asyncio.wait_for(asyncio.gather(handlers[0], return_exceptions=True), 5)
+    assert proxy.open_connections == 0 and events[-1].reason == "cancelled"
+    writer.close()
+    server.close()
+    await server.wait_closed()
