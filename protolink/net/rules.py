@@ -115,10 +115,6 @@ class AddressRules:
         """These rules with ``cidrs`` denied as well (an allowed network still wins)."""
         return replace(self, deny_networks=self.deny_networks + tuple(_network(c) for c in cidrs))
 
-    def allows(self, network: IPNetwork) -> bool:
-        """True when the whole of ``network`` is inside one of the allowed networks."""
-        return any(network.version == n.version and network.subnet_of(n) for n in self.allow)  # type: ignore[arg-type]
-
     def denial(self, address: IPAddress | str) -> str | None:
         """Why ``address`` must not be reached, or None when it may be."""
         if isinstance(address, str):

@@ -23,8 +23,11 @@ name, so this matters where one address serves many names (a CDN or a shared fro
 domain-fronting request can reach another site that the same front end serves). Likewise, what
 travels inside an allowed tunnel or request (uploads, the content of the requests) is neither
 inspected nor limited beyond the byte budget, so data can leave through any allowed destination
-that accepts it. Names are not checked against DNS answers other than by the address rules; an
-allowed name whose owner points it at a public address of their choosing is reached there.
+that accepts it. DNS answers are judged only by the address rules: an allowed name whose owner
+points it at another public address is reached there. The proxy resolves only names the
+allow-list admits, but under a ``*.suffix`` rule a command chooses the names, so it can carry
+data out in the lookups themselves (to whoever serves that suffix's DNS). A refusal tells the
+command why, naming the denied address an allowed name resolved to.
 """
 
 from __future__ import annotations

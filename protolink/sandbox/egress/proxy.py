@@ -23,13 +23,14 @@ from protolink.net.network import Network, current_network
 
 from .events import EgressEvent, EventKind
 from .policy import EgressPolicy
+from .relay import Relay, abort
 from .request import Refusal, Request, read_request
 
 _log = logging.getLogger(__name__)
 
-RELAY_CHUNK = 256 * 1024
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
+MAX_LOOKUPS = 4  # resolutions at once per proxy: the system resolver's threads are shared
 _STATUS_TEXT = {
     400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "Length Required",
     429: "Too Many Requests", 431: "Request Header Fields Too Large", 502: "Bad Gateway",
@@ -47,6 +48,7 @@ class _Connection:
     address: IPAddress | None = None
     upstream: asyncio.StreamWriter | None = None
     upstream_reader: asyncio.StreamReader | None = None
+    relay: Relay | None = None
     bytes_up: int = 0
     bytes_down: int = 0
     end: str | None = None
@@ -57,9 +59,9 @@ class _Connection:
         """End the connection now (the first reason wins); both sides are aborted."""
         if self.end is None:
             self.end = reason
-        self.client.transport.abort()
+        abort(self.client.transport)
         if self.upstream is not None:
-            self.upstream.transport.abort()
+            abort(self.upstream.transport)
 
 
 class _TokenBucket:
@@ -98,6 +100,7 @@ class EgressProxy:
         self._bucket = _TokenBucket()
         self._bytes = 0
         self._closed = False
+        self._lookups = asyncio.Semaphore(MAX_LOOKUPS)
 
     @property
     def policy(self) -> EgressPolicy:
@@ -114,16 +117,19 @@ class EgressProxy:
         return self._bytes
 
     def set_policy(self, policy: EgressPolicy) -> None:
-        """Use ``policy`` for new connections at once; close open ones it does not allow."""
+        """Use ``policy`` for new connections at once; close open ones it does not allow.
+
+        Deny-all closes every connection, those still sending their request included.
+        """
         self._policy = policy
-        if self._budget_spent():
-            self._close_all("byte budget")
+        if policy.denies_all or self._budget_spent():
+            self._close_all("deny-all" if policy.denies_all else "byte budget")
             return
         for connection in list(self._connections):
             if connection.request is not None and connection.upstream is not None:
                 reason = self._still_denied(connection)
                 if reason is not None:
-                    connection.close("deny-all" if policy.denies_all else f"policy changed: {reason}")
+                    connection.close(f"policy changed: {reason}")
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client connection, start to end; never raises; always closes ``writer``."""
@@ -141,16 +147,21 @@ class EgressProxy:
             try:
                 await self._serve(reader, connection)
             finally:
-                self._connections.discard(connection)
                 if connection.idle_timer is not None:
                     connection.idle_timer.cancel()
-                await _finish(writer, graceful=connection.end is None)
-                if connection.upstream is not None:
-                    await _finish(connection.upstream, graceful=connection.end is None)
+                # Until its last bytes are sent, a connection still counts and can still be cut.
+                graceful = connection.end is None
+                if connection.relay is not None:
+                    await connection.relay.aclose(graceful=graceful, seconds=self._policy.limits.idle_seconds)
+                else:
+                    await _finish(writer, graceful=graceful)
+                    if connection.upstream is not None:
+                        await _finish(connection.upstream, graceful=graceful)
+                self._connections.discard(connection)
         except Exception:  # a bug must not take the host process down with it
             _log.exception("egress proxy of sandbox %s failed", self._sandbox)
         finally:
-            writer.transport.abort()
+            abort(writer.transport)
             if task is not None:
                 self._tasks.discard(task)
 
@@ -185,19 +196,24 @@ class EgressProxy:
             connection.request = request
             addresses = await self._decide(request)
         except Refusal as refusal:
-            self._emit("denied", connection, reason=refusal.reason)
+            self._emit("denied", connection, reason=connection.end or refusal.reason)
             if connection.end is None:
                 await _refuse(reader, connection.client, refusal)
             return
+        except asyncio.CancelledError:
+            connection.close("cancelled")
+            raise
         connection.address = addresses[0]
         self._emit("allowed", connection, reason="allowed")
         try:
             await self._connect(connection, addresses)
+            await self._relay(reader, connection, request)
         except Refusal as refusal:
             connection.end = refusal.reason
             await _refuse(reader, connection.client, refusal)
-        else:
-            await self._relay(reader, connection, request)
+        except asyncio.CancelledError:  # the caller gave up on this connection: nothing is flushed
+            connection.close("cancelled")
+            raise
         finally:
             self._emit("closed", connection, reason=connection.end or "eof")
 
@@ -210,7 +226,7 @@ class EgressProxy:
         if request.address is not None:
             return (request.address,)
         try:
-            async with asyncio.timeout(policy.limits.connect_seconds):
+            async with asyncio.timeout(policy.limits.connect_seconds), self._lookups:
                 answers = await self._network.resolve(request.host, request.port)
             addresses = tuple(dict.fromkeys(ipaddress.ip_address(a.split("%", 1)[0]) for a in answers))
         except TimeoutError:
@@ -256,43 +272,18 @@ class EgressProxy:
     # -- relay ---------------------------------------------------------------------------------
 
     async def _relay(self, reader: asyncio.StreamReader, connection: _Connection, request: Request) -> None:
-        upstream, upstream_reader, client = connection.upstream, connection.upstream_reader, connection.client
+        upstream, upstream_reader = connection.upstream, connection.upstream_reader
         assert upstream is not None and upstream_reader is not None
+        tunnel = request.method == "CONNECT"
+        up_limit = None if tunnel else request.body_length
+        relay = connection.relay = Relay(
+            (reader, connection.client), (upstream_reader, upstream), tunnel=tunnel, up_limit=up_limit,
+            count=lambda data, up: self._spend(connection, data, up=up))
         self._watch_idle(connection)
-        try:
-            if request.method == "CONNECT":
-                client.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                up_limit = None
-            else:
-                up_limit = request.body_length
-            first = self._spend(connection, request.forward_head + request.leftover[:up_limit], up=True)
-            upstream.write(first)
-            up_limit = None if up_limit is None else up_limit - (len(first) - len(request.forward_head))
-            async with asyncio.TaskGroup() as group:
-                sending = group.create_task(self._pump(connection, reader, upstream, up=True, limit=up_limit))
-                await self._pump(connection, upstream_reader, client, up=False, limit=None)
-                if request.method != "CONNECT":
-                    sending.cancel()  # one request per connection: its answer is complete
-        except* (OSError, RuntimeError) as errors:
-            connection.close(f"error: {errors.exceptions[0]}")
-
-    async def _pump(self, connection: _Connection, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
-                    *, up: bool, limit: int | None) -> None:
-        """Copy ``source`` to ``sink`` until EOF (then half-close) or ``limit`` bytes."""
-        while limit is None or limit > 0:
-            await sink.drain()
-            data = await source.read(RELAY_CHUNK if limit is None else min(RELAY_CHUNK, limit))
-            if not data:
-                if connection.end is None and sink.can_write_eof() and not sink.transport.is_closing():
-                    sink.write_eof()
-                return
-            if limit is not None:
-                limit -= len(data)
-            data = self._spend(connection, data, up=up)
-            sink.write(data)
-            if connection.end is not None:
-                return
-        await sink.drain()
+        answer = b"HTTP/1.1 200 Connection established\r\n\r\n" if tunnel else b""
+        ending = await relay.run(head=request.forward_head, leftover=request.leftover, answer=answer)
+        if connection.end is None and ending != "eof":
+            connection.end = ending
 
     def _spend(self, connection: _Connection, data: bytes, *, up: bool) -> bytes:
         """Count ``data`` against the budget; the part that fits (all, unless it is spent)."""
@@ -386,4 +377,4 @@ async def _finish(writer: asyncio.StreamWriter, *, graceful: bool) -> None:
                 await writer.drain()
             transport.close()
             return
-    transport.abort()
+    abort(transport)

@@ -104,14 +104,14 @@ class Served:
     async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection("127.0.0.1", self.port)
 
-    async def ask(self, head: bytes, *, read_all: bool = True) -> bytes:
+    async def ask(self, head: bytes) -> bytes:
         """Send ``head`` and return everything the proxy answers until it closes."""
         reader, writer = await self.open()
         try:
             writer.write(head)
             await writer.drain()
             async with asyncio.timeout(30):
-                return await reader.read() if read_all else await reader.read(65536)
+                return await reader.read()
         finally:
             writer.close()
 
@@ -130,13 +130,26 @@ async def serve(policy: EgressPolicy, network=None, sandbox: str = "test", on_ev
             on_event(event)
 
     proxy = EgressProxy(policy, sandbox=sandbox, on_event=record, network=network)
-    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0, backlog=2048)
+    unclosed: list[str] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # As a dialer would: the proxy closes the stream, and the stream knows it.
+        await proxy.handle(reader, writer)
+        try:
+            await asyncio.wait_for(writer.wait_closed(), 5)
+        except TimeoutError:
+            unclosed.append("a handled stream did not close")
+        except OSError:
+            pass
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=2048)
     try:
         yield Served(proxy, server.sockets[0].getsockname()[1], events)
     finally:
         await proxy.aclose()
         server.close()
         await server.wait_closed()
+    assert not unclosed, unclosed
 
 
 async def wait_for(predicate, seconds: float = 10.0) -> None:
@@ -144,3 +157,15 @@ async def wait_for(predicate, seconds: float = 10.0) -> None:
     async with asyncio.timeout(seconds):
         while not predicate():
             await asyncio.sleep(0.01)
+
+
+async def until_closed(reader: asyncio.StreamReader, seconds: float = 10.0) -> int:
+    """Read until the proxy ends the connection (EOF or a reset); how many bytes came."""
+    received = 0
+    async with asyncio.timeout(seconds):
+        try:
+            while data := await reader.read(1 << 20):
+                received += len(data)
+        except ConnectionResetError:
+            pass
+    return received

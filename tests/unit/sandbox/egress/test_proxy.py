@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
+import os
+import urllib.request
 
 import pytest
 
 from protolink.sandbox.egress import EgressLimits, EgressPolicy
 from protolink.sandbox.egress.proxy import EgressProxy
 
-from .support import LOOPBACK_RULES, Origin, ScriptedNetwork, serve, wait_for
+from .support import LOOPBACK_RULES, Origin, ScriptedNetwork, serve, until_closed, wait_for
 
 PUBLIC = "151.101.0.223"
 
@@ -83,6 +86,8 @@ def refused(served, reason: str) -> None:
     (b"CONNECT 2130706433:443 HTTP/1.1\r\n\r\n", 403, "IP literal 127.0.0.1"),
     (b"CONNECT [::1]:443 HTTP/1.1\r\n\r\n", 403, "IP literal ::1"),
     (b"GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\n\r\n", 403, "IP literal 169.254.169.254"),
+    (b"CONNECT 10.1.2.3:443 HTTP/1.1\r\n\r\n", 403, "10.1.2.3 is private"),
+    (b"CONNECT 012.1.2.3:443 HTTP/1.1\r\n\r\n", 403, "10.1.2.3 is private"),
     (b"CONNECT loopback.example:443 HTTP/1.1\r\n\r\n", 403, "resolves to a denied address: 127.0.0.1 is loopback"),
     (b"CONNECT private.example:443 HTTP/1.1\r\n\r\n", 403, "10.0.0.7 is private"),
     (b"CONNECT metadata.example:443 HTTP/1.1\r\n\r\n", 403, "169.254.169.254 is link-local (the cloud metadata"),
@@ -109,7 +114,7 @@ async def test_refusals_answer_and_report_the_reason(origin, head, code, reason)
     })
     policy = EgressPolicy.parse(["files.example:443", "loopback.example:443", "private.example:443",
                                  "metadata.example:443", "mixed.example:443", "mapped.example:443",
-                                 "missing.example:443"])
+                                 "missing.example:443", "10.0.0.0/8:443"])
     async with serve(policy, network) as served:
         answer = await served.ask(head)
         assert status(answer) == code and reason.encode() in answer
@@ -189,10 +194,99 @@ async def test_aclose_ends_open_tunnels_and_leaves_no_task(origin):
     await wait_for(lambda: proxy.open_connections == 4)
     await proxy.aclose()
     assert proxy.open_connections == 0
-    async with asyncio.timeout(10):
-        for reader, writer in [*clients, (idle_reader, idle_writer)]:
-            await reader.read()
-            writer.close()
+    for reader, writer in [*clients, (idle_reader, idle_writer)]:
+        await until_closed(reader)
+        writer.close()
     server.close()
     await server.wait_closed()
     await wait_for(lambda: len(asyncio.all_tasks()) <= before)
+
+
+async def test_no_socket_is_left_open(origin):
+    """Allowed, refused, budget-cut and policy-cut connections: file descriptors come back."""
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
+    limits = EgressLimits(max_bytes=4 << 20)
+    before = descriptors()
+    async with serve(EgressPolicy.parse(["files.example"], limits=limits), network) as served:
+        for head in (b"GET http://files.example/bytes/10 HTTP/1.1\r\n\r\n", b"CONNECT other.example:443 HTTP/1.1\r\n\r\n",
+                     b"GET / HTTP/1.1\r\n\r\n", b"GET http://files.example/bytes/99999999 HTTP/1.1\r\n\r\n"):
+            await served.ask(head)
+        served.proxy.set_policy(EgressPolicy.parse(["files.example"]))
+        reader, writer = await served.open()
+        writer.write(b"CONNECT files.example:443 HTTP/1.1\r\n\r\n")
+        await reader.readuntil(b"\r\n\r\n")
+        served.proxy.set_policy(EgressPolicy.parse(["other.example"]))
+        assert await until_closed(reader) == 0
+        writer.close()
+        await wait_for(lambda: served.proxy.open_connections == 0)
+    await wait_for(lambda: descriptors() <= before)
+
+
+async def test_a_slow_reader_gets_the_whole_answer_after_the_origin_is_done(origin):
+    network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
+    size = 8 << 20
+    async with serve(EgressPolicy.parse(["files.example"]), network) as served:
+        reader, writer = await served.open()
+        writer.write(f"GET http://files.example/bytes/{size} HTTP/1.1\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        received = 0
+        async with asyncio.timeout(60):
+            while data := await reader.read(64 * 1024):
+                received += len(data)
+                await asyncio.sleep(0.01)
+        writer.close()
+    assert head.endswith(b"Content-Length: %d\r\n\r\n" % size) and received == size
+    assert served.events[-1].reason == "eof" and served.events[-1].bytes_down == len(head) + size
+
+
+async def test_the_standard_librarys_clients_work_through_it(origin):
+    """urllib with a proxy (plain HTTP) and http.client's tunnel (CONNECT), as pip's stack uses it."""
+    policy = EgressPolicy.parse([f"localhost:{origin.port}"], addresses=LOOPBACK_RULES)
+    async with serve(policy) as served:
+        proxy_url = f"http://127.0.0.1:{served.port}"
+
+        def plain() -> bytes:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
+            with opener.open(f"http://localhost:{origin.port}/bytes/7", timeout=30) as response:
+                return response.read()
+
+        def tunnelled() -> bytes:
+            connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+            connection.set_tunnel("localhost", origin.port)
+            try:
+                connection.request("GET", "/bytes/9")
+                return connection.getresponse().read()
+            finally:
+                connection.close()
+
+        assert await asyncio.to_thread(plain) == b"x" * 7
+        assert await asyncio.to_thread(tunnelled) == b"x" * 9
+        await wait_for(lambda: served.kinds().count("closed") == 2)
+    assert [e.method for e in served.events if e.kind == "allowed"] == ["GET", "CONNECT"]
+
+
+async def test_cancelling_a_handler_ends_its_connection_at_once(origin):
+    """A dialer that stops cancels its handlers: they end without waiting for slow peers."""
+    network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
+    events = []
+    proxy = EgressProxy(EgressPolicy.parse(["files.example"]), sandbox="s", network=network, on_event=events.append)
+    handlers = []
+
+    async def handle(reader, writer):
+        handlers.append(asyncio.current_task())
+        await proxy.handle(reader, writer)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    writer.write(f"GET http://files.example/bytes/{1 << 34} HTTP/1.1\r\n\r\n".encode())
+    await reader.readexactly(1 << 20)  # the client now stops reading: buffers fill up
+    await wait_for(lambda: handlers)
+    handlers[0].cancel()
+    await asyncio.wait_for(asyncio.gather(handlers[0], return_exceptions=True), 5)
+    assert proxy.open_connections == 0 and events[-1].reason == "cancelled"
+    writer.close()
+    server.close()
+    await server.wait_closed()
