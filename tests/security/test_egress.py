@@ -3,8 +3,10 @@ proxy, and nothing else. Commands inside use the proxy variables the server give
 host side is the real EgressService (relay, dialer, EgressProxy); the servers reached run on
 this host's loopback, opened to the sandbox only by a test-only address rule (LOOPBACK).
 
-Names: ``*.egress.test`` resolve to loopback (and two of them to a private and the metadata
-address) through the Network seam; every other name goes to the system's resolver.
+Names: ``*.egress.test`` are answered by the test resolver (:class:`NamesForTests`, through
+the Network seam): most lead to loopback, some to a private or the metadata address, one
+rebinds; every other name goes to the system's resolver. Most tests share one sandbox and set
+the policy they need on it, live (``set_egress``).
 """
 
 from __future__ import annotations
@@ -428,7 +430,8 @@ async def test_pip_install_from_the_package_index(egress):
     made = await egress.run(["/usr/bin/python3", "-m", "venv", str(venv)], timeout=300)
     assert made.exit_code == 0, made
     installed = await egress.run([f"{venv}/bin/pip", "install", PACKAGE], env=env, timeout=300)
-    assert installed.exit_code == 0, f"pip install {PACKAGE} from {index.url} failed:\n{installed.stdout}{installed.stderr}"
+    assert installed.exit_code == 0, (f"pip install {PACKAGE} from {index.url} failed:\n"
+                                      f"{installed.stdout}{installed.stderr}")
     imported = await egress.run([f"{venv}/bin/python", "-c", f"import {PACKAGE}; print({PACKAGE}.__name__)"])
     assert imported.stdout == f"{PACKAGE}\n", imported
     allowed = {(event.host, event.port) for event in egress.events if event.kind == "allowed"}
