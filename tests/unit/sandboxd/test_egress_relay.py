@@ -25,7 +25,7 @@ async def relay(tmp_path: Path) -> AsyncIterator[EgressRelay]:
     channel = tmp_path / "channel"
     channel.mkdir(mode=0o700)
     relay = EgressRelay(0, str(channel / "egress.sock"), command_uid=65534,
-                        limits=RelayLimits(max_standby=2, max_tunnels=3, standby_seconds=0.5))
+                        limits=RelayLimits(max_standby=2, max_tunnels=3, standby_seconds=GUARD))
     await relay.start()
     yield relay
     await relay.aclose()
@@ -88,11 +88,16 @@ async def test_a_command_waits_for_a_standby_connection_that_comes_late(relay):
     host_writer.close()
 
 
-async def test_without_a_standby_connection_the_command_connection_is_closed(relay):
-    reader, writer = await command(relay)
-    assert await within(reader.read()) == b""  # after standby_seconds
-    writer.close()
-    assert relay.tunnels == 0
+async def test_without_a_standby_connection_the_command_connection_is_closed(tmp_path):
+    relay = EgressRelay(0, str(tmp_path / "egress.sock"), command_uid=65534, limits=RelayLimits(standby_seconds=0.2))
+    await relay.start()
+    try:
+        reader, writer = await command(relay)
+        assert await within(reader.read()) == b""  # after standby_seconds
+        writer.close()
+        assert relay.tunnels == 0
+    finally:
+        await relay.aclose()
 
 
 async def test_a_dead_standby_connection_is_skipped(relay):
@@ -115,15 +120,21 @@ async def test_standby_connections_beyond_the_bound_are_closed(relay):
         writer.close()
 
 
-async def test_tunnels_beyond_the_bound_are_closed(relay):
-    waiting = [await command(relay) for _ in range(3)]  # no standby: they wait
-    while relay.tunnels < 3:
-        await asyncio.sleep(0.001)
-    reader, writer = await command(relay)
-    assert await within(reader.read()) == b""  # refused at once, not after standby_seconds
-    assert relay.tunnels == 3
-    for _, held in (*waiting, (None, writer)):
-        held.close()
+async def test_tunnels_beyond_the_bound_are_closed(tmp_path):
+    relay = EgressRelay(0, str(tmp_path / "egress.sock"), command_uid=65534,
+                        limits=RelayLimits(max_tunnels=3, standby_seconds=GUARD))
+    await relay.start()
+    try:
+        waiting = [await command(relay) for _ in range(3)]  # no standby connection: they wait
+        while relay.tunnels < 3:
+            await asyncio.sleep(0.001)
+        reader, writer = await command(relay)
+        assert await within(reader.read()) == b""  # closed at once, not after standby_seconds
+        assert relay.tunnels == 3
+        for _, held in (*waiting, (None, writer)):
+            held.close()
+    finally:
+        await relay.aclose()
 
 
 async def test_closing_ends_every_connection(relay):
