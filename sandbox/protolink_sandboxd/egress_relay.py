@@ -34,8 +34,10 @@ from protolink.wire.egress import HANDOVER
 
 from .privileges import acting_as
 
-#: The most one read takes, and what a direction buffers before it waits for its reader.
-CHUNK = 256 * 1024
+#: The most one read takes. A direction of a tunnel holds a few of these at most (two read
+#: ahead, one being written) before it stops reading and waits for its reader: some 64
+#: tunnels carrying data (the proxy's limit) cost the server tens of MiB, not hundreds.
+CHUNK = 128 * 1024
 #: Hosts whose connections commands make directly, not through the proxy.
 NO_PROXY = "localhost,127.0.0.1,::1"
 
