@@ -88,6 +88,23 @@ async def test_a_command_waits_for_a_standby_connection_that_comes_late(relay):
     host_writer.close()
 
 
+async def test_what_a_command_sent_before_the_pairing_follows_the_handover(relay):
+    reader, writer = await command(relay)
+    early = os.urandom(1 << 20)  # more than its stream reads ahead: reading it was paused
+    writer.write(early)
+    writer.write_eof()  # and the end, before any standby connection came
+    while relay.tunnels == 0:
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.05)
+    host_reader, host_writer = await asyncio.open_unix_connection(relay._socket_path)
+    assert await within(host_reader.readexactly(1)) == HANDOVER
+    assert await within(host_reader.read()) == early  # in order, then the command's half-close
+    host_writer.write(b"answer")
+    host_writer.close()
+    assert await within(reader.read()) == b"answer"
+    writer.close()
+
+
 async def test_without_a_standby_connection_the_command_connection_is_closed(tmp_path):
     relay = EgressRelay(0, str(tmp_path / "egress.sock"), command_uid=65534, limits=RelayLimits(standby_seconds=0.2))
     await relay.start()
