@@ -17,8 +17,8 @@ are held (more are closed at once), at most ``max_tunnels`` command connections 
 waiting (more are closed at once), and a command connection waits at most
 ``standby_seconds`` for a standby one (none: it is closed); a tunnel buffers at most
 :data:`WRITE_BUFFER_BYTES` a direction for a slow reader. Paired connections are joined at the
-transport level (:class:`_End`). The relay decides nothing: the host's proxy reads the request
-and applies the policy.
+transport level (:class:`protolink.net.join.Join`, as the host's proxy joins its own). The relay
+decides nothing: the host's proxy reads the request and applies the policy.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import socket
 from collections import deque
 from dataclasses import dataclass
 
+from protolink.net.join import Join
 from protolink.wire.egress import HANDOVER
 
 from .privileges import acting_as
@@ -81,7 +82,7 @@ class EgressRelay:
         self._idle: deque[_Stream] = deque()
         self._waiters: deque[asyncio.Future[_Stream]] = deque()
         self._tunnels: set[asyncio.Task[None]] = set()
-        self._joined: set[_End] = set()
+        self._joined: set[Join] = set()
         self._closed = False
 
     @property
@@ -123,8 +124,8 @@ class EgressRelay:
             _close(self._idle.popleft())
         for waiter in self._waiters:
             waiter.cancel()  # the command's connection is closed: no standby connection came
-        for end in list(self._joined):
-            end.transport.abort()  # its tunnel ends
+        for join in list(self._joined):
+            join.abort()  # its tunnel ends
         tunnels = list(self._tunnels)
         if tunnels:
             await asyncio.wait(tunnels)
@@ -193,23 +194,12 @@ class EgressRelay:
         """Hand ``host`` over (HANDOVER), then carry bytes both ways until the host's side
         ends (the proxy is done, or closed it) or either connection is lost. A command that
         half-closes its side still gets the answer."""
-        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ends = _End(command, ended, up=True), _End(host, ended, up=False)
-        ends[0].peer, ends[1].peer = ends[1], ends[0]
-        self._joined.update(ends)
+        join = Join(command, host, ended_by="server", write_buffer_bytes=WRITE_BUFFER_BYTES)
+        self._joined.add(join)
         try:
-            pending = [end.take_over() for end in ends]
-            ends[1].transport.write(HANDOVER)
-            for end, (buffered, eof) in zip(ends, pending, strict=True):
-                if buffered:
-                    end.data_received(buffered)
-                if eof:
-                    end.eof_received()
-                if end.transport.is_closing():
-                    end.finish()
-            await ended
+            await join.run(to_server=HANDOVER)
         finally:
-            self._joined.difference_update(ends)
+            self._joined.discard(join)
 
     async def _take_standby(self) -> _Stream | None:
         """A live standby connection, waiting for one up to ``standby_seconds``; None if none came."""
@@ -250,57 +240,6 @@ def _loopback_socket(family: socket.AddressFamily, address: str, port: int) -> s
         raise SystemExit(f"the egress relay cannot listen on {address}:{port}: {error.strerror}") from None
     sock.setblocking(False)
     return sock
-
-
-class _End(asyncio.Protocol):
-    """One connection of a tunnel, taken over from its stream: what it receives is written
-    straight to its peer (no coroutine per chunk), and while the peer's write buffer is full
-    this connection is not read (back-pressure both ways)."""
-
-    def __init__(self, stream: _Stream, ended: asyncio.Future[None], *, up: bool) -> None:
-        self.up = up  # the command's connection, whose bytes go up to the host
-        self.transport: asyncio.Transport = stream[1].transport  # type: ignore[assignment]
-        self.peer: _End
-        self._reader = stream[0]
-        self._stream_protocol = self.transport.get_protocol()
-        self._ended = ended
-
-    def take_over(self) -> tuple[bytes, bool]:
-        """Become the transport's protocol; what its stream had read and not handed out, and
-        whether it had seen the end. (StreamReader offers no public way to take its buffer
-        without awaiting; ``_buffer`` and ``_eof`` are as old as asyncio.)"""
-        self.transport.set_protocol(self)
-        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
-        buffered = bytes(self._reader._buffer)  # type: ignore[attr-defined]
-        self._reader._buffer.clear()  # type: ignore[attr-defined]
-        self.transport.resume_reading()  # the stream may have paused it, its buffer full
-        return buffered, bool(self._reader._eof)  # type: ignore[attr-defined]
-
-    def data_received(self, data: bytes) -> None:
-        if not self.peer.transport.is_closing():
-            self.peer.transport.write(data)
-
-    def eof_received(self) -> bool:
-        if not self.up:  # the proxy is done: so is the tunnel
-            self.finish()
-        elif self.peer.transport.can_write_eof() and not self.peer.transport.is_closing():
-            self.peer.transport.write_eof()  # the command half-closed: its answer may still come
-        return True
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stream_protocol.connection_lost(exc)  # the stream's own bookkeeping
-        self.finish()
-
-    def pause_writing(self) -> None:
-        self.peer.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.peer.transport.resume_reading()
-
-    def finish(self) -> None:
-        """End the tunnel (its connections are closed by the one who joined them)."""
-        if not self._ended.done():
-            self._ended.set_result(None)
 
 
 def _ended(stream: _Stream) -> bool:

@@ -19,15 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from protolink.net.addresses import IPAddress
+from protolink.net.join import Join, abort
 from protolink.net.network import Network, current_network
 
 from .events import EgressEvent, EventKind
 from .policy import EgressPolicy
-from .relay import Relay, abort
 from .request import Refusal, Request, read_request
 
 _log = logging.getLogger(__name__)
 
+#: What a direction of a relayed connection buffers for a slow reader before its writer is not read.
+WRITE_BUFFER_BYTES = 1024 * 1024
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
 MAX_LOOKUPS = 4  # resolutions at once per proxy: the system resolver's threads are shared
@@ -48,7 +50,7 @@ class _Connection:
     address: IPAddress | None = None
     upstream: asyncio.StreamWriter | None = None
     upstream_reader: asyncio.StreamReader | None = None
-    relay: Relay | None = None
+    relay: Join | None = None
     bytes_up: int = 0
     bytes_down: int = 0
     end: str | None = None
@@ -276,12 +278,14 @@ class EgressProxy:
         assert upstream is not None and upstream_reader is not None
         tunnel = request.method == "CONNECT"
         up_limit = None if tunnel else request.body_length
-        relay = connection.relay = Relay(
-            (reader, connection.client), (upstream_reader, upstream), tunnel=tunnel, up_limit=up_limit,
+        relay = connection.relay = Join(
+            (reader, connection.client), (upstream_reader, upstream), ended_by="both" if tunnel else "server",
+            write_buffer_bytes=WRITE_BUFFER_BYTES, up_limit=up_limit,
             count=lambda data, up: self._spend(connection, data, up=up))
         self._watch_idle(connection)
+        head = self._spend(connection, request.forward_head, up=True) if request.forward_head else b""
         answer = b"HTTP/1.1 200 Connection established\r\n\r\n" if tunnel else b""
-        ending = await relay.run(head=request.forward_head, leftover=request.leftover, answer=answer)
+        ending = await relay.run(to_server=head, to_client=answer, from_client=request.leftover)
         if connection.end is None and ending != "eof":
             connection.end = ending
 
