@@ -1,0 +1,9 @@
+"""Addresses, address rules, the network seam and joined connections: what fetch_url, the
+egress proxy and the sandbox server's egress relay share.
+
+``addresses``: URL and host parsing (an IP address in any spelling is a literal);
+``rules``: :class:`~protolink.net.rules.AddressRules`, the one address deny-list;
+``network``: name resolution and pinned connections behind a replaceable
+:class:`~protolink.net.network.Network`; ``join``: :class:`~protolink.net.join.Join`, two
+connections joined at the transport level. Standard library only.
+"""
