@@ -15,6 +15,7 @@ import pytest
 from protolink.errors import SandboxUnavailableError
 from protolink.execution.process_types import ProcessResult
 from protolink.sandbox.config import Limits
+from protolink.sandbox.disk import usage_bytes
 from protolink.sandbox.placements.docker import TMPFS_BYTES_PER_ENTRY
 
 from .conftest import (GVISOR, HANG_GUARD, LIMITS, MiB, Attacker, dedicated_sandbox, ended_under_gvisor, figure,
@@ -337,7 +338,7 @@ async def test_disk_budget_entry_flood(budgeted):
 async def test_disk_budget_deep_tree(budgeted):
     """1 MiB files written (and synced) at the bottom of a directory chain 1,100 levels deep (a path of 5,500 characters, past the host's PATH_MAX), 400 MiB in all.
 
-    The host's disk watch opens each level relative to the last, so the tree is measured (or, past its depth limit, the file system's growth stands in): the command is killed long before 400 MiB land.
+    The host's disk watch measures the tree exactly at any depth (one directory descriptor at a time, opening each level relative to the last and going back up through ``..``): the command is killed long before 400 MiB land. Other jobs writing to the host's file system do not count against the sandbox: once the tree is removed, the watch stops nothing more and the sandbox serves the next commands.
     """
     box, root = budgeted
     attacker = Attacker(box.backend, root)
@@ -356,11 +357,16 @@ async def test_disk_budget_deep_tree(budgeted):
         if written == previous:
             break
         await asyncio.sleep(0.5)
+    # The watch's walk measures the whole tree: the file system's growth, which counts every
+    # other writer on the host, never stands in for it.
+    assert (await asyncio.to_thread(usage_bytes, [str(root)])).complete
     await attacker.run(["/bin/rm", "-rf", "deep"], timeout=120)
     subprocess.run(["rm", "-rf", str(root / "deep")], check=True)  # what a stopped rm left
     assert written < 400
     figure("disk budget 16 MiB, 1 MiB files 1,100 levels deep: written before stopped", f"{written} MiB")
+    stops = box._watch.exceeded
     await still_serves(attacker)
+    assert box._watch.exceeded == stops, "the watch stopped commands after the tree was gone"
 
 
 async def test_cpu_hog_beside_other_calls(attacker):
