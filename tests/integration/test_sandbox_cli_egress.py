@@ -23,10 +23,15 @@ from tests.integration.test_sandbox_cli import cli, name  # noqa: F401 (a fixtur
 pytestmark = pytest.mark.docker
 
 TEST_ONLY = {"PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK": "1"}
-#: Through the proxy the variables name (NO_PROXY lists 127.0.0.1, so urllib would not use it).
-FETCH = ("import os, sys, urllib.request\n"
-         "opener = urllib.request.build_opener(urllib.request.ProxyHandler({'http': os.environ['HTTP_PROXY']}))\n"
-         "print(opener.open(sys.argv[1], timeout=20).read().decode())")
+#: A plain-HTTP GET through the proxy that HTTP_PROXY names (urllib would go direct: NO_PROXY
+#: lists 127.0.0.1); a refusal exits non-zero with the proxy's status.
+FETCH = ("import os, sys, http.client, urllib.parse\n"
+         "proxy = urllib.parse.urlsplit(os.environ['HTTP_PROXY'])\n"
+         "connection = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=20)\n"
+         "connection.request('GET', sys.argv[1])\n"
+         "answer = connection.getresponse()\n"
+         "body = answer.read().decode()\n"
+         "print(body) if answer.status == 200 else sys.exit(f'{answer.status} {answer.reason}: {body}')")
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):

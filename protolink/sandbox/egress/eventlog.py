@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -50,7 +49,7 @@ class EventLog:
 
     def write(self, event: EgressEvent) -> None:
         """Record ``event`` (an ``on_event`` callback)."""
-        self._out.write(json.dumps({"time": stamp(time.time()), **asdict(event)}, separators=(",", ":")) + "\n")
+        self._out.write(json.dumps({"time": stamp(event.timestamp), **asdict(event)}, separators=(",", ":")) + "\n")
         if self._out.tell() > self.max_bytes:
             self._out.close()
             os.replace(self.path, previous(self.path))
@@ -135,7 +134,7 @@ def _size(count: object) -> str:
 
 def describe(record: dict[str, Any]) -> str:
     """One event as one line: time, kind, host:port, address, bytes up/down, duration, reason."""
-    host, port = record.get("host", "?"), record.get("port", "?")
+    host, port = record.get("host") or "?", record.get("port") or "?"
     where = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
     duration = record.get("duration_seconds")
     seconds = f"{duration:.3f} s" if isinstance(duration, (int, float)) else "? s"
