@@ -9,7 +9,7 @@ from urllib.parse import urljoin
 from pydantic import BaseModel, ConfigDict, Field
 
 from protolink.core.tools import Tool, ToolContext
-from protolink.tools.net.addresses import MAX_URL_CHARS, Destination, parse_url
+from protolink.net.addresses import MAX_URL_CHARS, Destination, parse_url
 from protolink.tools.net.html import document_text, meta_charset
 from protolink.tools.net.http1 import Response, open_response, transport_deadline
 from protolink.tools.net.media import is_text

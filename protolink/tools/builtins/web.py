@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from protolink.core.tools import Tool, ToolContext
-from protolink.tools.net.addresses import MAX_URL_CHARS, parse_url
+from protolink.net.addresses import MAX_URL_CHARS, parse_url
 from protolink.tools.net.html import collapse, fragment_text
 from protolink.tools.net.http1 import open_response, transport_deadline
 from protolink.tools.net.media import is_json

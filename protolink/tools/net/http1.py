@@ -20,9 +20,9 @@ from protolink import __version__
 from protolink.core.tools import ToolContext
 from protolink.errors import BudgetExceededError
 
-from .addresses import Destination, IPAddress
+from protolink.net.addresses import Destination, IPAddress
 from .media import check_header, media_type
-from .transport import Streams, current_network
+from protolink.net.network import Streams, current_network
 
 MAX_HEAD_BYTES = 65_536
 MAX_HEADERS = 100

@@ -19,9 +19,9 @@ from protolink import Agent, AgentCard
 from protolink.core.runs import RunContext
 from protolink.tools import fetch_url
 from protolink.tools.builtins import fetch
-from protolink.tools.net.addresses import Destination
+from protolink.net.addresses import Destination
 from protolink.tools.net.http1 import open_response
-from protolink.tools.net.transport import SystemNetwork, use_network
+from protolink.net.network import SystemNetwork, use_network
 from tests.unit.tools.web_support import Reply, ScriptedNetwork, Site, fixture
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the same loop as the async site fixture

@@ -20,7 +20,7 @@ from protolink.core.runs import RunContext
 from protolink.errors import BudgetExceededError, PolicyDeniedError
 from protolink.tools import web_search
 from protolink.tools.builtins import web
-from protolink.tools.net.transport import use_network
+from protolink.net.network import use_network
 from tests.unit.tools.web_support import Reply, ScriptedNetwork, Site, fixture
 
 BRAVE = ("api.search.brave.com", "/res/v1/web/search")

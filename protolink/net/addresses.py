@@ -1,9 +1,10 @@
-"""The public-destination rule, implemented once for fetch_url and web_search.
+"""Destinations and host names, parsed once for fetch_url, web_search and the egress proxy.
 
 A destination is an absolute ``http``/``https`` URL without credentials, on the scheme's standard
 port, whose host is a DNS name or an IP address in any spelling a resolver accepts (``2130706433``,
-``0177.0.0.1``, ``0x7f.1``, ``[::ffff:127.0.0.1]``). It is *public* when every address the host
-stands for is globally routable unicast: :func:`is_public_address` decides that for one address.
+``0177.0.0.1``, ``0x7f.1``, ``[::ffff:127.0.0.1]``): :func:`parse_host` reads such a host, so a
+number that a resolver would take for an address is always an address literal here too. Whether
+an address may be reached is :mod:`protolink.net.rules`' decision.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def parse_url(url: str, *, any_port: bool = False) -> Destination:
     port = STANDARD_PORTS[scheme] if port is None else port
     if not any_port and port != STANDARD_PORTS[scheme]:
         raise ValueError(f"{scheme} URLs must use port {STANDARD_PORTS[scheme]}, not {port}")
-    host, address = _parse_host(parts.hostname or "", bracketed="[" in parts.netloc)
+    host, address = parse_host(parts.hostname or "", bracketed="[" in parts.netloc)
     target = quote(parts.path or "/", safe=_TARGET_SAFE)
     if parts.query:
         target += "?" + quote(parts.query, safe=_TARGET_SAFE)
@@ -75,25 +76,12 @@ def parse_url(url: str, *, any_port: bool = False) -> Destination:
     return dataclasses.replace(destination, url=f"{scheme}://{destination.host_header}{target}")
 
 
-def is_public_address(address: IPAddress) -> bool:
-    """True for globally routable unicast addresses only.
+def parse_host(hostname: str, *, bracketed: bool) -> tuple[str, IPAddress | None]:
+    """The ASCII host and, for address literals in any spelling, the address it denotes.
 
-    Private, loopback, link-local, shared, reserved (NAT64 and IPv4-compatible forms included),
-    documentation, multicast and unspecified ranges are refused, and so are IPv6 site-local
-    addresses and IPv6 forms that embed a refused IPv4 address (IPv4-mapped, 6to4).
+    ``hostname`` is lower-case without brackets; ``bracketed`` says it was written in brackets
+    (only an IPv6 address is valid then). Raises ValueError naming the host.
     """
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = address.ipv4_mapped or address.sixtofour
-        if address.is_site_local or (embedded is not None and not is_public_address(embedded)):
-            return False
-    return address.is_global and not (
-        address.is_private or address.is_loopback or address.is_link_local or address.is_multicast
-        or address.is_reserved or address.is_unspecified
-    )
-
-
-def _parse_host(hostname: str, *, bracketed: bool) -> tuple[str, IPAddress | None]:
-    """The ASCII host and, for address literals in any spelling, the address it denotes."""
     if not hostname:
         raise ValueError("URL has no host")
     if bracketed:

@@ -1,0 +1,375 @@
+"""The host-side proxy of one sandbox: it decides every connection, then relays it.
+
+One :meth:`EgressProxy.handle` call serves one client connection from start to end: admission
+(connections open at once, connections per second, the byte budget), one strictly parsed
+request head (:mod:`protolink.sandbox.egress.request`), the decision (the allow-list, then one
+resolution and the address rules on every answer), a connection to one validated address, and
+the relay. Refusals are a short HTTP answer and a ``denied`` event; an allowed connection gets
+an ``allowed`` event at the decision and a ``closed`` event at its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from protolink.net.addresses import IPAddress
+from protolink.net.network import Network, current_network
+
+from .events import EgressEvent, EventKind
+from .policy import EgressPolicy
+from .relay import Relay, abort
+from .request import Refusal, Request, read_request
+
+_log = logging.getLogger(__name__)
+
+LINGER_SECONDS = 1.0
+LINGER_BYTES = 64 * 1024
+MAX_LOOKUPS = 4  # resolutions at once per proxy: the system resolver's threads are shared
+_STATUS_TEXT = {
+    400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "Length Required",
+    429: "Too Many Requests", 431: "Request Header Fields Too Large", 502: "Bad Gateway",
+    503: "Service Unavailable", 504: "Gateway Timeout",
+}
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One client connection: its target once known, its counters, and how it ended."""
+
+    client: asyncio.StreamWriter
+    started: float = field(default_factory=time.monotonic)
+    request: Request | None = None
+    address: IPAddress | None = None
+    upstream: asyncio.StreamWriter | None = None
+    upstream_reader: asyncio.StreamReader | None = None
+    relay: Relay | None = None
+    bytes_up: int = 0
+    bytes_down: int = 0
+    end: str | None = None
+    last_active: float = 0.0
+    idle_timer: asyncio.TimerHandle | None = None
+
+    def close(self, reason: str) -> None:
+        """End the connection now (the first reason wins); both sides are aborted."""
+        if self.end is None:
+            self.end = reason
+        abort(self.client.transport)
+        if self.upstream is not None:
+            abort(self.upstream.transport)
+
+
+class _TokenBucket:
+    """``rate`` tokens a second, holding at most one second's worth (at least one token)."""
+
+    def __init__(self) -> None:
+        self._tokens: float | None = None
+        self._stamp = 0.0
+
+    def take(self, rate: float) -> bool:
+        now = time.monotonic()
+        capacity = max(rate, 1.0)
+        tokens = capacity if self._tokens is None else min(capacity, self._tokens + (now - self._stamp) * rate)
+        self._stamp = now
+        self._tokens = tokens - 1 if tokens >= 1 else tokens
+        return tokens >= 1
+
+
+class EgressProxy:
+    """One sandbox's egress proxy: HTTP ``CONNECT`` and plain-HTTP forwarding under a policy.
+
+    ``network`` resolves names and opens connections (default: the current
+    :class:`~protolink.net.network.Network`, the system's unless a test installed another).
+    ``on_event`` receives every :class:`EgressEvent`; its exceptions are logged and ignored.
+    """
+
+    def __init__(self, policy: EgressPolicy, *, sandbox: str,
+                 on_event: Callable[[EgressEvent], None] | None = None,
+                 network: Network | None = None) -> None:
+        self._policy = policy
+        self._sandbox = sandbox
+        self._on_event = on_event
+        self._network = network if network is not None else current_network()
+        self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._bucket = _TokenBucket()
+        self._bytes = 0
+        self._closed = False
+        self._lookups = asyncio.Semaphore(MAX_LOOKUPS)
+
+    @property
+    def policy(self) -> EgressPolicy:
+        return self._policy
+
+    @property
+    def open_connections(self) -> int:
+        """Connections admitted and not yet ended (refused ones never count)."""
+        return len(self._connections)
+
+    @property
+    def bytes_relayed(self) -> int:
+        """Bytes relayed both ways over the proxy's life: what the byte budget counts."""
+        return self._bytes
+
+    def set_policy(self, policy: EgressPolicy) -> None:
+        """Use ``policy`` for new connections at once; close open ones it does not allow.
+
+        Deny-all closes every connection, those still sending their request included.
+        """
+        self._policy = policy
+        if policy.denies_all or self._budget_spent():
+            self._close_all("deny-all" if policy.denies_all else "byte budget")
+            return
+        for connection in list(self._connections):
+            if connection.request is not None and connection.upstream is not None:
+                reason = self._still_denied(connection)
+                if reason is not None:
+                    connection.close(f"policy changed: {reason}")
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one client connection, start to end; never raises; always closes ``writer``."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            refusal = self._admission()
+            if refusal is not None:
+                self._emit("denied", None, reason=refusal.reason)
+                await _refuse(reader, writer, refusal)
+                return
+            connection = _Connection(writer)
+            self._connections.add(connection)
+            try:
+                await self._serve(reader, connection)
+            finally:
+                if connection.idle_timer is not None:
+                    connection.idle_timer.cancel()
+                # Until its last bytes are sent, a connection still counts and can still be cut.
+                graceful = connection.end is None
+                if connection.relay is not None:
+                    await connection.relay.aclose(graceful=graceful, seconds=self._policy.limits.idle_seconds)
+                else:
+                    await _finish(writer, graceful=graceful)
+                    if connection.upstream is not None:
+                        await _finish(connection.upstream, graceful=graceful)
+                self._connections.discard(connection)
+        except Exception:  # a bug must not take the host process down with it
+            _log.exception("egress proxy of sandbox %s failed", self._sandbox)
+        finally:
+            abort(writer.transport)
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def aclose(self) -> None:
+        """Refuse new connections, end the open ones and wait for their handlers."""
+        self._closed = True
+        self._close_all("proxy closed")
+        tasks = self._tasks - {asyncio.current_task()}
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=5.0)
+            for task in pending:
+                task.cancel()
+
+    # -- admission and decision ----------------------------------------------------------------
+
+    def _admission(self) -> Refusal | None:
+        limits = self._policy.limits
+        if self._closed:
+            return Refusal(503, "the egress proxy is closed")
+        if self._budget_spent():
+            return Refusal(403, "byte budget spent")
+        if len(self._connections) >= limits.max_connections:
+            return Refusal(503, f"too many connections (at most {limits.max_connections} at once)")
+        if not self._bucket.take(limits.max_connections_per_second):
+            return Refusal(429, f"too many connections (at most {limits.max_connections_per_second:g} a second)")
+        return None
+
+    async def _serve(self, reader: asyncio.StreamReader, connection: _Connection) -> None:
+        limits = self._policy.limits
+        try:
+            request = await read_request(reader, limits.head_seconds, limits.max_head_bytes)
+            connection.request = request
+            addresses = await self._decide(request)
+        except Refusal as refusal:
+            self._emit("denied", connection, reason=connection.end or refusal.reason)
+            if connection.end is None:
+                await _refuse(reader, connection.client, refusal)
+            return
+        connection.address = addresses[0]
+        self._emit("allowed", connection, reason="allowed")
+        try:
+            await self._connect(connection, addresses)
+        except Refusal as refusal:
+            connection.end = refusal.reason
+            await _refuse(reader, connection.client, refusal)
+        else:
+            await self._relay(reader, connection, request)
+        finally:
+            self._emit("closed", connection, reason=connection.end or "eof")
+
+    async def _decide(self, request: Request) -> tuple[IPAddress, ...]:
+        """The validated addresses of an allowed request; Refusal otherwise."""
+        policy = self._policy
+        reason = policy.denial(request.host, request.port, request.address)
+        if reason is not None:
+            raise Refusal(403, reason)
+        if request.address is not None:
+            return (request.address,)
+        try:
+            async with asyncio.timeout(policy.limits.connect_seconds), self._lookups:
+                answers = await self._network.resolve(request.host, request.port)
+            addresses = tuple(dict.fromkeys(ipaddress.ip_address(a.split("%", 1)[0]) for a in answers))
+        except TimeoutError:
+            raise Refusal(504, f"resolving {request.host} timed out") from None
+        except (OSError, UnicodeError, ValueError) as error:
+            raise Refusal(502, f"could not resolve {request.host}: {error}") from None
+        if not addresses:
+            raise Refusal(502, f"could not resolve {request.host}: no addresses")
+        for address in addresses:
+            reason = policy.addresses.denial(address)
+            if reason is not None:
+                raise Refusal(403, f"{request.host} resolves to a denied address: {reason}")
+        return addresses
+
+    def _still_denied(self, connection: _Connection) -> str | None:
+        """Why the current policy would refuse an open connection now (no new resolution)."""
+        request, policy = connection.request, self._policy
+        assert request is not None and connection.address is not None
+        return policy.denial(request.host, request.port, request.address) or policy.addresses.denial(
+            connection.address)
+
+    async def _connect(self, connection: _Connection, addresses: tuple[IPAddress, ...]) -> None:
+        """Connect to the first validated address that answers (never to the name)."""
+        request = connection.request
+        assert request is not None
+        failures = []
+        for address in addresses:
+            try:
+                async with asyncio.timeout(self._policy.limits.connect_seconds):
+                    upstream_reader, upstream = await self._network.connect(address, request.port, server_name=None)
+            except (OSError, TimeoutError) as error:
+                failures.append(f"{address}: {error or type(error).__name__}")
+                continue
+            connection.address, connection.upstream, connection.upstream_reader = address, upstream, upstream_reader
+            # The policy may have changed (or the proxy closed) while this connection was made.
+            reason = connection.end or self._still_denied(connection)
+            if reason is not None:
+                connection.close(reason)
+                raise Refusal(403, reason)
+            return
+        raise Refusal(502, f"connect failed: {'; '.join(failures)}")
+
+    # -- relay ---------------------------------------------------------------------------------
+
+    async def _relay(self, reader: asyncio.StreamReader, connection: _Connection, request: Request) -> None:
+        upstream, upstream_reader = connection.upstream, connection.upstream_reader
+        assert upstream is not None and upstream_reader is not None
+        tunnel = request.method == "CONNECT"
+        up_limit = None if tunnel else request.body_length
+        relay = connection.relay = Relay(
+            (reader, connection.client), (upstream_reader, upstream), tunnel=tunnel, up_limit=up_limit,
+            count=lambda data, up: self._spend(connection, data, up=up))
+        self._watch_idle(connection)
+        answer = b"HTTP/1.1 200 Connection established\r\n\r\n" if tunnel else b""
+        ending = await relay.run(head=request.forward_head, leftover=request.leftover, answer=answer)
+        if connection.end is None and ending != "eof":
+            connection.end = ending
+
+    def _spend(self, connection: _Connection, data: bytes, *, up: bool) -> bytes:
+        """Count ``data`` against the budget; the part that fits (all, unless it is spent)."""
+        connection.last_active = time.monotonic()
+        budget = self._policy.limits.max_bytes
+        if budget is not None and self._bytes + len(data) >= budget:
+            data = data[:max(budget - self._bytes, 0)]
+            asyncio.get_running_loop().call_soon(self._close_all, "byte budget")
+            connection.end = connection.end or "byte budget"
+        self._bytes += len(data)
+        if up:
+            connection.bytes_up += len(data)
+        else:
+            connection.bytes_down += len(data)
+        return data
+
+    def _budget_spent(self) -> bool:
+        budget = self._policy.limits.max_bytes
+        return budget is not None and self._bytes >= budget
+
+    def _watch_idle(self, connection: _Connection) -> None:
+        """Close the connection once it moved no byte for ``idle_seconds`` (checked lazily)."""
+        loop = asyncio.get_running_loop()
+        connection.last_active = time.monotonic()
+
+        def check() -> None:
+            idle = self._policy.limits.idle_seconds
+            quiet = time.monotonic() - connection.last_active
+            if quiet >= idle:
+                connection.close("idle")
+            elif connection.end is None:
+                connection.idle_timer = loop.call_later(idle - quiet, check)
+
+        connection.idle_timer = loop.call_later(self._policy.limits.idle_seconds, check)
+
+    def _close_all(self, reason: str) -> None:
+        for connection in list(self._connections):
+            connection.close(reason)
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _emit(self, kind: EventKind, connection: _Connection | None, *, reason: str) -> None:
+        if self._on_event is None:
+            return
+        fields: dict[str, object] = {"host": "", "port": 0, "method": "", "address": None}
+        if connection is not None and connection.request is not None:
+            request = connection.request
+            fields.update(host=request.host, port=request.port, method=request.method)
+        if connection is not None and connection.address is not None:
+            fields["address"] = str(connection.address)
+        if connection is not None and kind == "closed":
+            fields.update(bytes_up=connection.bytes_up, bytes_down=connection.bytes_down,
+                          duration_seconds=time.monotonic() - connection.started)
+        event = EgressEvent(**{"bytes_up": 0, "bytes_down": 0, "duration_seconds": 0.0, **fields},
+                            sandbox=self._sandbox, kind=kind, reason=reason)  # type: ignore[arg-type]
+        try:
+            self._on_event(event)
+        except Exception:
+            _log.exception("the egress event handler of sandbox %s failed", self._sandbox)
+
+
+async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, refusal: Refusal) -> None:
+    """Answer with a short error, then linger briefly so that the client can read it.
+
+    Closing a socket with unread input resets it, and the reset can destroy the answer before
+    the client reads it; so the proxy half-closes and reads (and drops) until EOF, boundedly.
+    """
+    body = (refusal.reason + "\n").encode("utf-8", "replace")
+    head = (f"HTTP/1.1 {refusal.status} {_STATUS_TEXT.get(refusal.status, 'Error')}\r\n"
+            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode("ascii")
+    if writer.transport.is_closing():
+        return
+    with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+        writer.write(head + body)
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(LINGER_SECONDS):
+            received = 0
+            while received < LINGER_BYTES and (data := await reader.read(LINGER_BYTES)):
+                received += len(data)
+
+
+async def _finish(writer: asyncio.StreamWriter, *, graceful: bool) -> None:
+    """Close one side: after its buffered output is sent when ``graceful`` (boundedly), else at once."""
+    transport = writer.transport
+    if graceful and not transport.is_closing():
+        with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+            transport.set_write_buffer_limits(high=0)  # drain() now waits for an empty buffer
+            async with asyncio.timeout(LINGER_SECONDS):
+                await writer.drain()
+            transport.close()
+            return
+    abort(transport)
