@@ -9,6 +9,8 @@
     ├── identity  Identity           the uid/gid commands run as (never 0)
     ├── runtime   str | None         the engine's runtime, e.g. "runsc" (gVisor); None: its default
     ├── network   NetworkPolicy      NoNetwork (Unix socket) | PublishedPort (TCP with a token)
+    ├── egress    EgressPolicy|None  what commands may reach through the host's proxy (None: nothing,
+    │                                and no proxy at all); only with NoNetwork
     ├── lease     Lease              owner, session, expiry: the labels the reaper reads
     └── name      str                the sandbox's name (its boundary, its container)
 
@@ -31,6 +33,7 @@ from typing import TypeAlias
 
 from protolink.wire.roots import Root
 
+from .egress.policy import EgressPolicy
 from .leftovers import process_owner
 from .provision import DEFAULT_IMAGE
 from .records import NAME
@@ -144,7 +147,7 @@ class PublishedPort:
         return cls(host or cls.host, int(port or 0))
 
 
-#: How the sandbox is connected. A new policy (an egress proxy) is a new member.
+#: How the host reaches the sandbox's server. What commands may reach is ``SandboxConfig.egress``.
 NetworkPolicy: TypeAlias = NoNetwork | PublishedPort
 
 
@@ -187,6 +190,7 @@ class SandboxConfig:
     network: NetworkPolicy = field(default_factory=NoNetwork)
     lease: Lease = field(default_factory=Lease)
     name: str = ""
+    egress: EgressPolicy | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -199,6 +203,11 @@ class SandboxConfig:
                  "runtime", "must be a runtime's name, or None for the engine's default", self.runtime)
         for name, kind in (("limits", Limits), ("identity", Identity), ("network", NetworkPolicy), ("lease", Lease)):
             _require(isinstance(getattr(self, name), kind), name, f"must be a {_named(kind)}", getattr(self, name))
+        _require(self.egress is None or isinstance(self.egress, EgressPolicy), "egress",
+                 "must be an EgressPolicy, or None for no egress", self.egress)
+        _require(self.egress is None or isinstance(self.network, NoNetwork), "egress",
+                 "must go with the Unix socket (NoNetwork): a PublishedPort sandbox has a network interface of its own",
+                 self.network)
         _require(isinstance(self.roots, tuple), "roots", "must be a tuple of Root", self.roots)
         seen: set[str] = set()
         for root in self.roots:
@@ -231,11 +240,14 @@ class SandboxConfig:
         owner: str | None = None,
         name: str | None = None,
         tcp: str | None = None,
+        egress: EgressPolicy | Iterable[str] | None = None,
     ) -> SandboxConfig:
         """The configuration the flat keywords describe: ``roots`` (paths or :class:`Root`) and
         ``writable`` paths are resolved (:func:`resolve_roots`); ``tcp="HOST:PORT"`` is TCP mode
-        (:class:`PublishedPort`), none a Unix socket; ``owner`` defaults to this process and
-        ``name`` to ``protolink-sandbox-<session>``."""
+        (:class:`PublishedPort`), none a Unix socket; ``egress`` is a policy or its rule texts
+        (:meth:`EgressPolicy.parse <protolink.sandbox.egress.policy.EgressPolicy.parse>`; an
+        empty list allows nothing, yet starts the proxy, so that a live sandbox can be opened
+        later); ``owner`` defaults to this process and ``name`` to ``protolink-sandbox-<session>``."""
         return cls(
             roots=resolve_roots(roots, writable),
             image=image,
@@ -245,6 +257,7 @@ class SandboxConfig:
             network=PublishedPort.parse(tcp) if tcp else NoNetwork(),
             lease=Lease(owner=owner, expiry_seconds=expiry_seconds) if owner else Lease(expiry_seconds=expiry_seconds),
             name=name or "",
+            egress=egress if egress is None or isinstance(egress, EgressPolicy) else EgressPolicy.parse(egress),
         )
 
 

@@ -10,7 +10,8 @@ translation (:func:`~protolink.sandbox.placements.docker.container_spec`, where 
 default is spelled out). This module keeps the lifecycle: it asks the engine for its facts,
 prepares the host's private directory (the server's Unix socket, or TCP mode's token, which the
 server reads from a root-only file and deletes), creates and starts the container, waits until
-the server answers, watches the writable roots' disk budget (:mod:`protolink.sandbox.disk`),
+the server answers, starts the sandbox's egress proxy when it has egress
+(:mod:`protolink.sandbox.egress`), watches the writable roots' disk budget (:mod:`protolink.sandbox.disk`),
 stops commands when it is spent, and removes the container on every exit path, cancellation
 included; containers left by a dead process are reaped at the next start.
 """
@@ -38,6 +39,9 @@ from protolink.wire.roots import Root
 from . import engine, leftovers
 from .config import PublishedPort, SandboxConfig
 from .disk import DiskWatch
+from .egress.events import EgressEvent
+from .egress.policy import EgressPolicy
+from .egress.service import EgressService
 from .engine import engine_error, engine_errors
 from .hostdirs import private_subdir, write_private
 from .placements.docker import (
@@ -99,8 +103,8 @@ class DockerSandbox:
     give the keywords of :meth:`SandboxConfig.from_options
     <protolink.sandbox.config.SandboxConfig.from_options>` (``roots``, ``writable``, ``image``,
     ``memory``, ``pids``, ``cpus``, ``tmpfs_bytes``, ``disk_bytes``, ``runtime``,
-    ``command_uid``, ``command_gid``, ``expiry_seconds``, ``owner``, ``name``, ``tcp``), never
-    both. ``memory`` (bytes, swap included), ``pids`` and ``cpus`` bound the whole container (a
+    ``command_uid``, ``command_gid``, ``expiry_seconds``, ``owner``, ``name``, ``tcp``,
+    ``egress``), never both. ``memory`` (bytes, swap included), ``pids`` and ``cpus`` bound the whole container (a
     whole number of CPUs is a cpuset, a fraction a CFS quota: see
     :func:`~protolink.sandbox.placements.docker.cpu_limit`); ``tmpfs_bytes`` bounds /tmp;
     ``disk_bytes`` bounds how much the writable roots may grow. Commands run as
@@ -110,6 +114,14 @@ class DockerSandbox:
     changes owner otherwise). ``runtime="runsc"`` runs the container under gVisor.
     ``tcp="HOST:PORT"`` publishes the server on the engine's host (port 0 picks one) instead of
     a Unix socket, with a fresh token, for remote engines: the container then has a network.
+    ``egress`` (an :class:`~protolink.sandbox.egress.policy.EgressPolicy` or its rule texts,
+    such as ``["pypi.org:443", "*.pythonhosted.org:443"]``) gives commands a way out through a
+    proxy on this host that belongs to this sandbox: the container keeps no network; commands
+    get ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` (and lower-case forms)
+    naming a relay on the container's loopback, and every decision of the proxy goes to
+    ``on_egress_event`` (an :class:`~protolink.sandbox.egress.events.EgressEvent`);
+    :meth:`set_egress` changes the policy of the running sandbox. Without ``egress`` (the
+    default) there is no proxy, no relay and no proxy variable.
     ``expiry_seconds`` bounds how long the reaper lets the container live; ``owner`` defaults
     to this process, so the container is reaped once the process is gone. ``start_timeout``
     bounds how long :meth:`start` waits for the server to answer.
@@ -122,6 +134,7 @@ class DockerSandbox:
         config: SandboxConfig | None = None,
         start_timeout: float = 30.0,
         chown_writable: bool = False,
+        on_egress_event: Callable[[EgressEvent], None] | None = None,
         **options: Any,
     ) -> None:
         if config is None:
@@ -132,6 +145,7 @@ class DockerSandbox:
         self.config = config
         self.start_timeout = start_timeout
         self.chown_writable = chown_writable
+        self.on_egress_event = on_egress_event
         self.address: str | None = None
         self.reaped: list[leftovers.Reaped] = []
         self._tcp = isinstance(config.network, PublishedPort)
@@ -142,6 +156,7 @@ class DockerSandbox:
         self._host_dirs: list[Path] = []
         self._backend: SandboxBackend | None = None
         self._watch: DiskWatch | None = None
+        self._egress: EgressService | None = None
         self._engine: EngineFacts | None = None  # what the engine said about itself, once it was asked
 
     @property
@@ -180,6 +195,20 @@ class DockerSandbox:
         return self._backend
 
     @property
+    def egress(self) -> EgressPolicy | None:
+        """The egress policy in force (None: the sandbox has no egress)."""
+        return self.config.egress if self._egress is None else self._egress.policy
+
+    async def set_egress(self, policy: EgressPolicy | Iterable[str]) -> None:
+        """Change what the running sandbox's commands may reach: new connections follow
+        ``policy`` at once, and open connections it would not allow are closed at once (every
+        one under :data:`~protolink.sandbox.egress.policy.DENY_ALL`). Only a sandbox started
+        with egress (``DENY_ALL`` will do) has the relay to open later: RuntimeError otherwise."""
+        if self._egress is None or self._state != "running":
+            raise RuntimeError("set_egress needs a running sandbox started with egress= (its relay starts with it)")
+        self._egress.set_policy(policy if isinstance(policy, EgressPolicy) else EgressPolicy.parse(policy))
+
+    @property
     def token(self) -> str | None:
         """The TCP mode's token (None for a Unix socket)."""
         return self._token
@@ -214,6 +243,8 @@ class DockerSandbox:
                     log.warning("reaped sandbox container %s (%s): %s", gone.name, gone.container_id, gone.reason)
                 await _in_thread(self._run_container, self._engine)
                 self._backend = await self._wait_ready()
+            if self.config.egress is not None:
+                self._egress = await self._start_egress(self.config.egress)
             if self.config.writable_roots:
                 self._watch = DiskWatch(self.config.writable_roots, self.config.limits.disk_bytes, self._stop_commands)
                 await self._watch.start()
@@ -233,8 +264,9 @@ class DockerSandbox:
     async def detach(self) -> str:
         """Leave the running container to outlive this object (an appliance); returns its address.
 
-        The host-side disk watch stops with this object: a detached sandbox's writable roots
-        keep only the per-file limit. ``protolink-sandbox down`` removes it.
+        The host-side disk watch and egress proxy stop with this object: a detached sandbox's
+        writable roots keep only the per-file limit, and its commands' proxied connections wait
+        for a host that dials in (the appliance's egress daemon). ``protolink-sandbox down`` removes it.
         """
         if self._state != "running" or self.address is None:
             raise RuntimeError("only a running DockerSandbox can be detached")
@@ -242,7 +274,18 @@ class DockerSandbox:
         await _uncancellable(self._teardown(remove=False))
         return self.address
 
+    async def _start_egress(self, policy: EgressPolicy) -> EgressService:
+        """The host side of egress, dialed into the relay of the server that answers now."""
+        try:
+            return await EgressService.start(self._host_dirs[-1], policy, sandbox=self.name,
+                                             on_event=self.on_egress_event)
+        except ConnectionError as error:
+            raise SandboxUnavailableError(f"sandbox {self.name}: {error}") from None
+
     async def _teardown(self, *, remove: bool) -> None:
+        if self._egress is not None:
+            await self._egress.aclose()
+            self._egress = None
         if self._watch is not None:
             await self._watch.aclose()
         if self._backend is not None:

@@ -9,6 +9,7 @@ import socket
 import stat
 from dataclasses import dataclass
 
+from protolink.wire.egress import SOCKET_NAME
 from protolink.wire.roots import Root
 
 from .spawner import PROGRAM
@@ -40,6 +41,8 @@ class ServerConfig:
     operation_seconds: float = 300.0
     #: The compiled spawner (sandbox/spawner.c) that starts commands.
     spawner_program: str = PROGRAM
+    #: The loopback port of the egress relay (:mod:`protolink_sandboxd.egress_relay`); 0: no egress.
+    egress_port: int = 0
 
     @property
     def tcp(self) -> bool:
@@ -49,6 +52,11 @@ class ServerConfig:
     def address(self) -> str:
         """The address in gRPC's own syntax."""
         return self.listen.removeprefix("tcp://")
+
+    @property
+    def egress_socket(self) -> str:
+        """Where the host dials in for egress: ``egress.sock`` beside the server's Unix socket."""
+        return os.path.join(os.path.dirname(self.address.removeprefix("unix://")), SOCKET_NAME)
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
@@ -72,6 +80,9 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--operation-seconds", type=float, default=ServerConfig.operation_seconds)
     parser.add_argument("--spawner-program", default=ServerConfig.spawner_program,
                         help="the compiled spawner (default: where the image installs it)")
+    parser.add_argument("--egress-port", type=_port, default=0, metavar="PORT",
+                        help="relay commands' proxy connections from 127.0.0.1:PORT to the host, which dials in "
+                             f"at {SOCKET_NAME} beside the Unix socket; commands get the proxy variables")
     args = parser.parse_args(argv)
     if not args.listen.startswith(("unix:///", "tcp://")):
         parser.error("--listen must be unix:///ABSOLUTE/PATH or tcp://HOST:PORT")
@@ -81,6 +92,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         parser.error("tcp:// listening requires --token-file")
     if not os.path.isabs(args.spawner_program):
         parser.error("--spawner-program must be an absolute path")
+    if args.egress_port and not args.listen.startswith("unix://"):
+        parser.error("--egress-port needs a unix:// listening socket (the host dials in beside it)")
     if args.command_memory_bytes < 0:
         parser.error("--command-memory-bytes must be 0 (none) or a positive number of bytes")
     for name in ("max_document_seconds", "operation_seconds"):
@@ -102,6 +115,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         max_document_seconds=args.max_document_seconds,
         operation_seconds=args.operation_seconds,
         spawner_program=args.spawner_program,
+        egress_port=args.egress_port,
     )
 
 
@@ -116,6 +130,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a port from 1 to 65535")
     return value
 
 

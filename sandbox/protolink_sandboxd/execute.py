@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 from collections.abc import AsyncIterator, Mapping, Sequence
 
@@ -104,10 +105,14 @@ class CommandLauncher:
 
 class Runner:
     """What every Execute call shares: the launcher, the processes it starts, the stray sweep,
-    the slots, and the server's activity (a running process counts as a running call)."""
+    the slots, the server's activity (a running process counts as a running call), and the
+    ``environment`` every command gets (the egress proxy's variables, when the sandbox has
+    egress): a variable the request's own environment names keeps the request's value, so a
+    caller may point one elsewhere or set ``NO_PROXY`` itself; the others are added. (Either way
+    the container has no network interface: only the relay leads out.)"""
 
     def __init__(self, spawner: SpawnerClient, sweeper: StraySweeper, activity: Activity, *, max_concurrency: int,
-                 max_output_bytes: int) -> None:
+                 max_output_bytes: int, environment: Mapping[str, str] | None = None) -> None:
         self.launcher = CommandLauncher(spawner, sweeper)
         self.processes = LocalProcesses(self.launcher)
         self.sweeper = sweeper
@@ -118,6 +123,7 @@ class Runner:
         #: still being reaped here.
         self.max_per_call = 2 * max_concurrency
         self.max_output_bytes = max_output_bytes
+        self.environment = dict(environment or {})
 
 
 #: An event to send, serialized, with the future to complete once it is taken for sending; or
@@ -205,7 +211,10 @@ class ProcessCall:
             events.close()
 
     async def _execute(self, request: process_pb2.ExecuteRequest, events: _ProcessEvents) -> ProcessResult:
-        spec = CommandSpec.of(convert.process_spec(request), convert.command_as_written(request))
+        spec = convert.process_spec(request)
+        if self._runner.environment:
+            spec = dataclasses.replace(spec, env={**self._runner.environment, **spec.env})
+        spec = CommandSpec.of(spec, convert.command_as_written(request))
         convert.require(spec.max_output_bytes <= self._runner.max_output_bytes,
                          f"max_output_bytes is over this sandbox's limit of {self._runner.max_output_bytes}")
         async with self._runner.slots, self._runner.sweeper.command():

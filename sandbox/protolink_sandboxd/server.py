@@ -15,6 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .allocator import reuse_large_buffers
 from .config import ServerConfig
+from .egress_relay import EgressRelay
 from .privileges import acting_as
 from .service import SERVICE, SandboxService
 from .spawner_client import SpawnerClient
@@ -126,6 +127,10 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, *, subreapers: boo
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
     _listen(server, config)
+    relay = None
+    if config.egress_port:  # listening before the server answers: the host dials in once it does
+        relay = EgressRelay(config.egress_port, config.egress_socket, command_uid=config.command_uid)
+        await relay.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -141,6 +146,8 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, *, subreapers: boo
         warming.cancel()
         await health_service.enter_graceful_shutdown()
         await server.stop(STOP_GRACE_SECONDS)
+        if relay is not None:
+            await relay.aclose()
         await workers.aclose()
         await spawner.aclose()
         await asyncio.to_thread(kill_strays, config.command_uid, None)

@@ -26,6 +26,7 @@ from protolink.wire.status import ERROR_METADATA_KEY, KINDS, to_status
 
 from .activity import Activity
 from .config import ServerConfig
+from .egress_relay import proxy_environment
 from .execute import ProcessCall, Runner
 from .spawner_client import SpawnerClient
 from .strays import StraySweeper
@@ -47,7 +48,8 @@ class SandboxService:
         self._workers = workers
         self.activity = Activity()
         self._runner = Runner(spawner, sweeper, self.activity, max_concurrency=config.max_concurrency,
-                              max_output_bytes=config.max_output_bytes)
+                              max_output_bytes=config.max_output_bytes,
+                              environment=proxy_environment(config.egress_port) if config.egress_port else None)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """Every method of the Sandbox service, taking and returning raw bytes."""

@@ -15,7 +15,9 @@ of the docker SDK's ``containers.create`` (:class:`ContainerSpec`). What it make
 - roots bind-mounted at their own paths, read-only unless writable; the host's private
   directory at :data:`SOCKET_DIR` (Unix socket) or :data:`SECRET_DIR` (TCP mode's token);
 - no network (``network_mode="none"``), or in TCP mode the server's port published on the
-  engine's host; the labels of :func:`~protolink.sandbox.leftovers.labels`;
+  engine's host; with egress, the server's relay on loopback :data:`EGRESS_PORT` (the host
+  dials in through the channel directory; still no network); the labels of
+  :func:`~protolink.sandbox.leftovers.labels`;
 - under gVisor (the runtime's program is ``runsc``), the tuning of the ``GVISOR_*`` figures.
 """
 
@@ -41,6 +43,9 @@ SOCKET_PATH = f"{SOCKET_DIR}/{SOCKET_NAME}"
 SECRET_DIR = "/run/protolink-secret"
 #: The server's port inside the container in TCP mode.
 TCP_PORT = 7000
+#: The loopback port of the egress relay inside the container (a sandbox with egress), which
+#: the commands' proxy variables name.
+EGRESS_PORT = 3128
 #: The capabilities the server keeps: to run commands as another uid and to kill them.
 CAPABILITIES = ("SETUID", "SETGID", "KILL")
 #: A tmpfs holds at most one entry per this many bytes of its size (and at least
@@ -165,7 +170,8 @@ def container_spec(config: SandboxConfig, engine: EngineFacts, host: HostFacts) 
 
 def server_command(config: SandboxConfig, engine: EngineFacts) -> tuple[str, ...]:
     """The arguments of the image's server: its name, the command user, the roots, under gVisor
-    the address-space share of each process (:data:`GVISOR_PROCESS_MEMORY_SHARE`), where it listens."""
+    the address-space share of each process (:data:`GVISOR_PROCESS_MEMORY_SHARE`), where it listens,
+    with egress the relay's port."""
     command = ["--boundary", config.name, "--command-uid", str(config.identity.uid),
                "--command-gid", str(config.identity.gid)]
     for root in config.roots:
@@ -180,6 +186,8 @@ def server_command(config: SandboxConfig, engine: EngineFacts) -> tuple[str, ...
             command += ["--listen", f"unix://{SOCKET_PATH}"]
         case _:
             assert_never(config.network)
+    if config.egress is not None:
+        command += ["--egress-port", str(EGRESS_PORT)]
     return tuple(command)
 
 

@@ -20,6 +20,7 @@ from protolink.sandbox.config import (
     resolve_roots,
 )
 from protolink.sandbox.docker import DockerSandbox
+from protolink.sandbox.egress.policy import DENY_ALL, EgressPolicy
 from protolink.sandbox.provision import DEFAULT_IMAGE
 from protolink.wire.roots import Root
 
@@ -94,6 +95,8 @@ def test_commands_never_run_as_root_nor_as_an_impossible_id(uid, gid, field, why
     (lambda: SandboxConfig(limits={"memory": GiB}), "limits"),  # type: ignore[arg-type]
     (lambda: SandboxConfig(network="none"), "network"),  # type: ignore[arg-type]
     (lambda: SandboxConfig(roots=["/srv"]), "roots"),  # type: ignore[arg-type]
+    (lambda: SandboxConfig(egress=["pypi.org"]), "egress"),  # type: ignore[arg-type]
+    (lambda: SandboxConfig(egress=DENY_ALL, network=PublishedPort()), "egress"),  # TCP mode has a network
 ])
 def test_other_bad_values_are_refused_by_name(make, field):
     with pytest.raises(ValueError, match=f"^sandbox config: {re.escape(field)} must "):
@@ -122,6 +125,20 @@ def test_the_flat_options_land_in_their_parts(tmp_path):
     assert (config.image, config.runtime, config.name) == ("example/other:1", "runsc", "box")
     assert (config.lease.owner, config.lease.expiry_seconds) == ("someone", 60)
     assert SandboxConfig.from_options().network == NoNetwork()
+
+
+def test_egress_is_off_by_default_and_takes_a_policy_or_its_rules():
+    assert SandboxConfig().egress is None and SandboxConfig.from_options().egress is None
+    assert SandboxConfig.from_options(egress=["pypi.org:443"]).egress == EgressPolicy.parse(["pypi.org:443"])
+    assert SandboxConfig.from_options(egress=[]).egress == DENY_ALL  # the proxy runs, allowing nothing yet
+    policy = EgressPolicy.parse(["*.example.org"])
+    assert SandboxConfig.from_options(egress=policy).egress is policy
+    with pytest.raises(ValueError, match="pypi.org:http"):
+        SandboxConfig.from_options(egress=["pypi.org:http"])
+    with pytest.raises(TypeError):
+        SandboxConfig.from_options(egress="pypi.org")  # one string is not a list of rules
+    with pytest.raises(ValueError, match="^sandbox config: egress must go with the Unix socket"):
+        SandboxConfig.from_options(egress=["pypi.org"], tcp=":7100")
 
 
 def test_a_sandbox_takes_a_configuration_or_its_options_never_both(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from protolink.sandbox.placements.docker import (
     container_spec,
     cpu_limit,
 )
+from protolink.sandbox.egress.policy import DENY_ALL, EgressPolicy
 from protolink.sandbox.provision import DEFAULT_IMAGE
 from protolink.wire.roots import Root
 
@@ -119,6 +121,16 @@ def test_tcp_mode_publishes_the_port_and_mounts_the_token_directory_instead(host
     assert spec.mounts == (Mount("/run/protolink-secret", str(host.channel_dir), type="bind"),)
     assert spec.command[-4:] == ("--listen", "tcp://0.0.0.0:7000", "--token-file", "/run/protolink-secret/token")
     assert "network_mode" not in spec.create_kwargs()  # the engine's default network, which publishes ports
+
+
+def test_egress_adds_the_relays_port_and_nothing_else(ro, host):
+    plain = container_spec(config(Root(str(ro))), ENGINE, host)
+    spec = container_spec(config(Root(str(ro)), egress=EgressPolicy.parse(["pypi.org"])), ENGINE, host)
+    assert spec.command == (*plain.command, "--egress-port", "3128")
+    assert replace(spec, command=plain.command) == plain  # still no network, no environment, the same mounts
+    assert (spec.network_mode, spec.ports, spec.environment) == ("none", None, {})
+    deny_all = container_spec(config(egress=DENY_ALL), ENGINE, host)
+    assert deny_all.command[-2:] == ("--egress-port", "3128")  # the relay runs: the policy may open later
 
 
 def test_tcp_addresses_default_to_loopback_and_a_port_the_engine_picks():

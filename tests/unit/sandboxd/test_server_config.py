@@ -23,6 +23,12 @@ def test_roots_and_defaults():
     assert limited.command_memory_bytes == 384 << 20
 
 
+def test_egress_port_and_socket():
+    assert parse_args(["--listen", "unix:///run/protolink/sandbox.sock"]).egress_port == 0  # no egress by default
+    config = parse_args(["--listen", "unix:///run/protolink/sandbox.sock", "--egress-port", "3128"])
+    assert (config.egress_port, config.egress_socket) == (3128, "/run/protolink/egress.sock")
+
+
 @pytest.mark.parametrize("argv", [
     ["--listen", "unix:///s", "--command-uid", "0"],
     ["--listen", "unix:///s", "--command-gid", "0"],
@@ -32,6 +38,9 @@ def test_roots_and_defaults():
     ["--listen", "unix:///s", "--root", "relative:rw"],
     ["--listen", "unix:///s", "--root", "/ws/../etc:rw"],
     ["--listen", "unix:///s", "--command-memory-bytes", "-1"],
+    ["--listen", "unix:///s", "--egress-port", "0"],
+    ["--listen", "unix:///s", "--egress-port", "65536"],
+    ["--listen", "tcp://0.0.0.0:7000", "--token-file", "/t", "--egress-port", "3128"],  # egress needs the Unix socket
 ])
 def test_refused_command_lines(argv):
     with pytest.raises(SystemExit):

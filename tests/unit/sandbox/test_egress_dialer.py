@@ -1,0 +1,141 @@
+"""The host's dialer against the real relay (in this process, on real sockets), serving commands'
+connections with a trivial handler: standby connections kept, replaced, retried and closed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from protolink_sandboxd.egress_relay import EgressRelay, RelayLimits
+
+from protolink.sandbox.egress import dialer as dialer_module
+from protolink.sandbox.egress.dialer import RelayDialer
+
+pytestmark = pytest.mark.root  # the relay binds its socket as the directory's owner (setresuid)
+
+GUARD = 30.0  # a hang, not a slow machine
+
+
+class Echo:
+    """Answers every connection with what it sends, then closes it; or fails when told."""
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.fail = False
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.served += 1
+        if self.fail:
+            raise RuntimeError("a broken handler")
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+
+async def until(condition, what: str) -> None:
+    async with asyncio.timeout(GUARD):
+        while not condition():
+            await asyncio.sleep(0.002)
+
+
+@pytest.fixture
+def socket_path(tmp_path: Path) -> Path:
+    channel = tmp_path / "channel"
+    channel.mkdir(mode=0o700)
+    return channel / "egress.sock"
+
+
+@pytest.fixture
+async def relay(socket_path: Path) -> AsyncIterator[EgressRelay]:
+    relay = EgressRelay(0, str(socket_path), command_uid=65534, limits=RelayLimits(standby_seconds=GUARD))
+    await relay.start()
+    yield relay
+    await relay.aclose()
+
+
+async def echo_through(relay: EgressRelay, payload: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+    try:
+        writer.write(payload)
+        writer.write_eof()
+        return await asyncio.wait_for(reader.read(), GUARD)
+    finally:
+        writer.close()
+
+
+async def test_commands_connections_reach_the_handler_and_standby_connections_are_replaced(relay, socket_path):
+    handler = Echo()
+    dialer = RelayDialer(socket_path, handler, standby=3)
+    await dialer.start()
+    try:
+        await until(lambda: relay.standby == 3, "the relay holds the standby connections")
+        payload = bytes(range(256)) * 8192  # 2 MiB
+        assert await echo_through(relay, payload) == payload
+        answers = await asyncio.gather(*(echo_through(relay, b"%d" % n) for n in range(50)))
+        assert answers == [b"%d" % n for n in range(50)]
+        assert handler.served == 51
+        await until(lambda: relay.standby == 3, "the standby connections replaced")
+    finally:
+        await dialer.aclose()
+
+
+async def test_a_failing_handler_ends_its_connection_only(relay, socket_path):
+    handler = Echo()
+    dialer = RelayDialer(socket_path, handler, standby=1)
+    await dialer.start()
+    try:
+        handler.fail = True
+        assert await echo_through(relay, b"lost") == b""
+        handler.fail = False
+        assert await echo_through(relay, b"next") == b"next"
+    finally:
+        await dialer.aclose()
+
+
+async def test_closing_ends_standby_and_served_connections(relay, socket_path):
+    dialer = RelayDialer(socket_path, Echo(), standby=2)
+    await dialer.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+    writer.write(b"held open")
+    assert await asyncio.wait_for(reader.readexactly(9), GUARD) == b"held open"
+    assert dialer.handling == 1
+    await dialer.aclose()
+    assert dialer.handling == 0
+    assert await asyncio.wait_for(reader.read(), GUARD) == b""
+    writer.close()
+    await until(lambda: relay.standby == 0, "the relay sees the standby connections end")
+
+
+async def test_the_dialer_dials_again_when_the_relay_comes_back(socket_path):
+    first = EgressRelay(0, str(socket_path), command_uid=65534)
+    await first.start()
+    dialer = RelayDialer(socket_path, Echo(), standby=2)
+    await dialer.start()
+    try:
+        await until(lambda: first.standby == 2, "the first relay holds the standby connections")
+        await first.aclose()  # the server stopped: its standby connections end
+        second = EgressRelay(0, str(socket_path), command_uid=65534)
+        await second.start()
+        try:
+            await until(lambda: second.standby == 2, "the dialer dials the new relay")
+            assert await echo_through(second, b"again") == b"again"
+        finally:
+            await second.aclose()
+    finally:
+        await dialer.aclose()
+
+
+async def test_start_fails_when_the_relay_does_not_answer(socket_path, monkeypatch):
+    monkeypatch.setattr(dialer_module, "START_SECONDS", 0.2)
+    with pytest.raises(ConnectionError, match="egress relay does not answer"):
+        await RelayDialer(socket_path, Echo()).start()
+
+
+def test_a_dialer_keeps_at_least_one_standby_connection(socket_path):
+    with pytest.raises(ValueError, match="standby"):
+        RelayDialer(socket_path, Echo(), standby=0)

@@ -1,0 +1,162 @@
+"""The egress relay on real loopback and Unix sockets: pairing, piping, bounds, closing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from protolink_sandboxd.egress_relay import HANDOVER, EgressRelay, RelayLimits, proxy_environment
+
+pytestmark = pytest.mark.root  # the relay binds its socket as the directory's owner (setresuid)
+
+GUARD = 30.0  # a hang, not a slow machine
+
+
+async def within(awaitable):
+    return await asyncio.wait_for(awaitable, GUARD)
+
+
+@pytest.fixture
+async def relay(tmp_path: Path) -> AsyncIterator[EgressRelay]:
+    channel = tmp_path / "channel"
+    channel.mkdir(mode=0o700)
+    relay = EgressRelay(0, str(channel / "egress.sock"), command_uid=65534,
+                        limits=RelayLimits(max_standby=2, max_tunnels=3, standby_seconds=0.5))
+    await relay.start()
+    yield relay
+    await relay.aclose()
+
+
+async def standby(relay: EgressRelay) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A host's standby connection, once the relay holds it."""
+    held = relay.standby
+    stream = await asyncio.open_unix_connection(relay._socket_path)
+    while relay.standby == held:
+        await asyncio.sleep(0.001)
+    return stream
+
+
+async def command(relay: EgressRelay) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", relay.port)
+
+
+async def test_pairs_a_command_with_a_standby_connection_and_pipes_both_ways(relay):
+    host_reader, host_writer = await standby(relay)
+    reader, writer = await command(relay)
+    assert await within(host_reader.readexactly(1)) == HANDOVER
+    payload = os.urandom(8 << 20)  # more than any buffer: back-pressure both ways
+
+    async def echo() -> None:
+        while data := await host_reader.read(65536):
+            host_writer.write(data)
+            await host_writer.drain()
+        host_writer.close()
+
+    echoing = asyncio.ensure_future(echo())
+    writer.write(payload)
+    writer.write_eof()  # a half-close reaches the host; its answer still comes back
+    assert await within(reader.readexactly(len(payload))) == payload
+    assert await within(reader.read()) == b""  # the host closed: so is the command's side
+    await within(echoing)
+    writer.close()
+    while relay.tunnels:
+        await asyncio.sleep(0.001)
+
+
+async def test_host_closing_closes_the_command_connection(relay):
+    host_reader, host_writer = await standby(relay)
+    reader, writer = await command(relay)
+    assert await within(host_reader.readexactly(1)) == HANDOVER
+    host_writer.write(b"HTTP/1.1 403 Forbidden\r\n\r\n")
+    host_writer.close()
+    assert await within(reader.read()) == b"HTTP/1.1 403 Forbidden\r\n\r\n"
+    writer.close()
+
+
+async def test_a_command_waits_for_a_standby_connection_that_comes_late(relay):
+    reader, writer = await command(relay)
+    await asyncio.sleep(0.05)
+    host_reader, host_writer = await asyncio.open_unix_connection(relay._socket_path)
+    assert await within(host_reader.readexactly(1)) == HANDOVER
+    writer.write(b"ping")
+    assert await within(host_reader.readexactly(4)) == b"ping"
+    writer.close()
+    host_writer.close()
+
+
+async def test_without_a_standby_connection_the_command_connection_is_closed(relay):
+    reader, writer = await command(relay)
+    assert await within(reader.read()) == b""  # after standby_seconds
+    writer.close()
+    assert relay.tunnels == 0
+
+
+async def test_a_dead_standby_connection_is_skipped(relay):
+    _, dead = await standby(relay)
+    dead.close()
+    host_reader, host_writer = await asyncio.open_unix_connection(relay._socket_path)
+    await asyncio.sleep(0.05)
+    reader, writer = await command(relay)
+    assert await within(host_reader.readexactly(1)) == HANDOVER
+    writer.close()
+    host_writer.close()
+
+
+async def test_standby_connections_beyond_the_bound_are_closed(relay):
+    kept = [await standby(relay) for _ in range(2)]
+    extra_reader, extra_writer = await asyncio.open_unix_connection(relay._socket_path)
+    assert await within(extra_reader.read()) == b""
+    assert relay.standby == 2
+    for _, writer in (*kept, (None, extra_writer)):
+        writer.close()
+
+
+async def test_tunnels_beyond_the_bound_are_closed(relay):
+    waiting = [await command(relay) for _ in range(3)]  # no standby: they wait
+    while relay.tunnels < 3:
+        await asyncio.sleep(0.001)
+    reader, writer = await command(relay)
+    assert await within(reader.read()) == b""  # refused at once, not after standby_seconds
+    assert relay.tunnels == 3
+    for _, held in (*waiting, (None, writer)):
+        held.close()
+
+
+async def test_closing_ends_every_connection(relay):
+    host_reader, host_writer = await standby(relay)
+    reader, writer = await command(relay)
+    assert await within(host_reader.readexactly(1)) == HANDOVER
+    idle_reader, idle_writer = await standby(relay)
+    await relay.aclose()
+    for stream in (reader, host_reader, idle_reader):
+        assert await within(stream.read()) == b""
+    assert relay.tunnels == 0
+    with pytest.raises(OSError):
+        await command(relay)
+    for held in (writer, host_writer, idle_writer):
+        held.close()
+
+
+async def test_the_socket_is_its_owners_alone(relay):
+    mode = os.stat(relay._socket_path).st_mode
+    assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+
+
+async def test_a_directory_of_the_command_user_is_refused(tmp_path):
+    channel = tmp_path / "theirs"
+    channel.mkdir()
+    os.chown(channel, 65534, 65534)
+    with pytest.raises(SystemExit, match="belongs to the command user"):
+        await EgressRelay(0, str(channel / "egress.sock"), command_uid=65534).start()
+
+
+def test_proxy_environment():
+    env = proxy_environment(3128)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        assert env[name] == env[name.lower()] == "http://127.0.0.1:3128"
+    assert env["NO_PROXY"] == env["no_proxy"] == "localhost,127.0.0.1,::1"
+    assert len(env) == 8
