@@ -261,6 +261,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="downloads on each side")
     parser.add_argument("--connections", type=int, default=200, help="connections timed on each side")
     parser.add_argument("--pip-runs", type=int, default=1, help="pip installs on each side (0: none)")
+    parser.add_argument("--cpus", default="1", help="the appliance's CPUs (`up --cpus`; default 1, as `up`'s)")
     args = parser.parse_args()
     index = pip_setting("index-url") or "https://pypi.org/simple"
     cert = pip_setting("cert")
@@ -277,7 +278,7 @@ def main() -> None:
             if os.geteuid() == 0:
                 os.chown(workspace, NOBODY, NOBODY)
             rules = [f"--allow=127.0.0.1/32:{port}", *(f"--allow={rule}" for rule in allow)]
-            run([CLI, "up", "--name", name, "--root", f"{workspace}:rw", *rules],
+            run([CLI, "up", "--name", name, "--root", f"{workspace}:rw", "--cpus", args.cpus, *rules],
                 PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK="1")
             try:
                 measure(Bench(name, workspace, port, script), args, index, cert, allow)
@@ -289,7 +290,7 @@ def main() -> None:
 
 def measure(bench: Bench, args: argparse.Namespace, index: str, cert: str | None, allow: list[str]) -> None:
     load = os.getloadavg()
-    print(f"appliance {bench.name}, allowed: {', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
+    print(f"appliance {bench.name} ({args.cpus} CPU), allowed: {', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{'':<40}{'sandbox':>12}{'host':>12}{'host nice 19':>14}{'ratio':>10}  target")
     size = args.size_mb * 1_000_000

@@ -139,7 +139,7 @@ async def start_daemon(name: str, channel_dir: Path, container_id: str, containe
     files = EgressFiles.of(name)
     for path in (files.socket, files.pid):
         path.unlink(missing_ok=True)
-    log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "protolink.sandbox.egress.daemon", name, "--channel-dir", str(channel_dir),

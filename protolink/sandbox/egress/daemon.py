@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ log = logging.getLogger("protolink.sandbox.egress.daemon")
 TEST_ALLOW_LOOPBACK = "PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK"
 PID_POLL_SECONDS = 1.0
 ENGINE_POLL_SECONDS = 5.0
+#: The daemon's own messages: at most this much, and one previous part.
+LOG_BYTES = 1 << 20
 
 
 def parse_policy(allow: Sequence[str]) -> EgressPolicy:
@@ -196,7 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--container-pid", type=int, default=0, help="its first process, as the engine says")
     parser.add_argument("--allow", action="append", default=[], metavar="HOST[:PORT]")
     args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(message)s", level=logging.INFO, stream=sys.stderr)
+    os.umask(0o077)  # whatever it creates is this user's only
+    # Its messages, bounded: ``up`` points stderr at the same file for what comes before this.
+    handler = RotatingFileHandler(EgressFiles.of(args.name).log, maxBytes=LOG_BYTES, backupCount=1)
+    logging.basicConfig(format="%(asctime)s %(message)s", level=logging.INFO, handlers=[handler])
     try:
         daemon = Daemon(args.name, args.channel_dir, args.container, args.container_pid, args.allow)
         asyncio.run(daemon.run())

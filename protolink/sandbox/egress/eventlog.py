@@ -36,11 +36,13 @@ def previous(path: Path) -> Path:
 
 
 class EventLog:
-    """Appends events to ``path`` (created 0600), rotating it past ``max_bytes``."""
+    """Appends events to ``path`` (created 0600), rotating it past ``max_bytes``; what a
+    previous log held there is removed."""
 
     def __init__(self, path: Path, *, max_bytes: int = MAX_BYTES) -> None:
         self.path = path
         self.max_bytes = max_bytes
+        previous(path).unlink(missing_ok=True)
         self._out: IO[str] = self._open(truncate=True)
 
     def _open(self, *, truncate: bool) -> IO[str]:

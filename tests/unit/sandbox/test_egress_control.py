@@ -191,3 +191,14 @@ def test_a_decision_is_one_line_with_everything_a_reader_needs():
     assert line == "2026-12-01T18:03:22.123Z  closed   pypi.org:443  203.0.113.80  up 1.2 kB down 5.3 MB  1.250 s  eof"
     assert describe({"kind": "denied", "host": "::1", "port": 80, "reason": "an IP literal"}).startswith(
         "?  denied   [::1]:80  -  up ? down ?  ? s  an IP literal")
+
+
+def test_a_new_log_forgets_the_previous_appliance_of_that_name(tmp_path):
+    path = tmp_path / "box.egress.jsonl"
+    old = EventLog(path, max_bytes=512)
+    for number in range(10):
+        old.write(Event(port=number))
+    old.close()
+    assert previous(path).exists()
+    EventLog(path).close()
+    assert recent(path, 10) == [] and not previous(path).exists()
