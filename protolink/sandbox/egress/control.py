@@ -137,8 +137,7 @@ async def start_daemon(name: str, channel_dir: Path, container_id: str, containe
     process), and return its first status once it answers; EgressControlError, with the end of
     its log, when it ends or does not answer within ``timeout``."""
     files = EgressFiles.of(name)
-    for path in (files.socket, files.pid):
-        path.unlink(missing_ok=True)
+    await stop_daemon(name)  # one of an earlier appliance of that name that has not noticed its end yet
     log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         process = subprocess.Popen(
