@@ -3,7 +3,7 @@
 Needs a Docker Engine and the sandbox image (built when missing), and the package index that
 pip is configured for::
 
-    python bench/egress.py [--size-mb 200] [--runs 3] [--connections 200] [--pip-runs 1]
+    python bench/egress.py [--size-mb 200] [--runs 3] [--connections 200] [--pip-runs 3]
 
 It starts an appliance of its own (``protolink-sandbox up --allow ...`` over a temporary
 workspace, with the test-only ``PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK=1`` so that its proxy may
@@ -267,7 +267,7 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3, help="downloads on each side")
     parser.add_argument("--connections", type=int, default=200, help="connections timed on each side")
-    parser.add_argument("--pip-runs", type=int, default=1, help="pip installs on each side (0: none)")
+    parser.add_argument("--pip-runs", type=int, default=3, help="pip installs on each side (0: none)")
     parser.add_argument("--cpus", default="1", help="the appliance's CPUs (`up --cpus`; default 1, as `up`'s)")
     args = parser.parse_args()
     index = pip_setting("index-url") or "https://pypi.org/simple"
