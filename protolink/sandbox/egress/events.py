@@ -17,8 +17,9 @@ class EgressEvent:
     (lower case; an IP literal in its canonical form), empty and 0 when the connection was refused
     before its request was read (limits). ``address`` is the validated address connected to (or
     chosen), None when there is none. ``reason`` says why it was denied or why it closed:
-    ``"eof"`` for a normal end, ``"deny-all"``, ``"policy changed"``, ``"byte budget"``,
-    ``"idle"``, ``"proxy closed"``, ``"connect failed: ..."``, ``"error: ..."``. Byte counts are
+    ``"eof"`` for a normal end, ``"deny-all"``, ``"policy changed: <why>"``, ``"byte budget"``,
+    ``"idle"``, ``"proxy closed"``, ``"cancelled"``, ``"connect failed: ..."``, ``"error: ..."``;
+    a denial's reason is the refusal's text, also sent to the client. Byte counts are
     payload relayed (client to server: ``bytes_up``; back: ``bytes_down``); decisions carry 0.
     """
 

@@ -200,15 +200,20 @@ class EgressProxy:
             if connection.end is None:
                 await _refuse(reader, connection.client, refusal)
             return
+        except asyncio.CancelledError:
+            connection.close("cancelled")
+            raise
         connection.address = addresses[0]
         self._emit("allowed", connection, reason="allowed")
         try:
             await self._connect(connection, addresses)
+            await self._relay(reader, connection, request)
         except Refusal as refusal:
             connection.end = refusal.reason
             await _refuse(reader, connection.client, refusal)
-        else:
-            await self._relay(reader, connection, request)
+        except asyncio.CancelledError:  # the caller gave up on this connection: nothing is flushed
+            connection.close("cancelled")
+            raise
         finally:
             self._emit("closed", connection, reason=connection.end or "eof")
 

@@ -177,16 +177,15 @@ def _body_length(headers: list[tuple[bytes, bytes]]) -> int:
 
 def _authority(text: str, *, default_port: int | None) -> tuple[str, int, IPAddress | None]:
     """Host, port and address literal of ``host[:port]`` or ``[v6][:port]``."""
-    if text.startswith("["):
-        inside, bracket, rest = text[1:].partition("]")
+    bracketed = text.startswith("[")
+    if bracketed:
+        host_text, bracket, rest = text[1:].partition("]")
         if not bracket or (rest and not rest.startswith(":")):
             raise Refusal(400, f"malformed authority {text!r}")
-        host_text, port_text, bracketed = inside, rest[1:] if rest else None, True
+        port_text = rest[1:] if rest else None
     else:
-        host_text, colon, port_text_raw = text.rpartition(":")
-        if not colon:
-            host_text, port_text_raw = text, None  # type: ignore[assignment]
-        port_text, bracketed = port_text_raw, False
+        before, colon, after = text.rpartition(":")
+        host_text, port_text = (before, after) if colon else (text, None)
     if port_text is None:
         if default_port is None:
             raise Refusal(400, "CONNECT wants host:port")

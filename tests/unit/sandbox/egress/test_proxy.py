@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
+import urllib.request
 
 import pytest
 
@@ -238,3 +240,53 @@ async def test_a_slow_reader_gets_the_whole_answer_after_the_origin_is_done(orig
         writer.close()
     assert head.endswith(b"Content-Length: %d\r\n\r\n" % size) and received == size
     assert served.events[-1].reason == "eof" and served.events[-1].bytes_down == len(head) + size
+
+
+async def test_the_standard_librarys_clients_work_through_it(origin):
+    """urllib with a proxy (plain HTTP) and http.client's tunnel (CONNECT), as pip's stack uses it."""
+    policy = EgressPolicy.parse([f"localhost:{origin.port}"], addresses=LOOPBACK_RULES)
+    async with serve(policy) as served:
+        proxy_url = f"http://127.0.0.1:{served.port}"
+
+        def plain() -> bytes:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
+            with opener.open(f"http://localhost:{origin.port}/bytes/7", timeout=30) as response:
+                return response.read()
+
+        def tunnelled() -> bytes:
+            connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+            connection.set_tunnel("localhost", origin.port)
+            try:
+                connection.request("GET", "/bytes/9")
+                return connection.getresponse().read()
+            finally:
+                connection.close()
+
+        assert await asyncio.to_thread(plain) == b"x" * 7
+        assert await asyncio.to_thread(tunnelled) == b"x" * 9
+        await wait_for(lambda: served.kinds().count("closed") == 2)
+    assert [e.method for e in served.events if e.kind == "allowed"] == ["GET", "CONNECT"]
+
+
+async def test_cancelling_a_handler_ends_its_connection_at_once(origin):
+    """A dialer that stops cancels its handlers: they end without waiting for slow peers."""
+    network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
+    events = []
+    proxy = EgressProxy(EgressPolicy.parse(["files.example"]), sandbox="s", network=network, on_event=events.append)
+    handlers = []
+
+    async def handle(reader, writer):
+        handlers.append(asyncio.current_task())
+        await proxy.handle(reader, writer)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    writer.write(f"GET http://files.example/bytes/{1 << 34} HTTP/1.1\r\n\r\n".encode())
+    await reader.readexactly(1 << 20)  # the client now stops reading: buffers fill up
+    await wait_for(lambda: handlers)
+    handlers[0].cancel()
+    await asyncio.wait_for(asyncio.gather(handlers[0], return_exceptions=True), 5)
+    assert proxy.open_connections == 0 and events[-1].reason == "cancelled"
+    writer.close()
+    server.close()
+    await server.wait_closed()
