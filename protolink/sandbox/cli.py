@@ -131,6 +131,11 @@ def _allowed(answer: dict[str, Any]) -> str:
     return f"allow {', '.join(map(str, rules))}" if rules else "deny all"
 
 
+def _daemon(answer: dict[str, Any]) -> str:
+    """An egress daemon's status in one line."""
+    return f"{_allowed(answer)} (daemon pid {answer.get('pid')}, decisions in {answer.get('events')})"
+
+
 async def _down(args: argparse.Namespace) -> int:
     from .appliance import find
     from .egress.control import stop_daemon
@@ -200,12 +205,12 @@ async def _egress_status(name: str) -> int:
     except EgressControlError as error:
         print(f"egress: {error}")
         return 1
-    print(f"egress: {_allowed(answer)} (daemon pid {answer.get('pid')}, decisions in {answer.get('events')})")
+    print(f"egress: {_daemon(answer)}")
     return 0
 
 
 async def _egress(args: argparse.Namespace) -> int:
-    from .egress.control import EgressFiles, NoEgressDaemonError, ask
+    from .egress.control import ask
 
     if args.log:
         return await _egress_log(args)
@@ -214,9 +219,8 @@ async def _egress(args: argparse.Namespace) -> int:
         closed = "; open connections closed" if args.deny_all else ""
         print(f"{args.name}: egress now {'denies everything' + closed if args.deny_all else _allowed(answer)}")
         return 0
-    if not EgressFiles.of(args.name).socket.exists() and not records.load(args.name):
-        raise NoEgressDaemonError(f"{args.name} is not up")
-    return await _egress_status(args.name)
+    print(f"{args.name}: egress {_daemon(await ask(args.name, 'status'))}")
+    return 0
 
 
 async def _egress_log(args: argparse.Namespace) -> int:

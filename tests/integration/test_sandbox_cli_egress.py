@@ -110,6 +110,8 @@ def test_allow_fetch_deny_all_refused_and_logged_then_down_leaves_nothing(docker
     assert reopened.returncode == 0 and f"egress now allow {rule}" in reopened.stdout, reopened.stderr
     again = cli("exec", "--name", name, "--", "python3", "-c", FETCH, url)
     assert again.returncode == 0, again.stderr
+    shown = cli("egress", "--name", name)
+    assert f"{name}: egress allow {rule} (daemon pid {pid}, decisions in {files.events})" in shown.stdout, shown.stderr
 
     down = cli("down", "--name", name)
     assert down.returncode == 0 and f"stopped the egress daemon of {name}" in down.stderr, down.stderr
@@ -141,5 +143,6 @@ def test_an_appliance_without_allow_has_no_daemon_and_no_proxy(docker_client, sa
     assert "egress: none (no network)" in cli("status", "--name", name).stdout
     env = cli("exec", "--name", name, "--", "env")
     assert "PROXY" not in env.stdout.upper(), env.stdout
-    refused = cli("egress", "--name", name, "--allow", "pypi.org")
-    assert refused.returncode == 1 and f"{name} has no egress daemon" in refused.stderr
+    for args in (["--allow", "pypi.org"], []):
+        refused = cli("egress", "--name", name, *args)
+        assert refused.returncode == 1 and f"{name} has no egress daemon: start it with" in refused.stderr
