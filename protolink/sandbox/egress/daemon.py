@@ -132,6 +132,8 @@ class Daemon:
             await self._stop.wait()
             watch.cancel()
         finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
             if server is not None:
                 server.close()
             for path in (self.files.socket, self.files.pid):
