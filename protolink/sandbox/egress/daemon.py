@@ -117,8 +117,8 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
         server = None
-        write_private(self.files.pid, json.dumps({"pid": os.getpid(), "owner": process_owner()}))
         try:
+            write_private(self.files.pid, json.dumps({"pid": os.getpid(), "owner": process_owner()}))
             self._service = await EgressService.start(self.channel_dir, self.policy, sandbox=self.name,
                                                       on_event=events.write)
             self.files.socket.unlink(missing_ok=True)
