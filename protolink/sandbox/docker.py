@@ -196,7 +196,8 @@ class DockerSandbox:
 
     @property
     def egress(self) -> EgressPolicy | None:
-        """The egress policy in force (None: the sandbox has no egress)."""
+        """The egress policy in force while the sandbox runs (before and after: the configured
+        one); None: the sandbox has no egress."""
         return self.config.egress if self._egress is None else self._egress.policy
 
     async def set_egress(self, policy: EgressPolicy | Iterable[str]) -> None:

@@ -15,8 +15,10 @@ channel directory (the server acts as it for a moment), in that owner's mode-070
 commands cannot open it. Everything is bounded: at most ``max_standby`` standby connections
 are held (more are closed at once), at most ``max_tunnels`` command connections are open or
 waiting (more are closed at once), and a command connection waits at most
-``standby_seconds`` for a standby one (none: it is closed). The relay decides nothing: the
-host's proxy reads the request and applies the policy.
+``standby_seconds`` for a standby one (none: it is closed); a tunnel buffers at most
+:data:`WRITE_BUFFER_BYTES` a direction for a slow reader. Paired connections are joined at the
+transport level (:class:`_End`). The relay decides nothing: the host's proxy reads the request
+and applies the policy.
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ from protolink.wire.egress import HANDOVER
 
 from .privileges import acting_as
 
-#: The most one read takes, and what a direction buffers before it waits for its reader.
-CHUNK = 256 * 1024
+#: What the stream of a connection reads ahead before it is paired (a request head, usually).
+CHUNK = 128 * 1024
+#: What a direction of a tunnel buffers for a slow reader before it stops reading its writer:
+#: some 64 tunnels carrying data (the proxy's limit) cost the server tens of MiB, not hundreds.
+WRITE_BUFFER_BYTES = 256 * 1024
 #: Hosts whose connections commands make directly, not through the proxy.
 NO_PROXY = "localhost,127.0.0.1,::1"
 
@@ -76,6 +81,7 @@ class EgressRelay:
         self._idle: deque[_Stream] = deque()
         self._waiters: deque[asyncio.Future[_Stream]] = deque()
         self._tunnels: set[asyncio.Task[None]] = set()
+        self._joined: set[_End] = set()
         self._closed = False
 
     @property
@@ -116,11 +122,12 @@ class EgressRelay:
         while self._idle:
             _close(self._idle.popleft())
         for waiter in self._waiters:
-            waiter.cancel()
+            waiter.cancel()  # the command's connection is closed: no standby connection came
+        for end in list(self._joined):
+            end.transport.abort()  # its tunnel ends
         tunnels = list(self._tunnels)
-        for task in tunnels:
-            task.cancel()
-        await asyncio.gather(*tunnels, return_exceptions=True)
+        if tunnels:
+            await asyncio.wait(tunnels)
 
     def _unix_socket(self) -> socket.socket:
         """The listening Unix socket, bound by the owner of its directory: uid 0 without
@@ -175,13 +182,34 @@ class EgressRelay:
                 log.warning("egress: no standby connection from the host within %gs; a command's connection closed",
                             self._limits.standby_seconds)
                 return
-            host[1].write(HANDOVER)
-            await _pipe(command, host)
+            await self._join(command, host)
         finally:
             self._tunnels.discard(task)
             _close(command)
             if host is not None:
                 _close(host)
+
+    async def _join(self, command: _Stream, host: _Stream) -> None:
+        """Hand ``host`` over (HANDOVER), then carry bytes both ways until the host's side
+        ends (the proxy is done, or closed it) or either connection is lost. A command that
+        half-closes its side still gets the answer."""
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ends = _End(command, ended, up=True), _End(host, ended, up=False)
+        ends[0].peer, ends[1].peer = ends[1], ends[0]
+        self._joined.update(ends)
+        try:
+            pending = [end.take_over() for end in ends]
+            ends[1].transport.write(HANDOVER)
+            for end, (buffered, eof) in zip(ends, pending, strict=True):
+                if buffered:
+                    end.data_received(buffered)
+                if eof:
+                    end.eof_received()
+                if end.transport.is_closing():
+                    end.finish()
+            await ended
+        finally:
+            self._joined.difference_update(ends)
 
     async def _take_standby(self) -> _Stream | None:
         """A live standby connection, waiting for one up to ``standby_seconds``; None if none came."""
@@ -224,32 +252,55 @@ def _loopback_socket(family: socket.AddressFamily, address: str, port: int) -> s
     return sock
 
 
-async def _pipe(command: _Stream, host: _Stream) -> None:
-    """Copy both ways until the host's side ends (the proxy is done, or closed the connection),
-    or either side fails. A command that half-closes its side still gets the answer."""
-    up = asyncio.ensure_future(_forward(command[0], host[1], half_close=True))
-    down = asyncio.ensure_future(_forward(host[0], command[1], half_close=False))
-    try:
-        done, _ = await asyncio.wait((up, down), return_when=asyncio.FIRST_COMPLETED)
-        if down not in done and up.result():
-            await down
-    finally:
-        for task in (up, down):
-            task.cancel()
-        await asyncio.gather(up, down, return_exceptions=True)
+class _End(asyncio.Protocol):
+    """One connection of a tunnel, taken over from its stream: what it receives is written
+    straight to its peer (no coroutine per chunk), and while the peer's write buffer is full
+    this connection is not read (back-pressure both ways)."""
 
+    def __init__(self, stream: _Stream, ended: asyncio.Future[None], *, up: bool) -> None:
+        self.up = up  # the command's connection, whose bytes go up to the host
+        self.transport: asyncio.Transport = stream[1].transport  # type: ignore[assignment]
+        self.peer: _End
+        self._reader = stream[0]
+        self._stream_protocol = self.transport.get_protocol()
+        self._ended = ended
 
-async def _forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, half_close: bool) -> bool:
-    """Copy until end of file (then half-close ``writer`` if asked): True; False if either side failed."""
-    try:
-        while data := await reader.read(CHUNK):
-            writer.write(data)
-            await writer.drain()
-        if half_close and writer.can_write_eof():
-            writer.write_eof()
-    except OSError:  # ConnectionResetError, BrokenPipeError, ...
-        return False
-    return True
+    def take_over(self) -> tuple[bytes, bool]:
+        """Become the transport's protocol; what its stream had read and not handed out, and
+        whether it had seen the end. (StreamReader offers no public way to take its buffer
+        without awaiting; ``_buffer`` and ``_eof`` are as old as asyncio.)"""
+        self.transport.set_protocol(self)
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
+        buffered = bytes(self._reader._buffer)  # type: ignore[attr-defined]
+        self._reader._buffer.clear()  # type: ignore[attr-defined]
+        self.transport.resume_reading()  # the stream may have paused it, its buffer full
+        return buffered, bool(self._reader._eof)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.peer.transport.is_closing():
+            self.peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        if not self.up:  # the proxy is done: so is the tunnel
+            self.finish()
+        elif self.peer.transport.can_write_eof() and not self.peer.transport.is_closing():
+            self.peer.transport.write_eof()  # the command half-closed: its answer may still come
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stream_protocol.connection_lost(exc)  # the stream's own bookkeeping
+        self.finish()
+
+    def pause_writing(self) -> None:
+        self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.peer.transport.resume_reading()
+
+    def finish(self) -> None:
+        """End the tunnel (its connections are closed by the one who joined them)."""
+        if not self._ended.done():
+            self._ended.set_result(None)
 
 
 def _ended(stream: _Stream) -> bool:

@@ -3,8 +3,10 @@ proxy, and nothing else. Commands inside use the proxy variables the server give
 host side is the real EgressService (relay, dialer, EgressProxy); the servers reached run on
 this host's loopback, opened to the sandbox only by a test-only address rule (LOOPBACK).
 
-Names: ``*.egress.test`` resolve to loopback (and two of them to a private and the metadata
-address) through the Network seam; every other name goes to the system's resolver.
+Names: ``*.egress.test`` are answered by the test resolver (:class:`NamesForTests`, through
+the Network seam): most lead to loopback, some to a private or the metadata address, one
+rebinds; every other name goes to the system's resolver. Most tests share one sandbox and set
+the policy they need on it, live (``set_egress``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import datetime
 import errno
 import http.server
+import ipaddress
 import json
 import os
 import shutil
@@ -58,17 +61,36 @@ PROXY_VARIABLES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
                    "http_proxy", "https_proxy", "all_proxy", "no_proxy"}
 
 
+#: A public address the test network stands in for with this host's loopback (it is never reached).
+PUBLIC = "203.0.113.7"
+#: A name the test resolver answers first with PUBLIC, then with loopback (DNS rebinding).
+REBINDING = "rebind.egress.test"
+#: A name the test resolver answers with PUBLIC and a private address at once.
+MIXED = "mixed.egress.test"
+
+
 class NamesForTests:
-    """The system's network, with :data:`TEST_NAMES` answered here."""
+    """The system's network, with :data:`TEST_NAMES`, :data:`REBINDING` and :data:`MIXED`
+    answered here, and :data:`PUBLIC` standing for a server on this host's loopback. It records
+    every resolution of the rebinding name and every address the proxy connects to."""
 
     def __init__(self) -> None:
         self._system = SystemNetwork()
+        self.rebinding_answers: list[str] = []
+        self.connected: list[str] = []
 
     async def resolve(self, host: str, port: int) -> Sequence[str]:
+        if host == REBINDING:
+            self.rebinding_answers.append("127.0.0.1" if self.rebinding_answers else PUBLIC)
+            return [self.rebinding_answers[-1]]
+        if host == MIXED:
+            return [PUBLIC, "10.0.0.1"]
         return [TEST_NAMES[host]] if host in TEST_NAMES else await self._system.resolve(host, port)
 
     async def connect(self, address: IPAddress, port: int, *, server_name: str | None) -> Streams:
-        return await self._system.connect(address, port, server_name=server_name)
+        self.connected.append(str(address))
+        target = ipaddress.ip_address("127.0.0.1") if str(address) == PUBLIC else address
+        return await self._system.connect(target, port, server_name=server_name)
 
 
 # -- servers on this host's loopback ------------------------------------------------------------
@@ -85,6 +107,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+        self.server.hosts.append(self.headers.get("Host", ""))
         if self.path == "/stream":
             self._generate(None, pause=0.02)
         elif self.path == "/gib":
@@ -113,6 +136,7 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     sent = 0
     ended: list[float]
+    hosts: list[str]  # the Host header of every request
 
 
 @dataclass
@@ -179,7 +203,7 @@ def loopback_servers(served: Path, public: Path) -> Iterator[Servers]:
     secure.socket = context.wrap_socket(secure.socket, server_side=True)
     shutil.rmtree(private)
     for server in (plain, secure):
-        server.ended = []
+        server.ended, server.hosts = [], []
         _serve(server)
     try:
         yield Servers(plain.server_address[1], secure.server_address[1], served, plain, secure)
@@ -273,6 +297,7 @@ class Egress:
     attacker: Attacker
     ro: Path
     servers: Servers
+    names: NamesForTests
     events: list[EgressEvent] = field(default_factory=list)
 
     async def allow(self, rules: list[str], *, loopback: bool = False, **limits: Any) -> None:
@@ -299,12 +324,12 @@ class Egress:
 
 
 @contextlib.asynccontextmanager
-async def egress_sandbox(image: str, *, ro: Sequence[Path] = (), writable: Sequence[Path] = (),
+async def egress_sandbox(image: str, names: NamesForTests, *, ro: Sequence[Path] = (), writable: Sequence[Path] = (),
                          **options: Any) -> AsyncIterator[DockerSandbox]:
-    """A sandbox with egress whose proxy resolves :data:`TEST_NAMES` (the Network seam is read
-    once, when the proxy is made as the sandbox starts); removed on exit."""
+    """A sandbox with egress whose proxy uses ``names`` (the Network seam is read once, when
+    the proxy is made as the sandbox starts); removed on exit."""
     box = DockerSandbox(list(ro), writable=list(writable), image=image, runtime=RUNTIME, **{**LIMITS, **options})
-    with use_network(NamesForTests()):
+    with use_network(names):
         await box.start()
     try:
         yield box
@@ -323,11 +348,12 @@ async def egress(sandbox_image: str) -> AsyncIterator[Egress]:
     os.chown(work, NOBODY, NOBODY)
     _git_repository(served)
     events: list[EgressEvent] = []
+    names = NamesForTests()
     try:
         with loopback_servers(served, ro) as servers:
-            async with egress_sandbox(sandbox_image, ro=[ro], writable=[work], egress=DENY_ALL,
+            async with egress_sandbox(sandbox_image, names, ro=[ro], writable=[work], egress=DENY_ALL,
                                       on_egress_event=events.append) as box:
-                yield Egress(box, Attacker(box.backend, work), ro, servers, events)
+                yield Egress(box, Attacker(box.backend, work), ro, servers, names, events)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -404,7 +430,8 @@ async def test_pip_install_from_the_package_index(egress):
     made = await egress.run(["/usr/bin/python3", "-m", "venv", str(venv)], timeout=300)
     assert made.exit_code == 0, made
     installed = await egress.run([f"{venv}/bin/pip", "install", PACKAGE], env=env, timeout=300)
-    assert installed.exit_code == 0, f"pip install {PACKAGE} from {index.url} failed:\n{installed.stdout}{installed.stderr}"
+    assert installed.exit_code == 0, (f"pip install {PACKAGE} from {index.url} failed:\n"
+                                      f"{installed.stdout}{installed.stderr}")
     imported = await egress.run([f"{venv}/bin/python", "-c", f"import {PACKAGE}; print({PACKAGE}.__name__)"])
     assert imported.stdout == f"{PACKAGE}\n", imported
     allowed = {(event.host, event.port) for event in egress.events if event.kind == "allowed"}
@@ -540,6 +567,92 @@ print(json.dumps({'env': {k: v for k, v in os.environ.items() if k.lower().endsw
     assert egress.events == []
 
 
+#: Send each request head (latin-1 text) on a connection of its own to the proxy the variables
+#: name, after a pause when asked, and give back the status line the proxy answers.
+RAW = r"""
+import json, os, socket, sys, time, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ['HTTP_PROXY'])
+answers = []
+for head in json.loads(sys.argv[1]):
+    with socket.create_connection((proxy.hostname, proxy.port), timeout=60) as sock:
+        sock.sendall(head.encode('latin-1'))
+        answer = b''
+        while b'\r\n' not in answer and (data := sock.recv(4096)):
+            answer += data
+        answers.append(answer.split(b'\r\n', 1)[0].decode())
+print(json.dumps(answers))
+"""
+
+
+async def test_request_smuggling(egress):
+    """Request heads that try to make the proxy and the allow-list disagree about the target, sent to the proxy from inside: CONNECT with an absolute-form URL, CONNECT with a second Host header naming another host, CONNECT whose Host names another host, a request line with two spaces, one with a NUL before a second target, and a plain-HTTP GET of an allowed URL whose Host header names another host.
+
+    The first five are refused (400) with a denied event naming the fault; the GET goes to the URL's host only, and the server there sees the URL's authority as Host, never the smuggled one.
+    """
+    port = egress.servers.http_port
+    target = f"web.egress.test:{port}"
+    await egress.allow([target], loopback=True)
+    heads = [f"CONNECT http://{target}/ HTTP/1.1\r\n\r\n",
+             f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nHost: other.egress.test:{port}\r\n\r\n",
+             f"CONNECT {target} HTTP/1.1\r\nHost: other.egress.test:{port}\r\n\r\n",
+             f"CONNECT  {target} HTTP/1.1\r\n\r\n",
+             f"CONNECT {target}\0other.egress.test:{port} HTTP/1.1\r\n\r\n",
+             f"GET http://{target}/hello.txt HTTP/1.1\r\nHost: other.egress.test\r\n\r\n"]
+    egress.servers.http.hosts.clear()
+    answers = await egress.probe(RAW, json.dumps(heads))
+    assert answers[:5] == ["HTTP/1.1 400 Bad Request"] * 5 and answers[5] == "HTTP/1.1 200 OK", answers
+    reasons = egress.denied()
+    assert len(reasons) == 5, reasons
+    for reason, expected in zip(reasons, ("CONNECT wants an authority", "more than one Host header",
+                                          "does not name the CONNECT target", "not three parts",
+                                          "malformed request line"), strict=True):
+        assert expected in reason, reasons
+    assert egress.servers.http.hosts == [target]
+
+
+async def test_slow_request_head(egress):
+    """A command opens a connection to the proxy and sends the start of a CONNECT line, then nothing more (a slow client holding the proxy), while another connection asks for an allowed target.
+
+    The other connection is served at once; the slow one is answered 408 and closed once the head time bound (1 s here) has passed, with a denied event saying so.
+    """
+    port = egress.servers.http_port
+    await egress.allow([f"web.egress.test:{port}"], loopback=True, head_seconds=1.0)
+    code = r"""
+import json, os, socket, sys, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ['HTTP_PROXY'])
+line = b'CONNECT web.egress.test:' + sys.argv[1].encode() + b' HTTP/1.1\r\n'
+slow = socket.create_connection((proxy.hostname, proxy.port), timeout=60)
+slow.sendall(line)
+with socket.create_connection((proxy.hostname, proxy.port), timeout=60) as quick:
+    quick.sendall(line + b'\r\n')
+    served = quick.recv(4096).split(b'\r\n', 1)[0].decode()
+answer = b''
+while data := slow.recv(4096):
+    answer += data
+print(json.dumps({'served': served, 'slow': answer.split(b'\r\n', 1)[0].decode()}))
+"""
+    answers = await egress.probe(code, str(port))
+    assert answers == {"served": "HTTP/1.1 200 Connection established", "slow": "HTTP/1.1 408 Request Timeout"}
+    assert egress.denied() == ["the request head was not complete within 1 seconds"]
+
+
+async def test_dns_rebinding(egress):
+    """A name whose resolver answers a public address first and loopback afterwards (DNS rebinding), fetched twice; and a name whose one answer mixes a public and a private address. Both names are allowed; loopback and private addresses are not.
+
+    The first fetch is served from the public address the proxy resolved and checked (it connects to that address, never to the name again); the second resolution answers loopback and is refused (403, reason: loopback); the mixed answer is refused as a whole (reason: 10.0.0.1 is private). The proxy resolved once per connection and never connected to a denied address.
+    """
+    port = egress.servers.http_port
+    await egress.allow([f"{REBINDING}:{port}", f"{MIXED}:{port}"])
+    egress.names.rebinding_answers.clear()
+    egress.names.connected.clear()
+    fetches = [await egress.probe(FETCH, f"http://{host}:{port}/hello.txt") for host in (REBINDING, REBINDING, MIXED)]
+    assert [fetch["status"] for fetch in fetches] == [200, 403, 403], fetches
+    assert fetches[0]["body"] == HELLO
+    assert egress.names.rebinding_answers == [PUBLIC, "127.0.0.1"] and egress.names.connected == [PUBLIC]
+    reasons = egress.denied()
+    assert len(reasons) == 2 and "127.0.0.1 is loopback" in reasons[0] and "10.0.0.1 is private" in reasons[1], reasons
+
+
 # -- live changes and limits ---------------------------------------------------------------------
 
 
@@ -670,7 +783,8 @@ async def test_byte_budget_stops_a_large_download(sandbox_image, tmp_path, box_r
     with loopback_servers(served, ro) as servers:
         rule = f"web.egress.test:{servers.http_port}"
         policy = EgressPolicy.parse([rule], addresses=LOOPBACK, limits=EgressLimits(max_bytes=64 * MiB))
-        async with egress_sandbox(sandbox_image, writable=[box_root], egress=policy, on_egress_event=events.append) as box:
+        async with egress_sandbox(sandbox_image, NamesForTests(), writable=[box_root], egress=policy,
+                                  on_egress_event=events.append) as box:
             attacker = Attacker(box.backend, box_root)
             url = f"http://web.egress.test:{servers.http_port}/gib"
             result = await attacker.run([PYTHON, "-c", DOWNLOAD, url], timeout=300)

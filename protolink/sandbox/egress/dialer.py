@@ -87,7 +87,8 @@ class RelayDialer:
                 return await asyncio.open_unix_connection(self._path, limit=CHUNK)
             except OSError as error:
                 if asyncio.get_running_loop().time() + pause > deadline:
-                    raise ConnectionError(f"the sandbox's egress relay does not answer at {self._path}: {error}") from None
+                    raise ConnectionError(
+                        f"the sandbox's egress relay does not answer at {self._path}: {error}") from None
             await asyncio.sleep(pause)
             pause = min(pause * 2, RETRY_SECONDS[1])
 

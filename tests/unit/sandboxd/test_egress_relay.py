@@ -25,7 +25,7 @@ async def relay(tmp_path: Path) -> AsyncIterator[EgressRelay]:
     channel = tmp_path / "channel"
     channel.mkdir(mode=0o700)
     relay = EgressRelay(0, str(channel / "egress.sock"), command_uid=65534,
-                        limits=RelayLimits(max_standby=2, max_tunnels=3, standby_seconds=0.5))
+                        limits=RelayLimits(max_standby=2, max_tunnels=3, standby_seconds=GUARD))
     await relay.start()
     yield relay
     await relay.aclose()
@@ -88,11 +88,33 @@ async def test_a_command_waits_for_a_standby_connection_that_comes_late(relay):
     host_writer.close()
 
 
-async def test_without_a_standby_connection_the_command_connection_is_closed(relay):
+async def test_what_a_command_sent_before_the_pairing_follows_the_handover(relay):
     reader, writer = await command(relay)
-    assert await within(reader.read()) == b""  # after standby_seconds
+    early = os.urandom(1 << 20)  # more than its stream reads ahead: reading it was paused
+    writer.write(early)
+    writer.write_eof()  # and the end, before any standby connection came
+    while relay.tunnels == 0:
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.05)
+    host_reader, host_writer = await asyncio.open_unix_connection(relay._socket_path)
+    assert await within(host_reader.readexactly(1)) == HANDOVER
+    assert await within(host_reader.read()) == early  # in order, then the command's half-close
+    host_writer.write(b"answer")
+    host_writer.close()
+    assert await within(reader.read()) == b"answer"
     writer.close()
-    assert relay.tunnels == 0
+
+
+async def test_without_a_standby_connection_the_command_connection_is_closed(tmp_path):
+    relay = EgressRelay(0, str(tmp_path / "egress.sock"), command_uid=65534, limits=RelayLimits(standby_seconds=0.2))
+    await relay.start()
+    try:
+        reader, writer = await command(relay)
+        assert await within(reader.read()) == b""  # after standby_seconds
+        writer.close()
+        assert relay.tunnels == 0
+    finally:
+        await relay.aclose()
 
 
 async def test_a_dead_standby_connection_is_skipped(relay):
@@ -115,15 +137,21 @@ async def test_standby_connections_beyond_the_bound_are_closed(relay):
         writer.close()
 
 
-async def test_tunnels_beyond_the_bound_are_closed(relay):
-    waiting = [await command(relay) for _ in range(3)]  # no standby: they wait
-    while relay.tunnels < 3:
-        await asyncio.sleep(0.001)
-    reader, writer = await command(relay)
-    assert await within(reader.read()) == b""  # refused at once, not after standby_seconds
-    assert relay.tunnels == 3
-    for _, held in (*waiting, (None, writer)):
-        held.close()
+async def test_tunnels_beyond_the_bound_are_closed(tmp_path):
+    relay = EgressRelay(0, str(tmp_path / "egress.sock"), command_uid=65534,
+                        limits=RelayLimits(max_tunnels=3, standby_seconds=GUARD))
+    await relay.start()
+    try:
+        waiting = [await command(relay) for _ in range(3)]  # no standby connection: they wait
+        while relay.tunnels < 3:
+            await asyncio.sleep(0.001)
+        reader, writer = await command(relay)
+        assert await within(reader.read()) == b""  # closed at once, not after standby_seconds
+        assert relay.tunnels == 3
+        for _, held in (*waiting, (None, writer)):
+            held.close()
+    finally:
+        await relay.aclose()
 
 
 async def test_closing_ends_every_connection(relay):
