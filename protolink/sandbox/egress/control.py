@@ -69,6 +69,10 @@ class EgressFiles:
         base = runtime_dir() / f"{checked_name(name)}.egress"
         return cls(*(Path(f"{base}.{suffix}") for suffix in ("sock", "pid", "jsonl", "log")))
 
+    def all(self) -> list[Path]:
+        """Every one of them, the rotated parts of the logs included."""
+        return [self.socket, self.pid, *(Path(f"{path}{part}") for path in (self.events, self.log) for part in ("", ".1"))]
+
 
 def encode(message: dict[str, Any]) -> bytes:
     """One message on the wire: compact JSON and a newline."""
@@ -162,8 +166,8 @@ async def start_daemon(name: str, channel_dir: Path, container_id: str, containe
 
 async def stop_daemon(name: str, *, timeout: float = 5.0) -> bool:
     """Stop appliance ``name``'s egress daemon: asked, then SIGTERM, then SIGKILL (only the
-    process its pid file names, and only while that process is the one that wrote it). True
-    when one was running."""
+    process its pid file names, and only while that process is the one that wrote it); then
+    remove its files, its logs included. True when one was running."""
     files = EgressFiles.of(name)
     try:
         record = json.loads(files.pid.read_text())
@@ -183,7 +187,7 @@ async def stop_daemon(name: str, *, timeout: float = 5.0) -> bool:
         deadline = time.monotonic() + timeout
         while not owner_gone(owner) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-    for path in (files.socket, files.pid):
+    for path in files.all():
         path.unlink(missing_ok=True)
     return running
 

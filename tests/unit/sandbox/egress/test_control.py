@@ -117,9 +117,10 @@ async def test_stop_ends_the_recorded_process_when_it_does_not_answer(runtime):
     try:
         files = EgressFiles.of("box")
         files.pid.write_text(json.dumps({"pid": sleeper.pid, "owner": process_owner(sleeper.pid)}))
+        files.events.write_text("{}\n")
         assert await stop_daemon("box", timeout=0.5) is True
         assert sleeper.wait(timeout=10) == -15  # SIGTERM, after the grace
-        assert not files.pid.exists()
+        assert [path for path in files.all() if path.exists()] == []
     finally:
         sleeper.kill()
 
