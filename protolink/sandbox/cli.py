@@ -139,13 +139,16 @@ def _daemon(answer: dict[str, Any]) -> str:
 async def _down(args: argparse.Namespace) -> int:
     from .appliance import find
     from .egress.control import stop_daemon
-    from .leftovers import remove_host_dirs
+    from .leftovers import HOSTDIRS_LABEL, remove_host_dirs
 
     if await stop_daemon(args.name):
         _say(f"stopped the egress daemon of {args.name}")
     container = await asyncio.to_thread(find, args.name)
+    record = records.load(args.name)
     records.forget(args.name)
     if container is None:
+        if record is not None and record.address.startswith("unix://"):  # removed behind our back
+            remove_host_dirs({HOSTDIRS_LABEL: os.path.dirname(record.address.removeprefix("unix://"))})
         _say(f"{args.name} is not up")
         return 0
     await asyncio.to_thread(container.remove, force=True)

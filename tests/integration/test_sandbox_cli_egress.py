@@ -129,10 +129,15 @@ def test_the_daemon_ends_by_itself_once_the_container_is_gone(docker_client, san
     up = cli("up", "--name", name, "--root", f"{tmp_path}:ro", f"--allow=127.0.0.1/32:{server}", **TEST_ONLY)
     assert up.returncode == 0, up.stderr
     _, owner = daemon_owner(name)
-    docker_client.containers.get(name).remove(force=True)  # behind the CLI's back
+    container = docker_client.containers.get(name)
+    channel_dir = container.labels["io.protolink.hostdirs"]
+    container.remove(force=True)  # behind the CLI's back
     assert wait_gone(owner, 30), EgressFiles.of(name).log.read_text()
     assert "is gone" in EgressFiles.of(name).log.read_text()  # kept until `down`, for whoever asks why
     assert not EgressFiles.of(name).socket.exists()
+    down = cli("down", "--name", name)
+    assert down.returncode == 0 and "is not up" in down.stderr
+    assert not os.path.exists(channel_dir) and not EgressFiles.of(name).log.exists()
 
 
 def test_an_appliance_without_allow_has_no_daemon_and_no_proxy(docker_client, sandbox_image, tmp_path, name):
