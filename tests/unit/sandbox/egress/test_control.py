@@ -149,12 +149,17 @@ class Event:
     timestamp: float = 1796148081.9667
 
 
-def test_the_log_is_private_bounded_and_reads_back_across_a_rotation(tmp_path):
-    path = tmp_path / "box.egress.jsonl"
-    log = EventLog(path, max_bytes=8192)
-    for number in range(200):
+def written(path, count, max_bytes):
+    """``path`` after a log rotating past ``max_bytes`` recorded ``count`` events (ports 0, 1, ...)."""
+    log = EventLog(path, max_bytes=max_bytes)
+    for number in range(count):
         log.write(Event(port=number))
     log.close()
+    return path
+
+
+def test_the_log_is_private_bounded_and_reads_back_across_a_rotation(tmp_path):
+    path = written(tmp_path / "box.egress.jsonl", 200, 8192)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.stat().st_size <= 8192 + 512 and previous(path).stat().st_size <= 8192 + 512
     last = recent(path, 30)
@@ -195,11 +200,7 @@ def test_a_decision_is_one_line_with_everything_a_reader_needs():
 
 
 def test_a_new_log_forgets_the_previous_appliance_of_that_name(tmp_path):
-    path = tmp_path / "box.egress.jsonl"
-    old = EventLog(path, max_bytes=512)
-    for number in range(10):
-        old.write(Event(port=number))
-    old.close()
+    path = written(tmp_path / "box.egress.jsonl", 10, 512)
     assert previous(path).exists()
     EventLog(path).close()
     assert recent(path, 10) == [] and not previous(path).exists()
