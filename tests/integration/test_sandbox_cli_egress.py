@@ -10,6 +10,8 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -35,12 +37,24 @@ FETCH = ("import os, sys, http.client, urllib.parse\n"
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
+    """``/``: a greeting; ``/slow``: 1 KB every 0.1 s for a minute (a download to cut)."""
+
     def do_GET(self) -> None:
         body = b"hello through the proxy"
+        slow = self.path == "/slow"
         self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(600 * 1024 if slow else len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not slow:
+            self.wfile.write(body)
+            return
+        try:
+            for _ in range(600):
+                self.wfile.write(b"x" * 1024)
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass  # the proxy closed it
 
     def log_message(self, *args: object) -> None:
         pass
@@ -60,6 +74,17 @@ def server() -> Iterator[int]:
 def daemon_owner(name: str) -> tuple[int, str]:
     record = json.loads(EgressFiles.of(name).pid.read_text())
     return record["pid"], record["owner"]
+
+
+def log_of(name: str) -> str:
+    return cli("egress", "--name", name, "--log").stdout
+
+
+def wait_for(condition, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "waited in vain"
+        time.sleep(0.2)
 
 
 def wait_gone(owner: str, seconds: float) -> bool:
@@ -91,8 +116,13 @@ def test_allow_fetch_deny_all_refused_and_logged_then_down_leaves_nothing(docker
     fetched = cli("exec", "--name", name, "--", "python3", "-c", FETCH, url)
     assert (fetched.returncode, fetched.stdout) == (0, "hello through the proxy\n"), fetched.stderr
 
+    downloading = subprocess.Popen([sys.executable, "-m", "protolink.sandbox.cli", "exec", "--name", name, "--",
+                                    "python3", "-c", FETCH, f"{url}slow"], stdout=subprocess.PIPE, text=True)
+    wait_for(lambda: log_of(name).splitlines()[-1].split()[1] == "allowed", 60)  # the download runs
     denied = cli("egress", "--name", name, "--deny-all")
     assert denied.returncode == 0 and "egress now denies everything" in denied.stdout, denied.stderr
+    assert downloading.wait(timeout=30) != 0  # cut, not finished (that would take a minute)
+    assert re.search(rf"closed   127\.0\.0\.1:{server}  .* deny-all$", log_of(name), re.MULTILINE), log_of(name)
     refused = cli("exec", "--name", name, "--", "python3", "-c", FETCH, url)
     assert refused.returncode != 0 and "hello" not in refused.stdout
     assert "egress: deny all" in cli("status", "--name", name).stdout
