@@ -5,8 +5,11 @@ when an engine answers; one marked ``@pytest.mark.root`` only as root. Otherwise
 unless ``PROTOLINK_REQUIRE_DOCKER=1`` (CI), where it fails instead: a CI run must not pass by
 skipping. ``make test-fast`` runs what needs neither.
 
-At the end of a session that reached an engine, containers labelled ``io.protolink.owner`` that
-were created during the session and are still there fail the run.
+At the end of a session that reached an engine, the suite's containers (labelled
+``io.protolink.owner``) that were created during the session and are still there fail the run.
+A container is the suite's when its owner is this process or a process that has ended (a test's
+subprocess), or when its name starts with :data:`TEST_NAME_PREFIX` (an appliance or a raw
+container a test made); a sandbox of another live process on the same engine is not.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import pytest
 
 OWNER_LABEL = "io.protolink.owner"
 PROBE_TIMEOUT_SECONDS = 5
+#: How tests name the appliances and raw containers they make (see the module).
+TEST_NAME_PREFIX = "protolink-test-"
 
 _leak_baseline: set[str] | None = None
 _leaked: list[str] = []
@@ -25,7 +30,15 @@ _leaked: list[str] = []
 
 def _labelled_containers(client) -> dict[str, str]:
     containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
-    return {c.id: f"{c.short_id} {c.name} ({OWNER_LABEL}={c.labels[OWNER_LABEL]})" for c in containers}
+    return {c.id: f"{c.short_id} {c.name} ({OWNER_LABEL}={c.labels[OWNER_LABEL]})" for c in containers
+            if _the_suites(c.name, c.labels[OWNER_LABEL])}
+
+
+def _the_suites(name: str, owner: str) -> bool:
+    """Whether a container belongs to this test session (see the module)."""
+    from protolink.sandbox.leftovers import owner_gone, process_owner
+
+    return name.startswith(TEST_NAME_PREFIX) or owner == process_owner() or owner_gone(owner)
 
 
 @functools.cache

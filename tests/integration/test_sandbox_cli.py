@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from protolink.sandbox.hostdirs import runtime_dir
+from tests.conftest import TEST_NAME_PREFIX
 
 pytestmark = pytest.mark.docker
 
@@ -28,7 +29,7 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def name(docker_client) -> Iterator[str]:
     """A name of the test's own; whatever ``up`` left under it is removed after the test."""
-    name = f"protolink-cli-test-{uuid.uuid4().hex[:8]}"
+    name = f"{TEST_NAME_PREFIX}cli-{uuid.uuid4().hex[:8]}"
     yield name
     cli("down", "--name", name)
 

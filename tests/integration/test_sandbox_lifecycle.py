@@ -25,6 +25,7 @@ from protolink.sandbox import docker as sandbox_docker
 from protolink.sandbox import leftovers
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.hostdirs import private_subdir
+from tests.conftest import TEST_NAME_PREFIX
 
 pytestmark = pytest.mark.docker
 
@@ -158,8 +159,9 @@ def test_reaper_removes_orphaned_and_expired_containers_and_reports_them(docker_
     made = {}
     try:
         for case, labels in cases.items():
+            name = f"{TEST_NAME_PREFIX}reaper-{case}-{uuid.uuid4().hex[:6]}"
             made[case] = docker_client.containers.create(BASE_IMAGE, ["/bin/true"], labels=labels,
-                                                        network_mode="none", name=f"protolink-reaper-{case}-{uuid.uuid4().hex[:6]}")
+                                                        network_mode="none", name=name)
         reaped = {gone.name: gone for gone in leftovers.reap(docker_client)}
 
         assert reaped[made["orphan"].name].reason == "owner gone"
