@@ -48,16 +48,18 @@ proto: install
 	$(BIN)/python -m protolink.wire.protogen
 
 ## sandbox-up: build when needed and start the appliance; ROOTS="/abs/dir:rw /abs/other" (or PROTOLINK_SANDBOX_ROOTS),
-## none for a default workspace; CHOWN_WRITABLE=1 hands a writable root the commands' uid cannot write to that uid
+## none for a default workspace; CHOWN_WRITABLE=1 hands a writable root the commands' uid cannot write to that uid;
+## ALLOW="pypi.org:443 files.pythonhosted.org:443" gives its commands those hosts through the egress proxy
 sandbox-up: install engine
-	$(BIN)/protolink-sandbox up $(foreach root,$(ROOTS),--root $(root)) $(if $(CHOWN_WRITABLE),--chown-writable)
+	$(BIN)/protolink-sandbox up $(foreach root,$(ROOTS),--root $(root)) $(if $(CHOWN_WRITABLE),--chown-writable) \
+		$(foreach rule,$(ALLOW),--allow=$(rule))
 
 sandbox-down: install
 	$(BIN)/protolink-sandbox down
 
 ## bench: every benchmark, one after another (figures are ratios printed side by side)
 bench: install image
-	for script in bench/process.py bench/search.py bench/documents.py bench/sandbox.py bench/cli.py; do \
+	for script in bench/process.py bench/search.py bench/documents.py bench/sandbox.py bench/cli.py bench/egress.py; do \
 		$(BIN)/python $$script || exit 1; done
 
 clean:

@@ -1,10 +1,12 @@
-"""``protolink-sandbox up | down | status | exec``: a long-running sandbox appliance.
+"""``protolink-sandbox up | down | status | exec | egress``: a long-running sandbox appliance.
 
 ``up`` makes a Docker Engine answer (scripts/engine-up.sh), builds the images when needed
 (scripts/build-images.sh), starts the appliance with the roots given as ``--root PATH[:rw]`` or in
 ``PROTOLINK_SANDBOX_ROOTS`` (comma-separated), or else over a default workspace, waits until it
-answers, and prints the address to connect to. ``down`` removes it, ``status`` shows it,
-``exec`` runs one command in it.
+answers, and prints the address to connect to; with ``--allow HOST[:PORT]`` its commands reach
+those hosts through a host-side proxy that a detached daemon runs (:mod:`.egress.daemon`).
+``down`` removes it (and its daemon), ``status`` shows it, ``exec`` runs one command in it,
+``egress`` changes its allow-list live or shows its decisions.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ async def _up(args: argparse.Namespace) -> int:
     from .provision import DEFAULT_IMAGE, ensure_engine, ensure_image
     from .writable_roots import check_writable, default_workspace
 
+    egress = None
+    if args.allow:
+        from .egress.daemon import parse_policy
+
+        egress = parse_policy(args.allow)  # a rule it cannot parse ends here, before anything slow
     roots = [Root.parse(text) for text in args.root] or roots_from_env()
     identity = Identity.of()
     workspace = None
@@ -72,7 +79,7 @@ async def _up(args: argparse.Namespace) -> int:
         roots = [Root(str(workspace), writable=True)]
     config = appliance_config(args.name, roots=roots, image=args.image or DEFAULT_IMAGE, memory=args.memory_mib << 20,
                               pids=args.pids, cpus=args.cpus, disk_bytes=args.disk_mib << 20, runtime=args.runtime,
-                              tcp=args.tcp)
+                              tcp=args.tcp, egress=egress)
     # Before anything slow; it logs what it hands over.
     await asyncio.to_thread(check_writable, config.roots, identity.uid, identity.gid, hand_over=args.chown_writable)
     await asyncio.to_thread(ensure_engine, _say)
@@ -84,7 +91,15 @@ async def _up(args: argparse.Namespace) -> int:
     await sandbox.start()
     container_id = sandbox.container_id or ""
     address = await sandbox.detach()
-    records.save(records.Record(args.name, container_id, address), sandbox.token)
+    records.save(records.Record(args.name, container_id, address, egress=bool(args.allow)), sandbox.token)
+    if args.allow:
+        try:
+            daemon = await _start_egress(args.name, container_id, address, args.allow)
+        except BaseException:
+            await _down(args)  # all or nothing: an appliance whose egress is missing is not what was asked
+            raise
+        _say(f"egress: {_allowed(daemon)} (daemon pid {daemon['pid']}; decisions: "
+             f"`protolink-sandbox egress --name {args.name} --log`)")
     for root in sandbox.roots:
         _say(f"root {root.path} ({'read-write' if root.writable else 'read-only'})")
     print(f"{args.name} is up at {address}")
@@ -97,13 +112,43 @@ async def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _start_egress(name: str, container_id: str, address: str, allow: list[str]) -> dict[str, Any]:
+    """Start the egress daemon of appliance ``name``, whose server listens at ``address``."""
+    from pathlib import Path
+
+    from .appliance import find
+    from .egress.control import start_daemon
+
+    container = await asyncio.to_thread(find, name)
+    pid = int(container.attrs["State"]["Pid"]) if container is not None else 0
+    channel_dir = Path(address.removeprefix("unix://")).parent
+    return await start_daemon(name, channel_dir, container_id, pid, allow)
+
+
+def _allowed(answer: dict[str, Any]) -> str:
+    """What an egress daemon's status says it allows."""
+    rules = answer.get("allow") or []
+    return f"allow {', '.join(map(str, rules))}" if rules else "deny all"
+
+
+def _daemon(answer: dict[str, Any]) -> str:
+    """An egress daemon's status in one line."""
+    return f"{_allowed(answer)} (daemon pid {answer.get('pid')}, decisions in {answer.get('events')})"
+
+
 async def _down(args: argparse.Namespace) -> int:
     from .appliance import find
-    from .leftovers import remove_host_dirs
+    from .egress.control import stop_daemon
+    from .leftovers import HOSTDIRS_LABEL, remove_host_dirs
 
+    if await stop_daemon(args.name):
+        _say(f"stopped the egress daemon of {args.name}")
     container = await asyncio.to_thread(find, args.name)
+    record = records.load(args.name)
     records.forget(args.name)
     if container is None:
+        if record is not None and record.address.startswith("unix://"):  # removed behind our back
+            remove_host_dirs({HOSTDIRS_LABEL: os.path.dirname(record.address.removeprefix("unix://"))})
         _say(f"{args.name} is not up")
         return 0
     await asyncio.to_thread(container.remove, force=True)
@@ -144,6 +189,58 @@ async def _status(args: argparse.Namespace) -> int:
     print(f"health: serving ({info.boundary}, server {info.server_version})")
     for root in info.roots:
         print(f"root: {root.path} ({'read-write' if root.writable else 'read-only'})")
+    return await _egress_status(args.name)
+
+
+async def _egress_status(name: str) -> int:
+    """Print the egress line of ``status``; 1 when the appliance has egress but no daemon answers."""
+    from .egress.control import EgressControlError, NoEgressDaemonError, ask
+
+    record = records.load(name)
+    try:
+        answer = await ask(name, "status", timeout=3.0)
+    except NoEgressDaemonError as error:
+        if record is not None and record.egress:
+            print(f"egress: no daemon: its commands reach nothing ({error})")
+            return 1
+        print("egress: none (no network)")
+        return 0
+    except EgressControlError as error:
+        print(f"egress: {error}")
+        return 1
+    print(f"egress: {_daemon(answer)}")
+    return 0
+
+
+async def _egress(args: argparse.Namespace) -> int:
+    from .egress.control import ask
+
+    if args.log:
+        return await _egress_log(args)
+    if args.allow or args.deny_all:
+        answer = await ask(args.name, "set", allow=[] if args.deny_all else args.allow)
+        closed = "; open connections closed" if args.deny_all else ""
+        print(f"{args.name}: egress now {'denies everything' + closed if args.deny_all else _allowed(answer)}")
+        return 0
+    print(f"{args.name}: egress {_daemon(await ask(args.name, 'status'))}")
+    return 0
+
+
+async def _egress_log(args: argparse.Namespace) -> int:
+    from .egress.control import EgressFiles, NoEgressDaemonError
+    from .egress.eventlog import Tail, describe, recent
+
+    path = EgressFiles.of(args.name).events
+    if not path.exists():
+        raise NoEgressDaemonError(f"{args.name} has no egress log: it was not started with "
+                                  "`protolink-sandbox up --allow HOST[:PORT]`")
+    tail = Tail(path) if args.follow else None
+    for record in await asyncio.to_thread(recent, path, args.lines):
+        print(describe(record))
+    while tail is not None:
+        for record in await asyncio.to_thread(tail.read):
+            print(describe(record), flush=True)
+        await asyncio.sleep(0.2)
     return 0
 
 
@@ -229,13 +326,26 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--runtime", default=None, help='e.g. "runsc" (gVisor), where installed')
     up.add_argument("--tcp", default=None, metavar="HOST:PORT",
                     help="publish over TCP with a token (for remote engines) instead of a Unix socket")
+    up.add_argument("--allow", action="append", default=[], metavar="HOST[:PORT]",
+                    help="let commands reach HOST (ports 80 and 443, or PORT; *.suffix matches names under suffix; "
+                         "CIDR[:PORT] for addresses) through a host-side proxy; repeatable. Without: no network")
     execute = commands.add_parser("exec", help="run one command in the appliance")
     execute.add_argument("--cwd", default="/tmp")
     execute.add_argument("--timeout", type=float, default=60.0)
     execute.add_argument("--max-output-bytes", type=int, default=1 << 20)
     execute.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
     commands.add_parser("down", help="remove the appliance")
-    commands.add_parser("status", help="show the appliance and whether it answers")
+    commands.add_parser("status", help="show the appliance, whether it answers, and its egress")
+    egress = commands.add_parser("egress", help="change the appliance's egress live, or show its decisions",
+                                 description="Without options: show the allow-list.")
+    action = egress.add_mutually_exclusive_group()
+    action.add_argument("--allow", action="append", default=[], metavar="HOST[:PORT]",
+                        help="replace the allow-list with these rules (repeatable); new connections at once")
+    action.add_argument("--deny-all", action="store_true",
+                        help="deny every new connection and close the open ones at once")
+    action.add_argument("--log", action="store_true", help="print the recent decisions, one a line")
+    egress.add_argument("--follow", action="store_true", help="with --log: keep printing them as they come")
+    egress.add_argument("--lines", type=int, default=50, help="with --log: how many recent decisions (default 50)")
     for sub in commands.choices.values():
         sub.add_argument("--name", default=DEFAULT_NAME, type=_name)
     return parser
@@ -248,13 +358,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not args.command:
             _parser().error("exec needs a command: protolink-sandbox exec -- COMMAND [ARG...]")
-    verb = {"up": _up, "down": _down, "status": _status, "exec": _exec}[args.verb]
+    if args.verb == "egress" and args.follow and not args.log:
+        _parser().error("--follow goes with --log")
+    verb = {"up": _up, "down": _down, "status": _status, "exec": _exec, "egress": _egress}[args.verb]
     try:
         with engine_errors(f"{args.verb} appliance {args.name}"):
             return asyncio.run(verb(args))
     except (SandboxError, ValueError) as error:
         _say(str(error))
         return 1
+    except KeyboardInterrupt:  # how `egress --log --follow` ends
+        return 130
 
 
 def run() -> NoReturn:

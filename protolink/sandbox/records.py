@@ -3,7 +3,8 @@
 Two files per appliance in this user's runtime directory (which only its owner can open, see
 :func:`~protolink.sandbox.hostdirs.runtime_dir`): ``NAME.json``, the record of its container
 and address, so that ``exec`` reaches it without asking the Docker Engine; and ``NAME.token``,
-the TCP mode's token.
+the TCP mode's token. An appliance with egress also has its daemon's files there
+(``NAME.egress.*``: :class:`~protolink.sandbox.egress.control.EgressFiles`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 
 @dataclass(frozen=True)
 class Record:
-    """A running appliance as ``up`` left it: its name, container and address."""
+    """A running appliance as ``up`` left it: its name, container and address, and whether it
+    has egress (an egress daemon)."""
 
     name: str
     container_id: str
     address: str
+    egress: bool = False
 
 
 def checked_name(name: str) -> str:

@@ -1,5 +1,6 @@
-"""``protolink-sandbox``: what ``status`` says about time, and the ``exec`` path, which reaches a
-running appliance through ``up``'s record, without the Docker Engine or its SDK."""
+"""``protolink-sandbox``: what ``status`` says about time, the ``exec`` path, which reaches a
+running appliance through ``up``'s record, without the Docker Engine or its SDK, and ``egress``
+without a daemon: its log read back and followed, and the error when there is none."""
 
 from __future__ import annotations
 
@@ -40,3 +41,40 @@ async def test_exec_reaches_the_recorded_appliance_without_the_engine(tmp_path, 
             capture_output=True, text=True, env=os.environ.copy(), timeout=120)
     assert (done.returncode, done.stdout) == (3, "from the appliance\n"), done.stderr
     assert done.stderr.splitlines()[-1] == "[]"  # neither the docker SDK nor the image tooling
+
+
+def test_egress_log_prints_recent_decisions_then_follows_new_ones(tmp_path, monkeypatch):
+    from protolink.sandbox.egress.control import EgressFiles
+
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(runtime))
+    events = EgressFiles.of("unit-appliance").events
+    line = ('{"time":"2026-12-01T18:06:4%d.000Z","kind":"denied","host":"example.com","port":443,"address":null,'
+            '"bytes_up":0,"bytes_down":0,"duration_seconds":0.0,"reason":"example.com is not on the allow-list"}\n')
+    events.write_text(line % 1)
+    shown = subprocess.run([sys.executable, "-m", "protolink.sandbox.cli", "egress", "--name", "unit-appliance", "--log"],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.stdout == ("2026-12-01T18:06:41.000Z  denied   example.com:443  -  up 0 B down 0 B  0.000 s  "
+                            "example.com is not on the allow-list\n"), shown.stderr
+
+    follower = subprocess.Popen([sys.executable, "-m", "protolink.sandbox.cli", "egress", "--name", "unit-appliance",
+                                 "--log", "--follow"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert follower.stdout.readline().startswith("2026-12-01T18:06:41.000Z  denied")
+        with events.open("a") as out:
+            out.write(line % 2)
+        assert follower.stdout.readline().startswith("2026-12-01T18:06:42.000Z  denied")  # within 0.2 s
+    finally:
+        follower.kill()
+        follower.wait()
+
+
+def test_egress_of_an_appliance_without_a_daemon_is_a_clear_error(tmp_path, monkeypatch):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(runtime))
+    for args in (["--deny-all"], ["--log"]):
+        done = subprocess.run([sys.executable, "-m", "protolink.sandbox.cli", "egress", "--name", "nothing", *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and "nothing has no egress" in done.stderr, done.stderr
