@@ -208,6 +208,17 @@ def test_roots_inside_one_another_are_counted_once(tmp_path):
     assert usage_bytes([str(tmp_path / "inner"), str(tmp_path)]).bytes == alone - inner
 
 
+async def _grow_by_three_mib(root, fs: dict[str, int]) -> None:
+    """Write three 1 MiB files into ``root``, a poll apart, and add them to the stand-in ``fs``."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for index in range(3):
+            fs["used"] += _write(fd, f"f{index}", 1 << 20)
+            await asyncio.sleep(0.05)
+    finally:
+        os.close(fd)
+
+
 async def _stops_within(stops, seconds: float) -> bool:
     for _ in range(int(seconds / 0.02)):
         if stops:
@@ -271,13 +282,7 @@ async def test_space_freed_by_others_does_not_hide_growth(tmp_path, monkeypatch)
         await asyncio.sleep(0.1)
         fs["used"] -= 1 << 30
         await asyncio.sleep(0.1)
-        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            for index in range(3):
-                fs["used"] += _write(fd, f"f{index}", 1 << 20)
-                await asyncio.sleep(0.05)
-        finally:
-            os.close(fd)
+        await _grow_by_three_mib(tmp_path, fs)
         assert await _stops_within(stops, 4)
     finally:
         await watch.aclose()
@@ -302,13 +307,7 @@ async def test_the_stand_in_counts_rises_since_the_last_complete_measurement(tmp
         assert stops == []
         fs["used"] -= 1 << 30  # another job frees 1 GiB
         await asyncio.sleep(0.05)
-        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            for index in range(3):
-                fs["used"] += _write(fd, f"f{index}", 1 << 20)
-                await asyncio.sleep(0.05)
-        finally:
-            os.close(fd)
+        await _grow_by_three_mib(tmp_path, fs)
         assert await _stops_within(stops, 4)
     finally:
         await watch.aclose()
