@@ -17,6 +17,7 @@ from pydantic import Field
 
 from protolink.core.tools import Preparation, PreparedTool, ToolContext
 from protolink.execution.backends import ExecutionBackend
+from protolink.execution.git_safety import GLOBAL_OPTIONS, git_environment
 from protolink.execution.local import LocalExecutionBackend
 
 from .process import (
@@ -45,41 +46,12 @@ _DEFAULTS: dict[str, Any] = {
     "paths": None, "revision": None, "staged": False, "message": None, "max_count": 10,
 }
 
-#: Options before the subcommand: no pager, literal pathspecs, and no hooks, fsmonitor,
-#: signing or signature verification (which would run a configured gpg program).
-GLOBAL_OPTIONS = (
-    "--no-pager",
-    "--literal-pathspecs",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "core.fsmonitor=false",
-    "-c", "commit.gpgSign=false",
-    "-c", "tag.gpgSign=false",
-    "-c", "log.showSignature=false",
-)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv")
 #: Beyond the host, commands run as a user of the backend's own (a sandbox's unprivileged uid)
 #: that rarely owns the mounted repository; Git's ownership check protects a host user from
 #: another user's repository configuration, which the boundary already contains there.
 FOREIGN_OWNER_OPTIONS = ("-c", "safe.directory=*")
 
-#: Environment forced over the configured one. An empty GIT_ASKPASS also stops Git from
-#: consulting core.askPass and SSH_ASKPASS; with terminal prompts off, nothing can prompt.
-GIT_ENVIRONMENT = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_TERMINAL_PROMPT": "0",
-    "GIT_ASKPASS": "",
-    "SSH_ASKPASS": "",
-    "SSH_ASKPASS_REQUIRE": "never",
-    "GIT_OPTIONAL_LOCKS": "0",
-    "GIT_PAGER": "cat",
-    "PAGER": "cat",
-}
-#: Configured variables that could undo the switches above (injected configuration, an
-#: external diff program) are left out of the process environment.
-_OVERRIDING_VARIABLES = re.compile(
-    r"GIT_CONFIG_PARAMETERS|GIT_CONFIG_COUNT|GIT_CONFIG_(KEY|VALUE)_\d+|GIT_EXTERNAL_DIFF"
-)
 #: A conservative revision: refs, hashes, ``~``/``^`` ancestry, ``@{...}`` and ``..`` ranges;
 #: never an option, a pathspec (``:``) or whitespace.
 _REVISION = re.compile(r"[A-Za-z0-9_@][A-Za-z0-9_@./{}^~+-]{0,255}")
@@ -145,12 +117,6 @@ def git_tool(
         tags=("builtin", "git", *(() if allow_write else ("read-only",))),
         output_schema=PROCESS_RESULT_SCHEMA,
     )
-
-
-def git_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The process environment: ``env`` without overriding variables, plus the safety switches."""
-    kept = {key: value for key, value in env.items() if not _OVERRIDING_VARIABLES.fullmatch(key)}
-    return {**kept, **GIT_ENVIRONMENT}
 
 
 def git_arguments(
