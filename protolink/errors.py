@@ -23,7 +23,8 @@
         ├── RootNotWritableError   (PermissionError) a writable root the command user cannot write
         ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
         ├── SandboxAuthenticationError             the token is missing or wrong
-        └── SandboxLimitError                      a supervised worker hit a hard limit and was killed
+        ├── SandboxLimitError                      a supervised worker hit a hard limit and was killed
+        └── RepositoryError                        a CI job's repository cannot be fetched or copied
 
 Leaves also subclass the builtin a caller would naturally catch. Tools raise the spec's
 documented builtins (``ValueError``, ``RuntimeError``) directly where the spec names them.
@@ -128,3 +129,7 @@ class SandboxAuthenticationError(SandboxError):
 
 class SandboxLimitError(SandboxError):
     """A supervised worker exceeded a hard limit (memory, CPU time) and was killed."""
+
+
+class RepositoryError(SandboxError):
+    """A CI job's repository could not be fetched (cloned) or copied into its workspace."""

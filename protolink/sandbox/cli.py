@@ -1,4 +1,5 @@
-"""``protolink-sandbox up | down | status | exec | egress``: a long-running sandbox appliance.
+"""``protolink-sandbox up | down | status | exec | egress | ci``: a long-running sandbox appliance,
+and a CI runner.
 
 ``up`` makes a Docker Engine answer (scripts/engine-up.sh), builds the images when needed
 (scripts/build-images.sh), starts the appliance with the roots given as ``--root PATH[:rw]`` or in
@@ -300,6 +301,13 @@ def _socket_gone(address: str) -> bool:
     return address.startswith("unix://") and not os.path.exists(address.removeprefix("unix://"))
 
 
+_CI_DESCRIPTION = """Copy REPO (a directory, or a git URL cloned here) into a fresh workspace, run the
+--setup commands with the --allow hosts reachable, cut the network, run TEST_CMD, collect --junit
+files and --artifacts, write the --report, and remove everything. Exit status: TEST_CMD's; the
+runner's own: 2 usage, 120 setup failed, 121 repository not fetched, 124 timed out, 125 runner
+or sandbox failure, 130 interrupted, 143 terminated (the report's "outcome" says which)."""
+
+
 def _name(text: str) -> str:
     try:
         return records.checked_name(text)
@@ -334,6 +342,10 @@ def _parser() -> argparse.ArgumentParser:
     execute.add_argument("--timeout", type=float, default=60.0)
     execute.add_argument("--max-output-bytes", type=int, default=1 << 20)
     execute.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
+    from .ci.command import add_arguments as ci_arguments
+
+    ci_arguments(commands.add_parser("ci", usage="%(prog)s REPO [options] -- TEST_CMD [ARG...]", help="run an untrusted repository's setup and tests in a sandbox of "
+                                     "its own, with a report", description=_CI_DESCRIPTION))
     commands.add_parser("down", help="remove the appliance")
     commands.add_parser("status", help="show the appliance, whether it answers, and its egress")
     egress = commands.add_parser("egress", help="change the appliance's egress live, or show its decisions",
@@ -346,13 +358,22 @@ def _parser() -> argparse.ArgumentParser:
     action.add_argument("--log", action="store_true", help="print the recent decisions, one a line")
     egress.add_argument("--follow", action="store_true", help="with --log: keep printing them as they come")
     egress.add_argument("--lines", type=int, default=50, help="with --log: how many recent decisions (default 50)")
-    for sub in commands.choices.values():
-        sub.add_argument("--name", default=DEFAULT_NAME, type=_name)
+    for verb, sub in commands.choices.items():
+        if verb != "ci":  # a job's sandbox is its own, not the appliance
+            sub.add_argument("--name", default=DEFAULT_NAME, type=_name)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    test: list[str] = []
+    if argv[:1] == ["ci"]:
+        from .ci.command import split_test
+
+        argv, test = split_test(argv)
     args = _parser().parse_args(argv)
+    if args.verb == "ci":
+        args.test = test
     logging.basicConfig(format="protolink-sandbox: %(message)s", level=logging.WARNING)
     if args.verb == "exec":
         args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -360,6 +381,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _parser().error("exec needs a command: protolink-sandbox exec -- COMMAND [ARG...]")
     if args.verb == "egress" and args.follow and not args.log:
         _parser().error("--follow goes with --log")
+    if args.verb == "ci":
+        from .ci.command import run as run_ci
+
+        with engine_errors("run a CI job"):
+            return run_ci(args)
     verb = {"up": _up, "down": _down, "status": _status, "exec": _exec, "egress": _egress}[args.verb]
     try:
         with engine_errors(f"{args.verb} appliance {args.name}"):

@@ -52,6 +52,7 @@ from .placements.docker import (
     container_spec,
     unix_address,
 )
+from .usage import pids_in
 from .writable_roots import check_writable
 
 if TYPE_CHECKING:
@@ -186,6 +187,14 @@ class DockerSandbox:
     @property
     def container_id(self) -> str | None:
         return None if self._container is None else self._container.id
+
+    def host_pid(self) -> int:
+        """The host pid of the running container's first process (its cgroups say what the
+        container uses: :mod:`protolink.sandbox.usage`). Blocking."""
+        if self._container is None or self._state != "running":
+            raise RuntimeError("the sandbox is not running")
+        self._container.reload()
+        return int(self._container.attrs["State"]["Pid"])
 
     @property
     def backend(self) -> SandboxBackend:
@@ -465,15 +474,7 @@ def published_address(container: Any) -> str | None:
 def _cgroup_pids(container: Any) -> list[int]:
     """Host pids of every process in the container, read from its pids (or unified) cgroup."""
     container.reload()
-    init = container.attrs["State"]["Pid"]
-    with open(f"/proc/{init}/cgroup") as cgroups:
-        for line in cgroups:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            if "pids" in controllers.split(",") or controllers == "":
-                base = "/sys/fs/cgroup/pids" if controllers else "/sys/fs/cgroup"
-                with open(f"{base}{path}/cgroup.procs") as procs:
-                    return [int(pid) for pid in procs.read().split()]
-    raise LookupError(f"no pids cgroup for container {container.name}")
+    return pids_in(container.attrs["State"]["Pid"])
 
 
 def _uids(pid: int) -> tuple[int, ...] | None:

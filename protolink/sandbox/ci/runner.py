@@ -1,0 +1,294 @@
+"""Run a CI job: copy, set up with the allow-list, cut the network, test, collect, remove.
+
+::
+
+    workspace (fresh copy) ──► sandbox (the copy its one writable root; egress: the allow-list)
+      setup commands, in order, /bin/sh -c, cwd = the copy, HOME beside it
+      ──► egress deny-all (open connections closed)
+      test command ──► its exit code is the job's
+      ──► container removed ──► JUnit and artifacts collected ──► report ──► workspace removed
+
+The whole job keeps within ``timeout_seconds``. The container, its egress proxy and the
+workspace are removed however the job ends (a failure, the timeout, Ctrl-C, SIGTERM); a runner
+killed outright leaves them to the next runner: the reaper removes containers whose owner is
+gone and :func:`~protolink.sandbox.ci.workspace.sweep` such workspaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shlex
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from protolink.errors import RepositoryError, SandboxError
+from protolink.execution.process_types import ProcessSpec
+from protolink.wire.roots import Root
+
+from ..config import Identity
+from ..disk import usage_bytes
+from ..docker import DockerSandbox
+from ..egress.events import EgressEvent
+from ..egress.policy import DENY_ALL
+from ..provision import DEFAULT_IMAGE, ensure_image
+from ..usage import PidsPeak, memory_peak
+from .collect import collect_artifacts, collect_junit, junit_totals
+from .job import CiJob
+from .progress import Masker, Progress, Silent
+from .report import (
+    EXIT_INTERRUPTED,
+    EXIT_REPOSITORY,
+    EXIT_RUNNER_ERROR,
+    EXIT_SETUP_FAILED,
+    EXIT_TIMED_OUT,
+    CiReport,
+    CommandRecord,
+    PhaseRecord,
+    iso,
+)
+from .workspace import Workspace, public_source, sweep
+
+log = logging.getLogger(__name__)
+
+#: Variables every command gets (``HOME`` is the workspace's ``home/``).
+BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+            "CI": "true", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+#: Variables that make common tools trust a certificate authority file (``CiJob.ca_file``).
+CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+                "GIT_SSL_CAINFO", "NPM_CONFIG_CAFILE")
+
+
+class _Tail:
+    """The last ``limit`` characters of a command's output, both channels as they came."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pieces: deque[str] = deque()
+        self.size = 0
+
+    def add(self, text: str) -> None:
+        self.pieces.append(text)
+        self.size += len(text)
+        while self.size - len(self.pieces[0]) >= self.limit:
+            self.size -= len(self.pieces.popleft())
+
+    def text(self) -> str:
+        return "".join(self.pieces)[-self.limit:]
+
+
+class _Output:
+    """Where a command's ``process.output`` events go: its tail and the progress display."""
+
+    def __init__(self, tail: _Tail, progress: Progress) -> None:
+        self.tail = tail
+        self.progress = progress
+        self.bytes = 0
+
+    async def emit(self, type: str, **data: Any) -> None:
+        if type == "process.output":
+            text = data.get("text", "")
+            self.bytes += len(text.encode("utf-8", "surrogatepass"))
+            self.tail.add(text)
+            self.progress.output(text)
+
+
+class CiRunner:
+    """One job (see the module); :meth:`run` returns its report, which says how it ended."""
+
+    def __init__(self, job: CiJob, *, artifacts_dir: Path, progress: Progress | None = None,
+                 host_env: dict[str, str] | None = None, name: str | None = None,
+                 image_progress: Callable[[str], None] | None = None) -> None:
+        self.job = job
+        self.artifacts_dir = artifacts_dir
+        self.passed_env = job.environment(host_env)  # ValueError before anything is made
+        self.masker = Masker(self.passed_env.values())
+        self.progress: Progress = progress or Silent()
+        self.name = name
+        self.image_progress = image_progress or (lambda line: log.info("%s", line))
+        self.report = CiReport(source=public_source(job.repo), env=list(job.env), runtime=job.runtime)
+        self.report.egress["allow"] = list(job.allow)
+        self._deadline = 0.0
+        self._workspace: Workspace | None = None
+        self._sandbox: DockerSandbox | None = None
+        self._pids: PidsPeak | None = None
+        self._phase = "setup"
+
+    async def run(self) -> CiReport:
+        """Run the job to its end; the report (written nowhere: see :func:`run_job`)."""
+        self._deadline = time.monotonic() + self.job.timeout_seconds
+        try:
+            async with asyncio.timeout(self.job.timeout_seconds):
+                await self._run()
+        except TimeoutError:
+            self.report.end("timed_out", EXIT_TIMED_OUT, f"the job took longer than {self.job.timeout_seconds:g} s")
+        except RepositoryError as error:
+            self.report.end("repository_error", EXIT_REPOSITORY, str(error))
+        except (SandboxError, OSError) as error:
+            self.report.end("error", EXIT_RUNNER_ERROR, f"{type(error).__name__}: {error}")
+        except asyncio.CancelledError:
+            self.report.end("interrupted", EXIT_INTERRUPTED, "interrupted")
+            raise
+        finally:
+            await asyncio.shield(self._finish())
+        return self.report
+
+    async def _run(self) -> None:
+        job = self.job
+        await asyncio.to_thread(sweep)
+        image = await asyncio.to_thread(ensure_image, job.image or DEFAULT_IMAGE, self.image_progress)
+        self.report.image = image
+        identity = Identity.of()
+        self._workspace = workspace = await asyncio.to_thread(Workspace.create, identity.uid, identity.gid)
+        copied, commit = await asyncio.to_thread(workspace.fill, job.repo, max_bytes=job.disk_bytes,
+                                                 timeout=self._remaining())
+        self.report.repository.update(commit=commit, files=copied.files, directories=copied.directories,
+                                      symlinks=copied.symlinks, bytes=copied.bytes, left_out=copied.left_out)
+        env = {**BASE_ENV, "HOME": str(workspace.home), **self.passed_env}
+        if job.ca_file is not None:
+            env.update(dict.fromkeys(CA_VARIABLES, await asyncio.to_thread(self._install_ca, workspace)))
+        self._sandbox = sandbox = DockerSandbox(
+            roots=[Root(str(workspace.root), writable=True)], image=image, memory=job.memory, pids=job.pids,
+            cpus=job.cpus or float(_engine_cpus()), disk_bytes=job.disk_bytes, runtime=job.runtime,
+            egress=job.egress if job.allow else None, on_egress_event=self._egress_event,
+            **({"name": self.name} if self.name else {}))
+        backend = await sandbox.start()
+        self.report.container = sandbox.container_id
+        self._pids = PidsPeak(await asyncio.to_thread(sandbox.host_pid))
+        watch = asyncio.create_task(self._pids.watch())
+        try:
+            setup = self._new_phase("setup", "allow-list" if job.allow else "none")
+            for command in job.setup:
+                record = await self._command(backend, setup, ["/bin/sh", "-c", command], command, env)
+                if record.exit_code != 0:
+                    why = "timed out" if record.timed_out else f"exited {record.exit_code}"
+                    self.report.end("setup_failed", EXIT_SETUP_FAILED, f"setup command {command!r} {why}")
+                    return
+            if job.allow:
+                await sandbox.set_egress(DENY_ALL)
+            self._phase = "test"
+            test = self._new_phase("test", "none")
+            argv = list(job.test) if job.test[0].startswith("/") else ["/usr/bin/env", "--", *job.test]
+            record = await self._command(backend, test, argv, shlex.join(job.test), env)
+            if record.timed_out:
+                self.report.end("timed_out", EXIT_TIMED_OUT, f"the job took longer than {job.timeout_seconds:g} s")
+            else:
+                code = _exit_status(record.exit_code)
+                self.report.end("passed" if code == 0 else "failed", code)
+        finally:
+            watch.cancel()
+            self._pids.look()
+            self._measure(sandbox)
+
+    def _new_phase(self, name: str, network: str) -> PhaseRecord:
+        phase = PhaseRecord(name=name, network=network, started_at=iso(time.time()))
+        self.report.phases.append(phase)
+        self.progress.phase(name)
+        return phase
+
+    async def _command(self, backend: Any, phase: PhaseRecord, argv: list[str], text: str,
+                       env: dict[str, str]) -> CommandRecord:
+        assert self._workspace is not None
+        record = CommandRecord(argv=[self.masker(arg) for arg in argv])
+        phase.commands.append(record)
+        self.progress.command(phase.name, text)
+        output = _Output(_Tail(self.job.limits.tail_bytes), self.progress)
+        spec = ProcessSpec(argv=tuple(argv), cwd=str(self._workspace.repo), env=env,
+                           timeout_seconds=max(self._remaining(), 0.001),
+                           max_output_bytes=self.job.limits.command_output_bytes)
+        started = time.monotonic()
+        try:
+            result = await backend.execute(spec, output)
+        finally:
+            record.duration_seconds = round(time.monotonic() - started, 3)
+            phase.duration_seconds = round(sum(command.duration_seconds for command in phase.commands), 3)
+            record.output_bytes = output.bytes
+            record.output_tail = self.masker(output.tail.text())
+        record.exit_code, record.timed_out, record.truncated = result.exit_code, result.timed_out, result.truncated
+        state = "timed out" if result.timed_out else f"exit {_exit_status(result.exit_code)}"
+        self.progress.ended(f"{phase.name}: {state} in {record.duration_seconds:.1f} s: {text}")
+        return record
+
+    def _remaining(self) -> float:
+        return self._deadline - time.monotonic()
+
+    def _install_ca(self, workspace: Workspace) -> str:
+        assert self.job.ca_file is not None
+        target = workspace.home / "ca-certificates.pem"
+        shutil.copyfile(self.job.ca_file, target)
+        target.chmod(0o644)
+        return str(target)
+
+    def _egress_event(self, event: EgressEvent) -> None:
+        self.report.egress["decisions"].append({
+            "phase": self._phase, "kind": event.kind, "host": event.host, "port": event.port,
+            "address": event.address, "reason": event.reason, "method": event.method,
+            "bytes_up": event.bytes_up, "bytes_down": event.bytes_down, "at": iso(event.timestamp)})
+
+    def _measure(self, sandbox: DockerSandbox) -> None:
+        resources = self.report.resources
+        with contextlib.suppress(Exception):  # a container already gone has nothing to say
+            resources["memory_peak_bytes"] = memory_peak(sandbox.host_pid())
+        resources["pids_peak"] = self._pids.peak if self._pids else None
+        if self._workspace is not None:
+            resources["disk_used_bytes"] = usage_bytes([str(self._workspace.root)]).bytes
+
+    async def _finish(self) -> None:
+        """Remove the container, collect what the job left out of it, remove the workspace."""
+        self.progress.close()
+        if self._sandbox is not None:
+            await self._sandbox.aclose()
+        workspace = self._workspace
+        if workspace is None:
+            return
+        try:
+            if workspace.repo.is_dir() and (self.job.junit or self.job.artifacts):
+                limits = self.job.limits
+                junit = await asyncio.to_thread(collect_junit, workspace.repo, self.job.junit, self.artifacts_dir,
+                                                limits)
+                self.report.junit = {**junit.to_dict(), "totals": junit_totals(junit)}
+                artifacts = await asyncio.to_thread(collect_artifacts, workspace.repo, self.job.artifacts,
+                                                    self.artifacts_dir / "artifacts", limits)
+                self.report.artifacts = {"directory": str(self.artifacts_dir / "artifacts"), **artifacts.to_dict()}
+        finally:
+            await asyncio.to_thread(workspace.remove)
+
+
+def _exit_status(code: int | None) -> int:
+    """A shell's exit status for an exit code (a signal ``-N``: ``128 + N``)."""
+    if code is None:
+        return EXIT_RUNNER_ERROR
+    return 128 - code if code < 0 else code
+
+
+def _engine_cpus() -> int:
+    from .. import engine
+
+    client = engine.client()
+    try:
+        return int(client.info().get("NCPU") or 1)
+    finally:
+        client.close()
+
+
+async def run_job(job: CiJob, *, artifacts_dir: Path | str = "ci-artifacts", report_path: Path | str | None = None,
+                  progress: Progress | None = None, host_env: dict[str, str] | None = None,
+                  name: str | None = None) -> CiReport:
+    """Run ``job`` (see the module) and return its report, also written to ``report_path``
+    when given (whole or not at all). JUnit files and artifacts go to ``artifacts_dir``."""
+    runner = CiRunner(job, artifacts_dir=Path(artifacts_dir), progress=progress, host_env=host_env, name=name)
+    try:
+        return await runner.run()
+    finally:
+        if report_path is not None:
+            runner.report.write(Path(report_path))
+
+
+def run_job_sync(job: CiJob, **options: Any) -> CiReport:
+    """:func:`run_job` for scripts: runs it in a new event loop."""
+    return asyncio.run(run_job(job, **options))
