@@ -69,7 +69,7 @@ async def _up(args: argparse.Namespace) -> int:
 
     egress = None
     if args.allow:
-        from .egress.daemon import parse_policy
+        from .egress.policy import parse_policy
 
         egress = parse_policy(args.allow)  # a rule it cannot parse ends here, before anything slow
     roots = [Root.parse(text) for text in args.root] or roots_from_env()

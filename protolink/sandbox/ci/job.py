@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import GiB, MiB
-from ..egress.policy import EgressPolicy
+from ..egress.policy import EgressPolicy, parse_policy
 
 #: The image name that selects the CI image (compilers, Node.js, Python headers).
 CI_IMAGE = "ci"
@@ -89,7 +89,7 @@ class CiJob:
         for command in self.setup:
             if not isinstance(command, str) or not command.strip() or "\0" in command:
                 raise ValueError(f"ci job: a setup command must be a non-empty string without NUL, got {command!r}")
-        EgressPolicy.parse(self.allow)  # a rule it cannot parse raises here, naming the rule
+        parse_policy(self.allow)  # a rule it cannot parse raises here, naming the rule
         for pattern in (*self.junit, *self.artifacts):
             check_pattern(pattern)
         for name in self.env:
@@ -103,7 +103,7 @@ class CiJob:
     @property
     def egress(self) -> EgressPolicy:
         """The setup phase's egress policy (deny-all without ``allow``)."""
-        return EgressPolicy.parse(self.allow)
+        return parse_policy(self.allow)
 
     def environment(self, host: dict[str, str] | None = None) -> dict[str, str]:
         """The variables named in ``env``, from ``host`` (this process's environment by

@@ -13,8 +13,7 @@ when this host sees it, else asks the Docker Engine every 5 s; and it ends when 
 removed the channel directory.
 
 ``PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK=1`` in its environment (inherited from ``up``) lets the
-proxy reach this host's loopback addresses. It is for tests and benchmarks, which serve on
-loopback; never set it otherwise: loopback is the host's own services.
+proxy reach this host's loopback addresses (:func:`~.policy.parse_policy`).
 """
 
 from __future__ import annotations
@@ -34,31 +33,20 @@ from pathlib import Path
 from typing import Any
 
 from protolink.errors import SandboxProtocolError
-from protolink.net.rules import EGRESS_ADDRESS_RULES
 
 from ..hostdirs import write_private
 from ..leftovers import owner_gone, process_owner
 from .control import MAX_MESSAGE, EgressFiles, encode, read_message, refusal
 from .eventlog import EventLog
-from .policy import EgressPolicy
+from .policy import parse_policy
 from .service import EgressService
 
 log = logging.getLogger("protolink.sandbox.egress.daemon")
 
-#: Test-only: the proxy may connect to loopback addresses (see the module's docstring).
-TEST_ALLOW_LOOPBACK = "PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK"
 PID_POLL_SECONDS = 1.0
 ENGINE_POLL_SECONDS = 5.0
 #: The daemon's own messages: at most this much, and one previous part.
 LOG_BYTES = 1 << 20
-
-
-def parse_policy(allow: Sequence[str]) -> EgressPolicy:
-    """The policy of ``allow`` rules (none: deny all), under this process's test-only opt-in;
-    ValueError naming a rule it cannot parse."""
-    if os.environ.get(TEST_ALLOW_LOOPBACK) == "1":
-        return EgressPolicy.parse(allow, addresses=EGRESS_ADDRESS_RULES.allowing("127.0.0.0/8", "::1/128"))
-    return EgressPolicy.parse(allow)
 
 
 def container_watch(container_id: str, pid: int) -> tuple[Callable[[], bool], float]:

@@ -18,6 +18,7 @@ never allows an address. Every address, resolved or literal, must also pass the 
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -142,6 +143,21 @@ class EgressPolicy:
 
 
 DENY_ALL = EgressPolicy()
+#: Test-only: a policy from :func:`parse_policy` may reach loopback addresses.
+TEST_ALLOW_LOOPBACK = "PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK"
+
+
+def parse_policy(allow: Iterable[str]) -> EgressPolicy:
+    """The policy of ``allow`` rules (none: deny all), as the command line gives them;
+    ValueError naming a rule it cannot parse.
+
+    ``PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK=1`` in this process's environment also lets it reach
+    this host's loopback addresses. It is for tests and benchmarks, which serve on loopback;
+    never set it otherwise: loopback is the host's own services.
+    """
+    if os.environ.get(TEST_ALLOW_LOOPBACK) == "1":
+        return EgressPolicy.parse(allow, addresses=EGRESS_ADDRESS_RULES.allowing("127.0.0.0/8", "::1/128"))
+    return EgressPolicy.parse(allow)
 
 
 def parse_rule(text: str) -> Rule:

@@ -14,7 +14,8 @@ import pytest
 
 from protolink.sandbox.egress import daemon as daemon_module
 from protolink.sandbox.egress.control import EgressFiles, EgressRequestError, ask
-from protolink.sandbox.egress.daemon import TEST_ALLOW_LOOPBACK, Daemon, parse_policy
+from protolink.sandbox.egress.daemon import Daemon
+from protolink.sandbox.egress.policy import TEST_ALLOW_LOOPBACK, parse_policy
 
 
 class Recorder:
