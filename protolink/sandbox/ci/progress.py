@@ -125,7 +125,8 @@ class StatusLine:
         self.err.flush()
 
     def tick(self) -> None:
-        self._draw()
+        """Redraw now (the elapsed time moves; output may have come since the last draw)."""
+        self._draw(force=True)
 
     def _draw(self, force: bool = False) -> None:
         now = time.monotonic()
