@@ -1,0 +1,124 @@
+"""The CI runner through its Python API, on the sandbox image: how jobs end and what they leave."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import docker
+import pytest
+
+from protolink.sandbox.ci import CiJob, run_job
+from protolink.sandbox.ci.report import EXIT_REPOSITORY, EXIT_RUNNER_ERROR, EXIT_SETUP_FAILED
+
+pytestmark = pytest.mark.docker
+
+JUNIT = ('<testsuites><testsuite name="s"><testcase name="a"/><testcase name="b"><skipped/></testcase>'
+         '</testsuite></testsuites>')
+
+
+@pytest.fixture
+def jobs(tmp_path, monkeypatch):
+    base = tmp_path / "jobs"
+    monkeypatch.setenv("PROTOLINK_CI_DIR", str(base))
+    return base
+
+
+def _repo(tmp_path, script: str):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "check.py").write_text(script)
+    return repo
+
+
+def _left(jobs) -> list[str]:
+    return sorted(path.name for path in jobs.iterdir()) if jobs.exists() else []
+
+
+def _container_gone(container_id: str | None) -> bool:
+    client = docker.from_env()
+    try:
+        client.containers.get(container_id)
+        return False
+    except docker.errors.NotFound:
+        return True
+    finally:
+        client.close()
+
+
+async def test_a_passing_job_reports_its_phases_results_and_resources(tmp_path, jobs, sandbox_image):
+    repo = _repo(tmp_path, "import pathlib, sys\n"
+                           "print('setup left', pathlib.Path('built.txt').read_text())\n"
+                           f"pathlib.Path('reports').mkdir(); pathlib.Path('reports/junit.xml').write_text({JUNIT!r})\n"
+                           "pathlib.Path('dist').mkdir(); pathlib.Path('dist/app.txt').write_text('artifact')\n")
+    job = CiJob(repo=str(repo), image=sandbox_image, setup=["echo built > built.txt", "echo $HOME"],
+                test=["python3", "check.py"], junit=["reports/*.xml"], artifacts=["dist/**"])
+    report = await run_job(job, artifacts_dir=tmp_path / "out", report_path=tmp_path / "report.json")
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["phases"] == report.to_dict()["phases"]  # the file holds what the call returned
+    assert (data["outcome"], data["exit_code"], data["error"]) == ("passed", 0, None)
+    setup, test = data["phases"]
+    assert [command["exit_code"] for command in setup["commands"]] == [0, 0]
+    assert setup["commands"][1]["output_tail"].strip().endswith("/workspace/home")
+    assert test["commands"][0]["output_tail"] == "setup left built\n\n"
+    assert setup["network"] == test["network"] == "none"
+    assert data["junit"]["totals"] == {"tests": 2, "passed": 1, "failures": 0, "errors": 0, "skipped": 1}
+    assert [item["path"] for item in data["artifacts"]["files"]] == ["dist/app.txt"]
+    assert (tmp_path / "out" / "artifacts" / "dist" / "app.txt").read_text() == "artifact"
+    resources = data["resources"]
+    assert resources["memory_peak_bytes"] > 0 and resources["pids_peak"] >= 1 and resources["disk_used_bytes"] > 0
+    assert data["image"] == sandbox_image and _container_gone(data["container"])
+    assert _left(jobs) == []
+    assert not (repo / "built.txt").exists()  # the checkout was copied, never mounted
+
+
+@pytest.mark.parametrize("script, code", [("raise SystemExit(7)", 7),
+                                          ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + 9)])
+async def test_the_test_commands_exit_status_is_the_jobs(tmp_path, jobs, sandbox_image, script, code):
+    job = CiJob(repo=str(_repo(tmp_path, script)), image=sandbox_image, test=["python3", "check.py"])
+    report = await run_job(job, artifacts_dir=tmp_path / "out")
+    assert (report.outcome, report.exit_code) == ("failed", code)
+    assert _left(jobs) == []
+
+
+async def test_a_failing_setup_command_ends_the_job_before_the_tests(tmp_path, jobs, sandbox_image):
+    job = CiJob(repo=str(_repo(tmp_path, "")), image=sandbox_image, setup=["echo trying; exit 3", "echo never"],
+                test=["python3", "check.py"])
+    report = await run_job(job, artifacts_dir=tmp_path / "out")
+    assert (report.outcome, report.exit_code) == ("setup_failed", EXIT_SETUP_FAILED)
+    assert "exited 3" in report.error
+    assert [phase.name for phase in report.phases] == ["setup"]
+    assert [command.exit_code for command in report.phases[0].commands] == [3]
+    assert report.phases[0].commands[0].output_tail == "trying\n"
+    assert _container_gone(report.container) and _left(jobs) == []
+
+
+async def test_a_repository_that_is_not_there_starts_no_sandbox(tmp_path, jobs, sandbox_image):
+    job = CiJob(repo=str(tmp_path / "missing"), image=sandbox_image, test=["true"])
+    report = await run_job(job, artifacts_dir=tmp_path / "out")
+    assert (report.outcome, report.exit_code, report.container) == ("repository_error", EXIT_REPOSITORY, None)
+    assert _left(jobs) == []
+
+
+async def test_an_image_that_does_not_exist_is_the_runners_failure(tmp_path, jobs):
+    job = CiJob(repo=str(_repo(tmp_path, "")), image="protolink/no-such-image:never", test=["true"])
+    report = await run_job(job, artifacts_dir=tmp_path / "out")
+    assert (report.outcome, report.exit_code) == ("error", EXIT_RUNNER_ERROR)
+    assert "does not exist" in report.error
+    assert _left(jobs) == []
+
+
+def test_the_command_line_runs_a_job_and_writes_its_report(tmp_path, jobs, sandbox_image):
+    import subprocess
+
+    repo = _repo(tmp_path, "print('from the test')\nraise SystemExit(5)\n")
+    cli = os.path.join(os.path.dirname(sys.executable), "protolink-sandbox")
+    done = subprocess.run([cli, "ci", str(repo), "--image", sandbox_image, "--report", str(tmp_path / "r.json"),
+                           "--artifacts-dir", str(tmp_path / "out"), "--", "python3", "check.py"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ})
+    assert done.returncode == 5, done.stderr
+    assert done.stdout == "from the test\n"
+    assert "ci: test: $ python3 check.py" in done.stderr and "ci: failed (exit 5)" in done.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["outcome"] == "failed"
+    assert _left(jobs) == []
