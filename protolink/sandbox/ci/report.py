@@ -6,7 +6,9 @@ credentials, commit, what was copied and left out); ``image``, ``container``, ``
 and ``test``: network, commands with argv, exit code, timed out, duration, output bytes, whether
 truncated and the output's tail); ``egress`` (the allow-list and every decision); ``resources``
 (peak memory and tasks, disk used); ``junit`` (files with their counts, refusals, totals);
-``artifacts``; ``env`` (the names passed in, never their values); ``error`` (what stopped the
+``artifacts``; ``env`` (the names passed in, never their values); ``timings`` (seconds spent in
+each step of the runner: ``image``, ``workspace``, ``sandbox_start``, ``sandbox_stop``,
+``collect``, ``cleanup``; the commands' own are in ``phases``); ``error`` (what stopped the
 runner itself, else null).
 """
 
@@ -80,6 +82,7 @@ class CiReport:
     junit: dict[str, Any] = field(default_factory=dict)
     artifacts: dict[str, Any] = field(default_factory=dict)
     env: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
     def end(self, outcome: Outcome, exit_code: int, error: str | None = None) -> None:
@@ -108,6 +111,7 @@ class CiReport:
             "junit": self.junit,
             "artifacts": self.artifacts,
             "env": self.env,
+            "timings": self.timings,
             "error": self.error,
         }
 

@@ -23,7 +23,7 @@ import shlex
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,13 +140,15 @@ class CiRunner:
 
     async def _run(self) -> None:
         job = self.job
-        await asyncio.to_thread(sweep)
-        image = await asyncio.to_thread(ensure_image, job.image or DEFAULT_IMAGE, self.image_progress)
+        with self._timed("image"):
+            await asyncio.to_thread(sweep)
+            image = await asyncio.to_thread(ensure_image, job.image or DEFAULT_IMAGE, self.image_progress)
         self.report.image = image
         identity = Identity.of()
-        self._workspace = workspace = await asyncio.to_thread(Workspace.create, identity.uid, identity.gid)
-        copied, commit = await asyncio.to_thread(workspace.fill, job.repo, max_bytes=job.disk_bytes,
-                                                 timeout=self._remaining())
+        with self._timed("workspace"):
+            self._workspace = workspace = await asyncio.to_thread(Workspace.create, identity.uid, identity.gid)
+            copied, commit = await asyncio.to_thread(workspace.fill, job.repo, max_bytes=job.disk_bytes,
+                                                     timeout=self._remaining())
         self.report.repository.update(commit=commit, files=copied.files, directories=copied.directories,
                                       symlinks=copied.symlinks, bytes=copied.bytes, left_out=copied.left_out)
         env = {**BASE_ENV, "HOME": str(workspace.home), **self.passed_env}
@@ -157,13 +159,15 @@ class CiRunner:
             cpus=job.cpus or float(_engine_cpus()), disk_bytes=job.disk_bytes, runtime=job.runtime,
             egress=job.egress if job.allow else None, on_egress_event=self._egress_event,
             **({"name": self.name} if self.name else {}))
-        backend = await sandbox.start()
+        with self._timed("sandbox_start"):
+            backend = await sandbox.start()
         self.report.container = sandbox.container_id
         self._pids = PidsPeak(await asyncio.to_thread(sandbox.host_pid))
         watch = asyncio.create_task(self._pids.watch())
         try:
-            setup = self._new_phase("setup", "allow-list" if job.allow else "none")
+            setup = self._new_phase("setup", "allow-list" if job.allow else "none") if job.setup else None
             for command in job.setup:
+                assert setup is not None
                 record = await self._command(backend, setup, ["/bin/sh", "-c", command], command, env)
                 if record.exit_code != 0:
                     why = "timed out" if record.timed_out else f"exited {record.exit_code}"
@@ -184,6 +188,16 @@ class CiRunner:
             watch.cancel()
             self._pids.look()
             self._measure(sandbox)
+
+    @contextlib.contextmanager
+    def _timed(self, step: str) -> Iterator[None]:
+        """Add the wall time of the block to the report's ``timings[step]``."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            timings = self.report.timings
+            timings[step] = round(timings.get(step, 0.0) + time.monotonic() - started, 3)
 
     def _new_phase(self, name: str, network: str) -> PhaseRecord:
         phase = PhaseRecord(name=name, network=network, started_at=iso(time.time()))
@@ -242,21 +256,28 @@ class CiRunner:
         """Remove the container, collect what the job left out of it, remove the workspace."""
         self.progress.close()
         if self._sandbox is not None:
-            await self._sandbox.aclose()
+            with self._timed("sandbox_stop"):
+                await self._sandbox.aclose()
         workspace = self._workspace
         if workspace is None:
             return
         try:
-            if workspace.repo.is_dir() and (self.job.junit or self.job.artifacts):
-                limits = self.job.limits
-                junit = await asyncio.to_thread(collect_junit, workspace.repo, self.job.junit, self.artifacts_dir,
-                                                limits)
-                self.report.junit = {**junit.to_dict(), "totals": junit_totals(junit)}
-                artifacts = await asyncio.to_thread(collect_artifacts, workspace.repo, self.job.artifacts,
-                                                    self.artifacts_dir / "artifacts", limits)
-                self.report.artifacts = {"directory": str(self.artifacts_dir / "artifacts"), **artifacts.to_dict()}
+            with self._timed("collect"):
+                await self._collect(workspace)
         finally:
-            await asyncio.to_thread(workspace.remove)
+            with self._timed("cleanup"):
+                await asyncio.to_thread(workspace.remove)
+
+    async def _collect(self, workspace: Workspace) -> None:
+        """JUnit files and artifacts out of the workspace, once its container is gone."""
+        job = self.job
+        if not workspace.repo.is_dir() or not (job.junit or job.artifacts):
+            return
+        junit = await asyncio.to_thread(collect_junit, workspace.repo, job.junit, self.artifacts_dir, job.limits)
+        self.report.junit = {**junit.to_dict(), "totals": junit_totals(junit)}
+        out = self.artifacts_dir / "artifacts"
+        artifacts = await asyncio.to_thread(collect_artifacts, workspace.repo, job.artifacts, out, job.limits)
+        self.report.artifacts = {"directory": str(out), **artifacts.to_dict()}
 
 
 def _exit_status(code: int | None) -> int:
