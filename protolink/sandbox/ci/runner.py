@@ -126,7 +126,7 @@ class CiRunner:
             async with asyncio.timeout(self.job.timeout_seconds):
                 await self._run()
         except TimeoutError:
-            self.report.end("timed_out", EXIT_TIMED_OUT, f"the job took longer than {self.job.timeout_seconds:g} s")
+            self._end_timed_out()
         except RepositoryError as error:
             self.report.end("repository_error", EXIT_REPOSITORY, str(error))
         except (SandboxError, OSError) as error:
@@ -141,11 +141,11 @@ class CiRunner:
     async def _run(self) -> None:
         job = self.job
         with self._timed("image"):
-            await asyncio.to_thread(sweep)
             image = await asyncio.to_thread(ensure_image, job.image or DEFAULT_IMAGE, self.image_progress)
         self.report.image = image
         identity = Identity.of()
         with self._timed("workspace"):
+            await asyncio.to_thread(sweep)
             self._workspace = workspace = await asyncio.to_thread(Workspace.create, identity.uid, identity.gid)
             copied, commit = await asyncio.to_thread(workspace.fill, job.repo, max_bytes=job.disk_bytes,
                                                      timeout=self._remaining())
@@ -165,29 +165,46 @@ class CiRunner:
         self._pids = PidsPeak(await asyncio.to_thread(sandbox.host_pid))
         watch = asyncio.create_task(self._pids.watch())
         try:
-            setup = self._new_phase("setup", "allow-list" if job.allow else "none") if job.setup else None
-            for command in job.setup:
-                assert setup is not None
-                record = await self._command(backend, setup, ["/bin/sh", "-c", command], command, env)
-                if record.exit_code != 0:
-                    why = "timed out" if record.timed_out else f"exited {record.exit_code}"
-                    self.report.end("setup_failed", EXIT_SETUP_FAILED, f"setup command {command!r} {why}")
-                    return
-            if job.allow:
-                await sandbox.set_egress(DENY_ALL)
-            self._phase = "test"
-            test = self._new_phase("test", "none")
-            argv = list(job.test) if job.test[0].startswith("/") else ["/usr/bin/env", "--", *job.test]
-            record = await self._command(backend, test, argv, shlex.join(job.test), env)
-            if record.timed_out:
-                self.report.end("timed_out", EXIT_TIMED_OUT, f"the job took longer than {job.timeout_seconds:g} s")
-            else:
-                code = _exit_status(record.exit_code)
-                self.report.end("passed" if code == 0 else "failed", code)
+            if await self._setup(backend, env):
+                if job.allow:
+                    await sandbox.set_egress(DENY_ALL)
+                await self._test(backend, env)
         finally:
             watch.cancel()
             self._pids.look()
             self._measure(sandbox)
+
+    async def _setup(self, backend: Any, env: dict[str, str]) -> bool:
+        """Run the setup commands in order; False once one fails (the job has ended)."""
+        if not self.job.setup:
+            return True
+        phase = self._new_phase("setup", "allow-list" if self.job.allow else "none")
+        for command in self.job.setup:
+            record = await self._command(backend, phase, ["/bin/sh", "-c", command], command, env)
+            if record.timed_out:
+                self._end_timed_out()
+                return False
+            if record.exit_code != 0:
+                why = f"exited {_exit_status(record.exit_code)}"
+                self.report.end("setup_failed", EXIT_SETUP_FAILED, f"setup command {command!r} {why}")
+                return False
+        return True
+
+    async def _test(self, backend: Any, env: dict[str, str]) -> None:
+        """Run the test command, with no network; its exit status ends the job."""
+        test = self.job.test
+        self._phase = "test"
+        phase = self._new_phase("test", "none")
+        argv = list(test) if test[0].startswith("/") else ["/usr/bin/env", "--", *test]
+        record = await self._command(backend, phase, argv, shlex.join(test), env)
+        if record.timed_out:
+            self._end_timed_out()
+        else:
+            code = _exit_status(record.exit_code)
+            self.report.end("passed" if code == 0 else "failed", code)
+
+    def _end_timed_out(self) -> None:
+        self.report.end("timed_out", EXIT_TIMED_OUT, f"the job took longer than {self.job.timeout_seconds:g} s")
 
     @contextlib.contextmanager
     def _timed(self, step: str) -> Iterator[None]:
