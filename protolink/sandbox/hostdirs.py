@@ -20,15 +20,21 @@ def runtime_dir() -> Path:
     explicit = os.environ.get("PROTOLINK_RUNTIME_DIR")
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     path = Path(explicit) if explicit else Path(xdg) / "protolink" if xdg else Path(f"/tmp/protolink-{os.getuid()}")
+    return owner_only_dir(path, "PROTOLINK_RUNTIME_DIR", "the sandbox runtime directory")
+
+
+def owner_only_dir(path: Path, variable: str, what: str) -> Path:
+    """``path``, created 0700 when missing; SandboxError when it is not a directory of this user
+    that only this user can open (``variable`` is the setting that moves it elsewhere)."""
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.lstat()
     except OSError as error:
-        raise SandboxError(f"cannot create the sandbox runtime directory {path}: {error}") from error
+        raise SandboxError(f"cannot create {what} {path}: {error}") from error
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise SandboxError(
             f"{path} must be a directory owned by uid {os.getuid()} that only its owner can open "
-            f"(found uid {info.st_uid}, mode {stat.filemode(info.st_mode)}); remove it or set PROTOLINK_RUNTIME_DIR"
+            f"(found uid {info.st_uid}, mode {stat.filemode(info.st_mode)}); remove it or set {variable}"
         )
     return path
 

@@ -28,6 +28,7 @@ from protolink.errors import RepositoryError
 from protolink.execution.git_safety import GLOBAL_OPTIONS, git_environment
 
 from .. import posix_acl
+from ..hostdirs import owner_only_dir
 from ..leftovers import owner_gone, process_owner
 
 #: Transports a git URL may use (never ``ext::`` or ``fd::``, which run commands).
@@ -53,18 +54,9 @@ class CopyStats:
 
 def jobs_dir() -> Path:
     """Where CI jobs' directories live: ``PROTOLINK_CI_DIR``, else ``/var/tmp/protolink-ci-<uid>``;
-    created 0700 and refused when another user owns it or others can open it."""
+    created 0700 and refused (SandboxError) when another user owns it or others can open it."""
     path = Path(os.environ.get("PROTOLINK_CI_DIR") or f"/var/tmp/protolink-ci-{os.getuid()}")
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = path.lstat()
-    except OSError as error:
-        raise RepositoryError(f"cannot create the CI jobs directory {path}: {error}") from error
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise RepositoryError(f"{path} must be a directory owned by uid {os.getuid()} that only its owner can "
-                              f"open (found uid {info.st_uid}, mode {stat.filemode(info.st_mode)}); remove it "
-                              "or set PROTOLINK_CI_DIR")
-    return path
+    return owner_only_dir(path, "PROTOLINK_CI_DIR", "the CI jobs directory")
 
 
 def sweep(base: Path | None = None) -> list[Path]:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from protolink.errors import RepositoryError
+from protolink.errors import RepositoryError, SandboxError
 from protolink.sandbox.ci.workspace import Workspace, copy_tree, is_git_url, jobs_dir, public_source, sweep
 from protolink.sandbox.leftovers import process_owner
 
@@ -101,7 +101,7 @@ def test_a_jobs_directory_others_can_open_is_refused(tmp_path, monkeypatch):
     base.mkdir(mode=0o755)
     os.chmod(base, 0o755)
     monkeypatch.setenv("PROTOLINK_CI_DIR", str(base))
-    with pytest.raises(RepositoryError, match="only its owner can open"):
+    with pytest.raises(SandboxError, match="only its owner can open.*PROTOLINK_CI_DIR"):
         jobs_dir()
 
 
