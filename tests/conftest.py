@@ -105,6 +105,16 @@ def sandbox_image(docker_client) -> str:
     return ensure_image(progress=lambda line: print(line, file=sys.__stderr__, flush=True))
 
 
+@pytest.fixture(scope="session")
+def ci_image(docker_client) -> str:
+    """The CI image of this checkout (``--image ci``), built first when its inputs changed."""
+    import sys
+
+    from protolink.sandbox.provision import ensure_image
+
+    return ensure_image("ci", progress=lambda line: print(line, file=sys.__stderr__, flush=True))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _leak_baseline is None:
         return
