@@ -312,8 +312,7 @@ def _name(text: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="protolink-sandbox", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="verb", required=True)
+    parser, commands = _verbs()
     up = commands.add_parser("up", help="build when needed, start the appliance and print how to connect")
     up.add_argument("--root", action="append", default=[], metavar="PATH[:rw]",
                     help="a directory to mount at the same path (read-only unless :rw); repeatable; without "
@@ -333,11 +332,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--allow", action="append", default=[], metavar="HOST[:PORT]",
                     help="let commands reach HOST (ports 80 and 443, or PORT; *.suffix matches names under suffix; "
                          "CIDR[:PORT] for addresses) through a host-side proxy; repeatable. Without: no network")
-    execute = commands.add_parser("exec", help="run one command in the appliance")
-    execute.add_argument("--cwd", default="/tmp")
-    execute.add_argument("--timeout", type=float, default=60.0)
-    execute.add_argument("--max-output-bytes", type=int, default=1 << 20)
-    execute.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
+    _add_exec(commands)
     commands.add_parser("down", help="remove the appliance")
     commands.add_parser("status", help="show the appliance, whether it answers, and its egress")
     egress = commands.add_parser("egress", help="change the appliance's egress live, or show its decisions",
@@ -351,12 +346,39 @@ def _parser() -> argparse.ArgumentParser:
     egress.add_argument("--follow", action="store_true", help="with --log: keep printing them as they come")
     egress.add_argument("--lines", type=int, default=50, help="with --log: how many recent decisions (default 50)")
     for sub in commands.choices.values():
-        sub.add_argument("--name", default=DEFAULT_NAME, type=_name)
+        _add_name(sub)
     return parser
 
 
+def _exec_parser() -> argparse.ArgumentParser:
+    """The parser of ``exec`` alone: building every verb's arguments would cost it 2-5 ms
+    (argparse formats and translates each one)."""
+    parser, commands = _verbs()
+    _add_name(_add_exec(commands))
+    return parser
+
+
+def _verbs() -> tuple[argparse.ArgumentParser, Any]:
+    parser = argparse.ArgumentParser(prog="protolink-sandbox", description=__doc__.split("\n\n")[0])
+    return parser, parser.add_subparsers(dest="verb", required=True)
+
+
+def _add_exec(commands: Any) -> argparse.ArgumentParser:
+    execute: argparse.ArgumentParser = commands.add_parser("exec", help="run one command in the appliance")
+    execute.add_argument("--cwd", default="/tmp")
+    execute.add_argument("--timeout", type=float, default=60.0)
+    execute.add_argument("--max-output-bytes", type=int, default=1 << 20)
+    execute.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
+    return execute
+
+
+def _add_name(verb: argparse.ArgumentParser) -> None:
+    verb.add_argument("--name", default=DEFAULT_NAME, type=_name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = (_exec_parser() if argv[:1] == ["exec"] else _parser()).parse_args(argv)
     if args.verb == "exec":
         args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not args.command:

@@ -323,3 +323,19 @@ def test_the_command_line_refuses_a_garbled_answer_in_one_line(raw_server, tmp_p
     done = exec_through_cli(tmp_path, address, monkeypatch)
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == "protolink-sandbox: the sandbox sent an answer that does not parse\n[]\n"
+
+
+@pytest.mark.parametrize("argv", [["exec", "--", "true"], ["exec", "--name", "x", "--cwd", "/ws", "--timeout", "2",
+                                                          "--max-output-bytes", "9", "--", "sh", "-c", "exit 1"],
+                                  ["exec", "--name", "bad name", "--", "true"], ["exec", "--timeout", "soon", "true"]])
+def test_execs_own_parser_reads_the_command_line_as_the_whole_one_does(argv, capsys):
+    from protolink.sandbox.cli import _exec_parser, _parser
+
+    answers = []
+    for parser in (_exec_parser(), _parser()):
+        try:
+            answers.append(vars(parser.parse_args(argv)))
+        except SystemExit as exit:
+            answers.append(exit.code)
+            answers.append(capsys.readouterr().err.splitlines()[-1])
+    assert answers[:len(answers) // 2] == answers[len(answers) // 2:]
