@@ -116,9 +116,9 @@ class Call:
                 body = body[room:]
             self._write(out)
             out.clear()
-            if not body:
+            if not body or self._ended:  # ended: the call failed early; its status tells why
                 return
-            self._read_frame()  # until the server grants more room (or fails the call)
+            self._read_frame()  # until the server grants more room
 
     def messages(self) -> Iterator[bytes]:
         """The answer's messages, in order; then the call's status is checked (raises unless OK)."""
@@ -169,9 +169,7 @@ class Call:
         self._grant(len(payload))
         if stream != STREAM or not self._answered or self._ended:
             raise SandboxProtocolError("the sandbox sent data outside its answer")
-        self._data += _unpadded(flags, payload)
-        if len(self._data) > self._max_message_bytes + 5:
-            self._next_message()  # refuses what is too large before it grows further
+        self._data += _unpadded(flags, payload)  # taken apart (and checked) before the next frame is read
         if flags & END_STREAM:
             self._ended = True
 

@@ -152,6 +152,8 @@ def test_exec_ends_as_its_command_ends(appliance):
     slow = exec_bytes(name, "--timeout", "1", "--", "sleep", "60")
     assert slow.returncode == 1
     assert slow.stderr == b"protolink-sandbox: timed out after 1 s: /usr/bin/env -- sleep 60\n"
+    long = exec_bytes(name, "--", "/bin/sh", "-c", 'echo $#; printf %s "$@" | wc -c', "sh", *["x" * 100_000] * 3)
+    assert (long.returncode, long.stdout.split()) == (0, [b"3", b"300000"])  # more than a first window of request
     where = exec_bytes(name, "--cwd", str(root), "--", "pwd")
     assert (where.returncode, where.stdout) == (0, f"{root}\n".encode())
 

@@ -292,6 +292,18 @@ def test_a_well_formed_answer_over_raw_frames_pings_and_settings_included(raw_se
     assert (outcome.exit_code, stdout) == (0, b"\0\xffbin")
 
 
+def test_many_events_in_one_frame_are_each_read(raw_server, tmp_path):
+    address, answers = raw_server
+    events = [process_pb2.ExecuteEvent(id=1, output=process_pb2.Output(channel=1, data=b"%04d" % n))
+              for n in range(20_000)] + [process_pb2.ExecuteEvent(id=1, finished=process_pb2.Finished(exit_code=5))]
+    body = b"".join(message(event.SerializeToString()) for event in events)
+    assert len(body) > COMMAND.max_output_bytes + exec_client.EVENT_OVERHEAD_BYTES  # more than one message may be
+    answers.append(ANSWER + frame(0, 0, 1, body))
+    outcome, stdout, _ = run(address, tmp_path)
+    assert outcome == exec_client.Outcome(exit_code=5, timed_out=False, truncated=True)
+    assert stdout == b"".join(b"%04d" % n for n in range(25))
+
+
 # Through the command line --------------------------------------------------------------------
 
 #: Runs the command line, then says which of these modules it loaded.
