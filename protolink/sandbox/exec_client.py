@@ -69,21 +69,24 @@ def execute(address: str, token: str | None, command: Command, *, outputs: Mappi
     a server that is starting that long to answer. Other failures raise as :mod:`.client`'s do.
     """
     request = execute_request(command)
-    started = time.monotonic()
-    deadline = started + command.timeout_seconds + GRACE_SECONDS
+    deadline = time.monotonic() + command.timeout_seconds + GRACE_SECONDS
     sock = _connect(address, connect_seconds)
     metadata = [("authorization", f"Bearer {token}")] if token else []
     call = Call(sock, "localhost" if address.startswith("unix://") else address.removeprefix("tcp://"),
                 EXECUTE_METHOD, metadata, max_message_bytes=max(command.max_output_bytes, 0) + EVENT_OVERHEAD_BYTES)
     try:
         call.settimeout(CONNECT_SECONDS)
-        call.send(request)
+        try:
+            call.send(request)
+        except TimeoutError:
+            raise SandboxUnavailableError(f"the sandbox did not take the request within {CONNECT_SECONDS:g} s") from None
         return _follow(call, command, deadline, {STDOUT: 1, STDERR: 2} if outputs is None else outputs)
     finally:
         call.close()
 
 
 def _connect(address: str, seconds: float) -> socket.socket:
+    """A socket connected to ``address``, trying again for up to ``seconds``."""
     until = time.monotonic() + seconds
     while True:
         try:
@@ -114,11 +117,12 @@ def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int,
         kind, body = parse_event(event)
         if kind == "keepalive":
             continue
-        if kind == "error":
+        if kind == "error":  # rare: the generated code and the grpcio client's rules load for it
             from protolink.wire._pb.errors_pb2 import Error
-            from protolink.wire.status import from_wire
+            from protolink.wire.convert import parse
+            from protolink.wire.status import checked_answer, from_wire
 
-            raise from_wire(Error.FromString(body))
+            raise from_wire(checked_answer(parse, Error, body))
         if kind is None or (kind == "started" and begun):
             raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
         begun = True

@@ -109,7 +109,7 @@ class Call:
         body = memoryview(b"\0" + struct.pack(">I", len(message)) + message)
         while True:
             room = min(self._send_window, self._connection_window, self._peer_frame_bytes, len(body))
-            if room > 0 or not body:
+            if room > 0:
                 out += _frame(DATA, END_STREAM if room == len(body) else 0, STREAM, body[:room])
                 self._send_window -= room
                 self._connection_window -= room
@@ -306,7 +306,7 @@ class Call:
             try:
                 chunk = self._sock.recv(max(count - len(self._buffer), 1 << 16))
             except TimeoutError:
-                raise
+                raise  # the caller's deadlines say what it means
             except OSError as error:
                 raise SandboxUnavailableError(f"the connection to the sandbox failed: {error}") from None
             if not chunk:
@@ -320,7 +320,7 @@ class Call:
         try:
             self._sock.sendall(data)
         except TimeoutError:
-            raise
+            raise  # the caller's deadlines say what it means
         except OSError as error:
             raise SandboxUnavailableError(f"the connection to the sandbox failed: {error}") from None
 

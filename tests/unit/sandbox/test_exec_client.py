@@ -257,13 +257,14 @@ def raw_server(tmp_path: Path) -> Iterator[tuple[str, list[bytes]]]:
     (ANSWER + frame(0, 0, 1, b"\0" + struct.pack(">I", 1 << 30)), "message of 1073741824 bytes"),
     (ANSWER + frame(0, 0, 1, b"\1" + struct.pack(">I", 1) + b"x"), "compressed"),
     (ANSWER + frame(0, 0, 1, message(b"\xff\xff")), "does not parse"),
+    (ANSWER + frame(0, 0, 1, message(b"\x28\x01\x32\x02\xff\xff")), "malformed Error"),
     (ANSWER + frame(0, 1, 1, b"\0\0"), "inside a message"),
     (ANSWER + frame(0, 0, 3, message(b"")), "outside its answer"),
     (ANSWER + frame(1, 5, 1, hpack_codec.encode([(b"grpc-status", b"x")])), "without a valid status"),
     (frame(4, 0, 0, b"\x00\x04\xff\xff\xff\xff"), "invalid window size"),
     (frame(6, 0, 0, b"short"), "malformed PING"),
 ], ids=["http-1", "oversized-frame", "unknown-type", "push", "not-200", "bad-hpack", "oversized-message",
-        "compressed", "garbled-event", "cut-message", "other-stream", "bad-status", "bad-window", "bad-ping"])
+        "compressed", "garbled-event", "garbled-error", "cut-message", "other-stream", "bad-status", "bad-window", "bad-ping"])
 def test_what_is_not_the_grpc_it_should_be_is_refused_cleanly(raw_server, tmp_path, answer, problem):
     address, answers = raw_server
     answers.append(answer)
