@@ -202,6 +202,14 @@ async def test_a_failed_call_is_the_status_the_server_sent_never_a_call_to_repea
     assert not isinstance(raised.value, SandboxNotReachedError)
 
 
+async def test_a_server_that_goes_silent_is_given_up(fake, tmp_path, monkeypatch):
+    script, address = fake
+    script.events, script.then_silence = [started()], True
+    monkeypatch.setattr(exec_client, "IDLE_SECONDS", 0.5)
+    with pytest.raises(SandboxUnavailableError, match="sent nothing for 0.5 seconds"):
+        await asyncio.to_thread(run, address, tmp_path)
+
+
 def test_nothing_listening_is_not_reached(tmp_path):
     with pytest.raises(SandboxNotReachedError):
         run(f"unix://{tmp_path / 'none.sock'}", tmp_path)
