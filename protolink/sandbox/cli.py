@@ -13,25 +13,22 @@ those hosts through a host-side proxy that a detached daemon runs (:mod:`.egress
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import os
-import shlex
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from protolink.errors import SandboxError, SandboxUnavailableError
+from protolink.errors import SandboxError, SandboxNotReachedError
 
-# ``exec`` is timed against ``docker exec``: only what it needs is imported here; the docker
-# SDK, the images and the container options load in the verbs that use them.
+# ``exec`` is timed against ``docker exec``: only what it needs is imported here (no asyncio,
+# grpc or protobuf: :mod:`.exec_client`); the docker SDK, the images, the container options
+# and the event loop load in the verbs that use them.
 from . import records
 from .engine import engine_errors
 
 if TYPE_CHECKING:
-    from .client import SandboxBackend
+    from .exec_client import Command, Outcome
 
 DEFAULT_NAME = "protolink-appliance"
 COMMAND_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
@@ -49,6 +46,8 @@ def _snippet(address: str, token_file: str | None) -> str:
 def when(epoch: int, now: float) -> str:
     """``epoch`` (Unix seconds) in ISO 8601, UTC, with how long ago or ahead it is:
     ``2026-12-01T14:03:22Z (5 min ago)``."""
+    from datetime import datetime, timezone
+
     stamp = datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     seconds = round(now - epoch)
     span = next((f"{abs(seconds) // size} {unit}" for unit, size in (("d", 86400), ("h", 3600), ("min", 60))
@@ -57,6 +56,7 @@ def when(epoch: int, now: float) -> str:
 
 
 async def _up(args: argparse.Namespace) -> int:
+    import asyncio
     from dataclasses import replace
 
     from protolink.wire.roots import Root
@@ -115,6 +115,7 @@ async def _up(args: argparse.Namespace) -> int:
 
 async def _start_egress(name: str, container_id: str, address: str, allow: list[str]) -> dict[str, Any]:
     """Start the egress daemon of appliance ``name``, whose server listens at ``address``."""
+    import asyncio
     from pathlib import Path
 
     from .appliance import find
@@ -138,6 +139,8 @@ def _daemon(answer: dict[str, Any]) -> str:
 
 
 async def _down(args: argparse.Namespace) -> int:
+    import asyncio
+
     from .appliance import find
     from .egress.control import stop_daemon
     from .leftovers import HOSTDIRS_LABEL, remove_host_dirs
@@ -159,6 +162,8 @@ async def _down(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace) -> int:
+    import asyncio
+
     from .appliance import address, find
     from .client import connect
     from .leftovers import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL
@@ -228,6 +233,8 @@ async def _egress(args: argparse.Namespace) -> int:
 
 
 async def _egress_log(args: argparse.Namespace) -> int:
+    import asyncio
+
     from .egress.control import EgressFiles, NoEgressDaemonError
     from .egress.eventlog import Tail, describe, recent
 
@@ -245,56 +252,53 @@ async def _egress_log(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Quiet:
-    """Where ``exec``'s output events go: nowhere (the result carries the output)."""
+def _exec(args: argparse.Namespace) -> int:
+    """Run the command, its output passed through as it comes; its exit code, 1 when it was
+    killed by a signal or never reported one, 3 when the appliance is not up."""
+    from .exec_client import Command
 
-    async def emit(self, type: str, **data: Any) -> None:
-        return None
-
-
-async def _exec(args: argparse.Namespace) -> int:
-    from protolink.execution.process_types import ProcessSpec
-
-    backend = await _reach(args.name)
-    if backend is None:
-        _say(f"{args.name} is not up: run `protolink-sandbox up` first")
-        return 3
     argv = list(args.command)
     if not os.path.isabs(argv[0]):
         argv = ["/usr/bin/env", "--", *argv]  # PATH lookup happens inside the sandbox
-    spec = ProcessSpec(argv=tuple(argv), cwd=args.cwd, env=COMMAND_ENV, timeout_seconds=args.timeout,
-                       max_output_bytes=args.max_output_bytes)
+    command = Command(argv=argv, cwd=args.cwd, env=COMMAND_ENV, timeout_seconds=args.timeout,
+                      max_output_bytes=args.max_output_bytes)
     try:
-        result = await backend.execute(spec, _Quiet())
-    finally:
-        await backend.aclose()
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
-    if result.timed_out:
+        outcome = _execute_in(args.name, command)
+    except BrokenPipeError:  # what reads the output went away: the command ends with the connection
+        return 1
+    except (OSError, RuntimeError) as error:  # the sandbox's own error for this command (it could not start)
+        _say(str(error))
+        return 1
+    if outcome is None:
+        _say(f"{args.name} is not up: run `protolink-sandbox up` first")
+        return 3
+    if outcome.timed_out:
+        import shlex
+
         _say(f"timed out after {args.timeout:g} s: {shlex.join(argv)}")
-    if result.truncated:
+    if outcome.truncated:
         _say("output truncated")
-    return result.exit_code if result.exit_code is not None and result.exit_code >= 0 else 1
+    return outcome.exit_code if outcome.exit_code is not None and outcome.exit_code >= 0 else 1
 
 
-async def _reach(name: str) -> SandboxBackend | None:
-    """A backend connected to appliance ``name``: at the address ``up`` recorded, else where the
+def _execute_in(name: str, command: Command) -> Outcome | None:
+    """``command`` run in appliance ``name``: at the address ``up`` recorded, else where the
     engine says it is; None when it is not up."""
-    from .client import connect
+    from .exec_client import CONNECT_SECONDS, execute
 
     record = records.load(name)
     if record is not None and not _socket_gone(record.address):
         try:
-            return await connect(record.address, token=records.read_token(name))
-        except SandboxUnavailableError:
-            pass  # removed behind `down`'s back, or restarted: the engine knows
+            return execute(record.address, records.read_token(name), command)
+        except SandboxNotReachedError:
+            pass  # removed behind `down`'s back, or restarted: the engine knows (nothing ran)
     from .appliance import address, find
 
-    container = await asyncio.to_thread(find, name)
+    container = find(name)
     if container is None:
         records.forget(name)
         return None
-    return await connect(address(container), token=records.read_token(name))
+    return execute(address(container), records.read_token(name), command, connect_seconds=CONNECT_SECONDS)
 
 
 def _socket_gone(address: str) -> bool:
@@ -316,8 +320,7 @@ def _name(text: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="protolink-sandbox", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="verb", required=True)
+    parser, commands = _verbs()
     up = commands.add_parser("up", help="build when needed, start the appliance and print how to connect")
     up.add_argument("--root", action="append", default=[], metavar="PATH[:rw]",
                     help="a directory to mount at the same path (read-only unless :rw); repeatable; without "
@@ -337,15 +340,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--allow", action="append", default=[], metavar="HOST[:PORT]",
                     help="let commands reach HOST (ports 80 and 443, or PORT; *.suffix matches names under suffix; "
                          "CIDR[:PORT] for addresses) through a host-side proxy; repeatable. Without: no network")
-    execute = commands.add_parser("exec", help="run one command in the appliance")
-    execute.add_argument("--cwd", default="/tmp")
-    execute.add_argument("--timeout", type=float, default=60.0)
-    execute.add_argument("--max-output-bytes", type=int, default=1 << 20)
-    execute.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
-    from .ci.command import add_arguments as ci_arguments
-
-    ci_arguments(commands.add_parser("ci", usage="%(prog)s REPO [options] -- TEST_CMD [ARG...]", help="run an untrusted repository's setup and tests in a sandbox of "
-                                     "its own, with a report", description=_CI_DESCRIPTION))
+    _add_exec(commands)
+    _add_ci(commands)
     commands.add_parser("down", help="remove the appliance")
     commands.add_parser("status", help="show the appliance, whether it answers, and its egress")
     egress = commands.add_parser("egress", help="change the appliance's egress live, or show its decisions",
@@ -360,21 +356,54 @@ def _parser() -> argparse.ArgumentParser:
     egress.add_argument("--lines", type=int, default=50, help="with --log: how many recent decisions (default 50)")
     for verb, sub in commands.choices.items():
         if verb != "ci":  # a job's sandbox is its own, not the appliance
-            sub.add_argument("--name", default=DEFAULT_NAME, type=_name)
+            _add_name(sub)
     return parser
 
 
+def _exec_parser() -> argparse.ArgumentParser:
+    """The parser of ``exec`` alone: building every verb's arguments would cost it 2-5 ms
+    (argparse formats and translates each one)."""
+    parser, commands = _verbs()
+    _add_name(_add_exec(commands))
+    return parser
+
+
+def _verbs() -> tuple[argparse.ArgumentParser, Any]:
+    parser = argparse.ArgumentParser(prog="protolink-sandbox", description=__doc__.split("\n\n")[0])
+    return parser, parser.add_subparsers(dest="verb", required=True)
+
+
+def _add_exec(commands: Any) -> argparse.ArgumentParser:
+    execute: argparse.ArgumentParser = commands.add_parser("exec", help="run one command in the appliance")
+    execute.add_argument("--cwd", default="/tmp")
+    execute.add_argument("--timeout", type=float, default=60.0)
+    execute.add_argument("--max-output-bytes", type=int, default=1 << 20)
+    execute.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
+    return execute
+
+
+def _add_ci(commands: Any) -> None:
+    from .ci.command import add_arguments
+
+    add_arguments(commands.add_parser("ci", usage="%(prog)s REPO [options] -- TEST_CMD [ARG...]",
+                                      help="run an untrusted repository's setup and tests in a sandbox of its own, "
+                                           "with a report", description=_CI_DESCRIPTION))
+
+
+def _add_name(verb: argparse.ArgumentParser) -> None:
+    verb.add_argument("--name", default=DEFAULT_NAME, type=_name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     test: list[str] = []
     if argv[:1] == ["ci"]:
         from .ci.command import split_test
 
         argv, test = split_test(argv)
-    args = _parser().parse_args(argv)
+    args = (_exec_parser() if argv[:1] == ["exec"] else _parser()).parse_args(argv)
     if args.verb == "ci":
         args.test = test
-    logging.basicConfig(format="protolink-sandbox: %(message)s", level=logging.WARNING)
     if args.verb == "exec":
         args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not args.command:
@@ -382,13 +411,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb == "egress" and args.follow and not args.log:
         _parser().error("--follow goes with --log")
     if args.verb == "ci":
+        import logging
+
         from .ci.command import run as run_ci
 
+        logging.basicConfig(format="protolink-sandbox: %(message)s", level=logging.WARNING)
         with engine_errors("run a CI job"):
             return run_ci(args)
-    verb = {"up": _up, "down": _down, "status": _status, "exec": _exec, "egress": _egress}[args.verb]
     try:
         with engine_errors(f"{args.verb} appliance {args.name}"):
+            if args.verb == "exec":  # no event loop, no logging set up: it is timed (see _exec)
+                return _exec(args)
+            import asyncio
+            import logging
+
+            logging.basicConfig(format="protolink-sandbox: %(message)s", level=logging.WARNING)
+            verb = {"up": _up, "down": _down, "status": _status, "egress": _egress}[args.verb]
             return asyncio.run(verb(args))
     except (SandboxError, ValueError) as error:
         _say(str(error))
@@ -400,8 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> NoReturn:
     """The ``protolink-sandbox`` command: :func:`main`, then the process ends at once.
 
-    Everything is closed by then; the interpreter's teardown of gRPC and protobuf would add
-    50-80 ms (measured) to every ``exec``, which is timed against ``docker exec``.
+    Everything is closed by then; the interpreter's teardown of what the verb loaded (gRPC and
+    protobuf add 50-80 ms, measured) would be paid by ``exec`` too, which is timed against
+    ``docker exec``.
     """
     code = main()
     try:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,91 @@ def test_a_writable_root_commands_cannot_write_is_refused_unless_handed_over(doc
     assert f"handed writable root {root} to {NOBODY}:{NOBODY} (it was 0:0)" in up.stderr
     made = cli("exec", "--name", name, "--cwd", str(root), "--", "/bin/sh", "-c", "echo made > made.txt")
     assert made.returncode == 0 and (root / "made.txt").read_text() == "made\n", made.stderr
+
+
+# exec: what a command writes, how it ends, and where it runs ------------------------------
+
+
+def exec_bytes(name: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """``protolink-sandbox exec --name NAME ARGS...`` with its output as bytes."""
+    return subprocess.run([sys.executable, "-m", "protolink.sandbox.cli", "exec", "--name", name, *args],
+                          capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def appliance(docker_client, sandbox_image, tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    """An appliance over a read-only root holding every byte value and output at the cap and past it."""
+    root = tmp_path_factory.mktemp("exec-root")
+    root.chmod(0o755)
+    (root / "bytes").write_bytes(bytes(range(256)) * 4)
+    (root / "at-cap").write_bytes(os.urandom(CAP))
+    (root / "past-cap").write_bytes((root / "at-cap").read_bytes() + b"!")
+    for path in root.iterdir():
+        path.chmod(0o644)
+    name = f"{TEST_NAME_PREFIX}cli-exec-{uuid.uuid4().hex[:8]}"
+    up = cli("up", "--name", name, "--root", f"{root}:ro")
+    try:
+        assert up.returncode == 0, up.stderr
+        yield name, root
+    finally:
+        cli("down", "--name", name)
+
+
+CAP = 1 << 20  # exec's default --max-output-bytes
+
+
+def test_exec_writes_the_commands_bytes_exactly(appliance):
+    name, root = appliance
+    binary = exec_bytes(name, "--", "/bin/sh", "-c", f"cat {root}/bytes; cat {root}/bytes >&2")
+    assert (binary.returncode, binary.stdout, binary.stderr) == (0, (root / "bytes").read_bytes(),
+                                                                 (root / "bytes").read_bytes())
+    at_cap = exec_bytes(name, "--", "cat", str(root / "at-cap"))
+    assert (at_cap.returncode, at_cap.stdout, at_cap.stderr) == (0, (root / "at-cap").read_bytes(), b"")
+    past_cap = exec_bytes(name, "--", "cat", str(root / "past-cap"))
+    assert (past_cap.returncode, past_cap.stdout) == (0, (root / "at-cap").read_bytes())
+    assert past_cap.stderr == b"protolink-sandbox: output truncated\n"
+    smaller = exec_bytes(name, "--max-output-bytes", "300", "--", "/bin/sh", "-c", f"cat {root}/bytes >&2")
+    assert (smaller.stdout, smaller.stderr) == (b"", bytes(range(256)) + bytes(range(44)) +
+                                                b"protolink-sandbox: output truncated\n")
+
+
+def test_exec_ends_as_its_command_ends(appliance):
+    name, root = appliance
+    assert exec_bytes(name, "--", "/bin/sh", "-c", "exit 7").returncode == 7
+    assert exec_bytes(name, "--", "/bin/sh", "-c", "exit 255").returncode == 255
+    killed = exec_bytes(name, "--", "/bin/sh", "-c", "echo before; kill -KILL $$")
+    assert (killed.returncode, killed.stdout) == (1, b"before\n")  # killed by a signal: 1
+    slow = exec_bytes(name, "--timeout", "1", "--", "sleep", "60")
+    assert slow.returncode == 1
+    assert slow.stderr == b"protolink-sandbox: timed out after 1 s: /usr/bin/env -- sleep 60\n"
+    long = exec_bytes(name, "--", "/bin/sh", "-c", 'echo $#; printf %s "$@" | wc -c', "sh", *["x" * 100_000] * 3)
+    assert (long.returncode, long.stdout.split()) == (0, [b"3", b"300000"])  # more than a first window of request
+    where = exec_bytes(name, "--cwd", str(root), "--", "pwd")
+    assert (where.returncode, where.stdout) == (0, f"{root}\n".encode())
+
+
+def test_exec_of_a_command_that_cannot_start_says_why(appliance):
+    name, _ = appliance
+    looked_up = exec_bytes(name, "--", "no-such-command")  # looked up on PATH inside the appliance
+    assert looked_up.returncode == 127 and b"no-such-command" in looked_up.stderr
+    missing = exec_bytes(name, "--", "/no/such/file")
+    assert missing.returncode == 1
+    assert missing.stderr == b"protolink-sandbox: could not start '/no/such/file': No such file or directory\n"
+
+
+def test_exec_without_an_appliance_exits_3(docker_client):
+    absent = exec_bytes(f"{TEST_NAME_PREFIX}cli-absent-{uuid.uuid4().hex[:8]}", "--", "true")
+    assert absent.returncode == 3 and absent.stdout == b""
+    assert absent.stderr.endswith(b" is not up: run `protolink-sandbox up` first\n")
+
+
+def test_exec_over_tcp_sends_the_token_and_a_wrong_one_is_refused(docker_client, sandbox_image, tmp_path, name):
+    tmp_path.chmod(0o755)
+    up = cli("up", "--name", name, "--root", str(tmp_path), "--tcp", "127.0.0.1:0")
+    assert up.returncode == 0, up.stderr
+    shown = exec_bytes(name, "--", "/bin/sh", "-c", "echo over tcp; exit 4")
+    assert (shown.returncode, shown.stdout) == (4, b"over tcp\n"), shown.stderr
+    (runtime_dir() / f"{name}.token").write_text("wrong")
+    refused = exec_bytes(name, "--", "/bin/sh", "-c", "echo ran")
+    assert (refused.returncode, refused.stdout) == (1, b"")
+    assert refused.stderr == b"protolink-sandbox: sandbox call failed (UNAUTHENTICATED): missing or wrong token\n"

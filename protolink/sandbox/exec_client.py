@@ -1,0 +1,282 @@
+"""Run one command in a sandbox appliance and pass its output through: ``protolink-sandbox exec``.
+
+The command line's one call is timed against ``docker exec``, so it does not load grpcio,
+protobuf or asyncio (together several times the cost of ``docker exec`` itself): it makes the
+one ``Execute`` call :class:`~protolink.sandbox.client.SandboxBackend` makes for a process
+(:mod:`.process_stream`), over :mod:`.grpc_call`, with the two messages it needs encoded here
+(their schema is ``proto/protolink/sandbox/v1/process.proto``; ``tests/unit/sandbox`` holds this
+codec to the generated one). Every other client keeps using grpcio.
+
+What the server sends is untrusted and checked as :mod:`.process_stream` checks it: events in
+order (started?, output*, finished, or an error), output capped at ``max_output_bytes``
+whatever the server claims, a process that sends nothing for :data:`IDLE_SECONDS` given up,
+and the whole call bounded by its timeout plus :data:`GRACE_SECONDS`. The output's bytes are
+written as they arrive, exactly as the command wrote them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from protolink.errors import SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
+
+from .grpc_call import Call, open_socket
+
+EXECUTE_METHOD = "/protolink.sandbox.v1.Sandbox/Execute"
+#: The same bounds as :mod:`.process_stream` and :mod:`.client` (held equal by the unit tests).
+IDLE_SECONDS = 20.0
+GRACE_SECONDS = 30.0
+CONNECT_SECONDS = 5.0
+#: An event holds at most the output cap in output, or an error message of 4096 characters.
+EVENT_OVERHEAD_BYTES = 64 * 1024
+#: The exit codes a Finished event may report (negative: killed by that signal).
+EXIT_CODES = range(-255, 256)
+STDOUT, STDERR = 1, 2
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+_REQUEST_ID = 1
+
+
+class Command(NamedTuple):
+    """What to run: the process spec's fields, as :func:`protolink.wire.convert.execute_request` sends them."""
+
+    argv: Sequence[str]
+    cwd: str
+    env: Mapping[str, str]
+    timeout_seconds: float
+    max_output_bytes: int
+
+
+class Outcome(NamedTuple):
+    """How the command ended (its output was written already)."""
+
+    exit_code: int | None
+    timed_out: bool
+    truncated: bool
+
+
+def execute(address: str, token: str | None, command: Command, *, outputs: Mapping[int, int] | None = None,
+            connect_seconds: float = 0.0) -> Outcome:
+    """Run ``command`` in the appliance at ``address``, writing its output to the file
+    descriptors ``outputs`` maps each channel to (default: this process's stdout and stderr).
+
+    SandboxNotReachedError when nothing answers there (nothing ran); ``connect_seconds`` gives
+    a server that is starting that long to answer. Other failures raise as :mod:`.client`'s do.
+    """
+    request = execute_request(command)
+    deadline = time.monotonic() + command.timeout_seconds + GRACE_SECONDS
+    sock = _connect(address, connect_seconds)
+    metadata = [("authorization", f"Bearer {token}")] if token else []
+    call = Call(sock, "localhost" if address.startswith("unix://") else address.removeprefix("tcp://"),
+                EXECUTE_METHOD, metadata, max_message_bytes=max(command.max_output_bytes, 0) + EVENT_OVERHEAD_BYTES)
+    try:
+        call.settimeout(CONNECT_SECONDS)
+        try:
+            call.send(request)
+        except TimeoutError:
+            raise SandboxUnavailableError(f"the sandbox did not take the request within {CONNECT_SECONDS:g} s") from None
+        return _follow(call, command, deadline, {STDOUT: 1, STDERR: 2} if outputs is None else outputs)
+    finally:
+        call.close()
+
+
+def _connect(address: str, seconds: float) -> socket.socket:
+    """A socket connected to ``address``, trying again for up to ``seconds``."""
+    until = time.monotonic() + seconds
+    while True:
+        try:
+            return open_socket(address, CONNECT_SECONDS)
+        except SandboxNotReachedError:
+            if time.monotonic() >= until:
+                raise
+        time.sleep(0.02)
+
+
+def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int, int]) -> Outcome:
+    """Read the process's events to its Finished facts, writing its output as it comes."""
+    room = max(command.max_output_bytes, 0)
+    truncated = begun = False
+    events = call.messages()
+    while True:
+        now = time.monotonic()
+        call.settimeout(max(min(deadline - now, IDLE_SECONDS), 0.001))
+        try:
+            event = next(events, None)
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise SandboxUnavailableError("the sandbox did not finish the process within "
+                                              f"{command.timeout_seconds + GRACE_SECONDS:g} s") from None
+            raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
+        if event is None:
+            raise SandboxProtocolError("the sandbox ended the process stream")
+        kind, body = parse_event(event)
+        if kind == "keepalive":
+            continue
+        if kind == "error":  # rare: the generated code and the grpcio client's rules load for it
+            from protolink.wire._pb.errors_pb2 import Error
+            from protolink.wire.convert import parse
+            from protolink.wire.status import checked_answer, from_wire
+
+            raise from_wire(checked_answer(parse, Error, body))
+        if kind is None or (kind == "started" and begun):
+            raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
+        begun = True
+        if kind == "output":
+            channel, data = parse_output(body)
+            if len(data) > room:
+                data, truncated = data[:room], True
+            room -= len(data)
+            _write(outputs[channel], data)
+        elif kind == "finished":
+            exit_code, finished_truncated, timed_out = parse_finished(body)
+            return Outcome(exit_code, timed_out, truncated or finished_truncated)
+
+
+# The two messages ------------------------------------------------------------------------
+
+
+def execute_request(command: Command) -> bytes:
+    """An ExecuteRequest (process.proto) for ``command``, with request id 1; ValueError when a
+    field cannot be sent (text that is not UTF-8)."""
+    try:
+        out = bytearray(_tag(7, _VARINT) + _varint(_REQUEST_ID))
+        out += b"".join(_string(1, arg) for arg in command.argv)
+        out += _string(2, command.cwd)
+        for key, value in command.env.items():
+            out += _bytes(3, _string(1, key) + _string(2, value))
+        out += _tag(4, _FIXED64) + struct.pack("<d", command.timeout_seconds)
+        out += _tag(5, _VARINT) + _varint(command.max_output_bytes)
+    except UnicodeEncodeError as error:
+        raise ValueError(f"cannot send this request to the sandbox: {error}") from None
+    return bytes(out)
+
+
+#: ExecuteEvent's oneof ``event``, by field number.
+EVENT_KINDS = {1: "started", 7: "output", 3: "finished", 4: "keepalive", 6: "error"}
+
+
+def parse_event(data: bytes) -> tuple[str | None, bytes]:
+    """The kind of an ExecuteEvent of request 1 and that field's bytes (kind None: no event set)."""
+    kind: str | None = None
+    body = b""
+    request_id = 0
+    for number, wire_type, value in _fields(data):
+        if number == 5:
+            request_id = _expect(value, wire_type, _VARINT)
+        elif number in EVENT_KINDS:
+            kind, body = EVENT_KINDS[number], _expect(value, wire_type, _LENGTH)
+    if request_id != _REQUEST_ID:
+        raise SandboxProtocolError(f"the sandbox sent an event for request {request_id}, never made")
+    return kind, body
+
+
+def parse_output(data: bytes) -> tuple[int, bytes]:
+    """An Output's channel (STDOUT or STDERR) and bytes."""
+    channel, chunk = 0, b""
+    for number, wire_type, value in _fields(data):
+        if number == 1:
+            channel = _expect(value, wire_type, _VARINT)
+        elif number == 3:
+            chunk = _expect(value, wire_type, _LENGTH)
+    if channel not in (STDOUT, STDERR):
+        raise SandboxProtocolError(f"the sandbox sent output on unknown channel {channel}")
+    return channel, chunk
+
+
+def parse_finished(data: bytes) -> tuple[int | None, bool, bool]:
+    """A Finished event's exit code (None: absent), ``truncated`` and ``timed_out``, checked
+    as :func:`protolink.wire.convert.finished_facts` checks them."""
+    exit_code: int | None = None
+    flags = {2: 0, 3: 0}
+    duration = 0.0
+    for number, wire_type, value in _fields(data):
+        if number == 1:
+            exit_code = _signed(_expect(value, wire_type, _VARINT))
+        elif number in flags:
+            flags[number] = _expect(value, wire_type, _VARINT)
+        elif number == 5:
+            duration = struct.unpack("<d", _expect(value, wire_type, _FIXED64))[0]
+    if exit_code is not None and exit_code not in EXIT_CODES:
+        raise SandboxProtocolError(f"the sandbox sent an invalid answer: exit code {exit_code} is out of range")
+    if not (math.isfinite(duration) and duration >= 0):
+        raise SandboxProtocolError("the sandbox sent an invalid answer: duration_seconds must be a finite number >= 0")
+    return exit_code, bool(flags[2]), bool(flags[3])
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value) of each field of a message; varints as ints, the rest bytes."""
+    at = 0
+    while at < len(data):
+        key, at = _read_varint(data, at)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise SandboxProtocolError("the sandbox sent an answer that does not parse")
+        if wire_type == _VARINT:
+            value, at = _read_varint(data, at)
+            yield number, wire_type, value
+            continue
+        if wire_type == _LENGTH:
+            size, at = _read_varint(data, at)
+        elif wire_type in (_FIXED64, _FIXED32):
+            size = 8 if wire_type == _FIXED64 else 4
+        else:
+            raise SandboxProtocolError("the sandbox sent an answer that does not parse")
+        if at + size > len(data):
+            raise SandboxProtocolError("the sandbox sent an answer that does not parse")
+        yield number, wire_type, data[at:at + size]
+        at += size
+
+
+def _expect(value: int | bytes, wire_type: int, expected: int) -> Any:
+    if wire_type != expected:
+        raise SandboxProtocolError("the sandbox sent an answer that does not parse")
+    return value
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while at < len(data) and shift < 70:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value & 0xFFFF_FFFF_FFFF_FFFF, at
+        shift += 7
+    raise SandboxProtocolError("the sandbox sent an answer that does not parse")
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _varint(value: int) -> bytes:
+    value &= 0xFFFF_FFFF_FFFF_FFFF  # a negative int64 takes ten bytes, as protobuf sends it
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    return _varint(number << 3 | wire_type)
+
+
+def _bytes(number: int, data: bytes) -> bytes:
+    return _tag(number, _LENGTH) + _varint(len(data)) + data
+
+
+def _string(number: int, text: str) -> bytes:
+    return _bytes(number, text.encode())
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
