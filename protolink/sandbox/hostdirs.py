@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 from protolink.errors import SandboxError
@@ -41,6 +40,8 @@ def owner_only_dir(path: Path, variable: str, what: str) -> Path:
 
 def private_subdir(prefix: str) -> Path:
     """A new 0700 directory inside :func:`runtime_dir`."""
+    import tempfile  # here: `exec` imports this module, and is timed
+
     return Path(tempfile.mkdtemp(prefix=prefix, dir=runtime_dir()))
 
 

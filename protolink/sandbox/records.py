@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .hostdirs import runtime_dir, write_private
 
@@ -20,10 +20,10 @@ from .hostdirs import runtime_dir, write_private
 NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """A running appliance as ``up`` left it: its name, container and address, and whether it
-    has egress (an egress daemon)."""
+    has egress (an egress daemon). (A named tuple: ``exec`` reads it, and is timed; dataclasses
+    would import inspect and ast.)"""
 
     name: str
     container_id: str
@@ -47,7 +47,7 @@ def save(record: Record, token: str | None) -> None:
     """Keep ``record`` (and the TCP mode's ``token``) for the other verbs, readable by this user only."""
     if token is not None:
         write_private(token_path(record.name), token)
-    write_private(_record_path(record.name), json.dumps(asdict(record)))
+    write_private(_record_path(record.name), json.dumps(record._asdict()))
 
 
 def load(name: str) -> Record | None:
