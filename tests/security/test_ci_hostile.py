@@ -1,0 +1,340 @@
+"""The CI runner against hostile repositories: ``protolink-sandbox ci`` as a pipeline runs it.
+
+Each test writes a repository into its ``tmp_path`` and runs it through the real command line
+in a subprocess (``--image sandbox``; ``--runtime`` follows ``PROTOLINK_SANDBOX_RUNTIME``), with
+canary variables in the runner's environment and ``PROTOLINK_CI_DIR`` a directory of the test's
+own. Every job must end reported as it happened (outcome, exit code, the report's fields) and
+leave nothing: no container, no job directory, no process, and the user's checkout unchanged.
+The servers a job may reach listen on this host's loopback, opened only by the test-only
+``PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK=1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import json
+import os
+import secrets
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protolink.sandbox.ci.report import (
+    EXIT_INTERRUPTED,
+    EXIT_REPOSITORY,
+    EXIT_TERMINATED,
+    EXIT_TIMED_OUT,
+)
+
+from .conftest import CANARY, CANARY_VARIABLE, GVISOR, HANG_GUARD, RUNTIME, figure
+
+pytestmark = pytest.mark.docker
+
+#: A variable the job names with --env: it reaches the commands, masked in all they print.
+SECRET_VARIABLE = "PROTOLINK_CI_SECRET"
+SECRET = f"secret-{secrets.token_hex(8)}"
+#: The test-only opt-in that lets an allow-list reach this host's loopback.
+LOOPBACK = {"PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK": "1"}
+#: Bound on a whole job run in these tests: only a hang guard.
+JOB_GUARD = 300.0
+MiB = 1 << 20
+
+
+@dataclass
+class Job:
+    """A finished run of the command line: its exit status, output and report."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    report: dict[str, Any]
+    report_text: str
+
+    def command(self, phase: str, index: int = 0) -> dict[str, Any]:
+        return next(p for p in self.report["phases"] if p["name"] == phase)["commands"][index]
+
+
+@dataclass
+class Runner:
+    """Runs ``protolink-sandbox ci`` for one test; ``jobs`` is its PROTOLINK_CI_DIR."""
+
+    tmp: Path
+    jobs: Path
+    report: Path
+    artifacts: Path
+
+    def argv(self, repo: Path | str, *options: str, test: list[str]) -> list[str]:
+        runtime = ["--runtime", RUNTIME] if RUNTIME else []
+        return [sys.executable, "-m", "protolink.sandbox.cli", "ci", str(repo), "--image", "sandbox", *runtime,
+                "--report", str(self.report), "--artifacts-dir", str(self.artifacts), *options, "--", *test]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        environment = {key: value for key, value in os.environ.items() if key != "PROTOLINK_SANDBOX_ROOTS"}
+        return {**environment, CANARY_VARIABLE: CANARY, SECRET_VARIABLE: SECRET,
+                "PROTOLINK_CI_DIR": str(self.jobs), **extra}
+
+    def run(self, repo: Path | str, *options: str, test: list[str], **env: str) -> Job:
+        done = subprocess.run(self.argv(repo, *options, test=test), capture_output=True, text=True,
+                              env=self.env(**env), timeout=JOB_GUARD, stdin=subprocess.DEVNULL)
+        return self.finished(done.returncode, done.stdout, done.stderr)
+
+    def start(self, repo: Path | str, *options: str, test: list[str], **env: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.argv(repo, *options, test=test), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=self.env(**env), stdin=subprocess.DEVNULL)
+
+    def finished(self, returncode: int, stdout: str, stderr: str) -> Job:
+        text = self.report.read_text()
+        return Job(returncode, stdout, stderr, json.loads(text), text)
+
+
+@pytest.fixture
+def runner(tmp_path: Path, sandbox_image: str) -> Runner:
+    return Runner(tmp_path, tmp_path / "jobs", tmp_path / "report.json", tmp_path / "artifacts")
+
+
+def repository(path: Path, files: dict[str, str], *, git: bool = False) -> Path:
+    """A checkout at ``path`` holding ``files`` (a commit of them with ``git``)."""
+    path.mkdir(parents=True)
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(textwrap.dedent(text))
+    if git:
+        _git(path, "init", "--quiet", "--initial-branch=main")
+        _git(path, "add", "--all")
+        _git(path, "commit", "--quiet", "--message", "hostile")
+    return path
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def tree_state(top: Path) -> str:
+    """A digest of everything beneath ``top``: names, types, modes, owners, times, contents, link targets."""
+    digest = hashlib.sha256()
+    for directory, names, files in os.walk(top):
+        names.sort()
+        for name in sorted(names + files):
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            digest.update(f"{os.path.relpath(path, top)}\0{info.st_mode}\0{info.st_uid}\0{info.st_mtime_ns}\0".encode())
+            if stat.S_ISLNK(info.st_mode):
+                digest.update(os.readlink(path).encode())
+            elif stat.S_ISREG(info.st_mode):
+                digest.update(Path(path).read_bytes())
+    return digest.hexdigest()
+
+
+def host_processes(marker: str) -> list[int]:
+    """Pids of this host whose command line holds ``marker``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+    return found
+
+
+def assert_nothing_left(runner: Runner, job: Job, docker_client: Any, *markers: str) -> None:
+    """No job directory, no container of the job, no process holding one of ``markers``."""
+    assert list(runner.jobs.iterdir()) == []
+    container = job.report["container"]
+    assert container, job.report
+    assert docker_client.containers.list(all=True, filters={"id": container}) == []
+    for marker in markers:
+        assert host_processes(marker) == []
+
+
+def assert_secrets_absent(job: Job) -> None:
+    for text in (job.stdout, job.stderr, job.report_text):
+        assert CANARY not in text and SECRET not in text
+
+
+# -- the environment, and writes outside the workspace -------------------------------------------
+
+ESCAPE = """\
+import errno, hashlib, json, os, subprocess, sys
+from pathlib import Path
+
+print("environment:", dict(os.environ))
+print("own environ:", open("/proc/self/environ", "rb").read())
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            print("environ of", pid, open(f"/proc/{pid}/environ", "rb").read())
+        except OSError as error:
+            print("environ of", pid, "unreadable:", error.errno)
+secret = os.environ.get("PROTOLINK_CI_SECRET", "")
+print("secret sha256:", hashlib.sha256(secret.encode()).hexdigest())
+print("secret itself:", secret, file=sys.stderr)
+
+TOKEN = sys.argv[1]
+CHECKOUT = sys.argv[2]
+targets = [f"/{TOKEN}", f"/etc/{TOKEN}", "/etc/passwd", f"/opt/protolink/{TOKEN}", f"/usr/local/bin/{TOKEN}",
+           f"/root/{TOKEN}", f"/var/{TOKEN}", f"{CHECKOUT}/{TOKEN}", f"{CHECKOUT}/test_escape.py",
+           str(Path.cwd().parent.parent / "owner"), str(Path.cwd().parent.parent / TOKEN),
+           "/proc/sysrq-trigger", "/sys/fs/cgroup/cgroup.procs", f"/sys/fs/cgroup/{TOKEN}"]
+outcome = {}
+for target in targets:
+    try:
+        with open(target, "a") as handle:
+            handle.write("h" if target.startswith("/proc") else "written by the job\\n")
+        outcome[target] = "written"
+    except OSError as error:
+        outcome[target] = errno.errorcode.get(error.errno, str(error.errno))
+script = Path(f"/tmp/{TOKEN}.sh")
+script.write_text("#!/bin/sh\\necho ran from /tmp\\n")
+script.chmod(0o755)
+try:
+    outcome["exec /tmp"] = subprocess.run([str(script)], capture_output=True, text=True).stdout or "no output"
+except OSError as error:
+    outcome["exec /tmp"] = errno.errorcode.get(error.errno, str(error.errno))
+Path("test_escape.py").write_text("overwritten in the workspace\\n")
+Path("planted.txt").write_text("planted in the workspace\\n")
+print("outcome:", json.dumps(outcome))
+"""
+
+
+def test_ci_job_sees_no_host_variable_and_writes_nothing_outside_its_workspace(runner, docker_client, tmp_path):
+    """A repository's test prints its whole environment (and every readable /proc/*/environ) and
+    the value of a variable passed with --env, then writes to /, /etc, /opt/protolink, the
+    checkout's host path, the job directory, /proc/sysrq-trigger and the cgroup files, execs a
+    script from /tmp, and overwrites its own files.
+
+    The runner's canary variable is nowhere in the output or the report; the passed variable
+    reaches the test (its digest matches) and shows only as *** in the output and the report,
+    which names it without its value. Every write outside the workspace is refused, /tmp is
+    noexec, the host has none of the files, the checkout is unchanged and nothing is left."""
+    token = f"protolink-ci-{secrets.token_hex(6)}"
+    checkout = repository(tmp_path / "checkout", {"test_escape.py": ESCAPE})
+    before = tree_state(checkout)
+
+    job = runner.run(checkout, "--env", SECRET_VARIABLE, test=["python3", "test_escape.py", token, str(checkout)])
+
+    assert (job.returncode, job.report["outcome"], job.report["exit_code"]) == (0, "passed", 0), job.stderr
+    assert_secrets_absent(job)
+    assert hashlib.sha256(SECRET.encode()).hexdigest() in job.stdout  # it reached the test
+    assert "secret itself: ***" in job.stdout and "secret itself: ***" in job.command("test")["output_tail"]
+    assert job.report["env"] == [SECRET_VARIABLE]
+    outcome = json.loads(job.stdout.split("outcome: ", 1)[1].splitlines()[0])
+    written = {target: result for target, result in outcome.items() if result == "written"}
+    assert written == {}, outcome
+    assert outcome["exec /tmp"] == "EACCES", outcome
+    for path in (Path(f"/{token}"), Path(f"/etc/{token}"), Path(f"/opt/protolink/{token}"), checkout / token):
+        assert not path.exists()
+    assert tree_state(checkout) == before
+    assert_nothing_left(runner, job, docker_client)
+
+
+# -- what the job leaves in its workspace ---------------------------------------------------------
+
+PLANT = """\
+import os, stat, sys
+from pathlib import Path
+
+MARKER = sys.argv[1]
+hook = f"#!/bin/sh\\necho ran >> {MARKER}\\n"
+for name in ("post-checkout", "pre-commit", "post-merge", "fsmonitor-watchman", "pre-auto-gc"):
+    path = Path(".git/hooks") / name
+    path.write_text(hook)
+    path.chmod(0o755)
+with open(".git/config", "a") as config:
+    config.write(f"[core]\\n\\tfsmonitor = echo ran >> {MARKER}\\n\\thooksPath = .git/hooks\\n"
+                 f"\\tsshCommand = echo ran >> {MARKER}\\n[filter \\"x\\"]\\n\\tsmudge = echo ran >> {MARKER}\\n")
+Path(".gitattributes").write_text("* filter=x\\n")
+Path("out").mkdir()
+Path("out/suid.bin").write_bytes(b"setuid payload\\n")
+os.chmod("out/suid.bin", 0o6755)
+print("setuid mode:", oct(os.stat("out/suid.bin").st_mode))
+os.symlink("/etc/shadow", "junit.xml")
+os.symlink("/etc/shadow", "out/shadow.txt")
+os.symlink("/etc", "out/etc")
+os.mkfifo("out/fifo")
+Path("reports").mkdir()
+Path("reports/good.xml").write_text('<testsuite><testcase name="a"/><testcase name="b"><failure/></testcase>'
+                                    '<testcase name="c"><skipped/></testcase></testsuite>')
+Path("reports/not-xml.xml").write_text("this is not xml <<<")
+xxe = '<?xml version="1.0"?><!DOCTYPE t [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+Path("reports/xxe-attribute.xml").write_text(xxe + '<testsuite><testcase name="&e;"/></testsuite>')
+Path("reports/xxe-text.xml").write_text(xxe + '<testsuite><testcase name="a"><system-out>&e;</system-out>'
+                                        '</testcase></testsuite>')
+laughs = ['<!ENTITY l0 "lol">'] + [f'<!ENTITY l{i} "{("&l%d;" % (i - 1)) * 10}">' for i in range(1, 10)]
+laughs = f'<?xml version="1.0"?><!DOCTYPE t [{"".join(laughs)}]>'
+Path("reports/laughs-attribute.xml").write_text(laughs + '<testsuite><testcase name="&l9;"/></testsuite>')
+Path("reports/laughs-text.xml").write_text(laughs + '<testsuite><testcase name="a"><system-out>&l9;</system-out>'
+                                           '</testcase></testsuite>')
+with open("reports/huge.xml", "w") as huge:
+    huge.write("<testsuite>")
+    for _ in range(33 * 1024):
+        huge.write('<testcase name="x"/>' * 52)
+    huge.write("</testsuite>")
+"""
+
+
+def test_ci_workspace_plants_act_on_nothing_and_outputs_are_checked(runner, docker_client, tmp_path):
+    """A test plants git hooks, core.fsmonitor, core.sshCommand and a smudge filter in the copy's
+    .git (each would append to a marker file on the host), a setuid file, a symlink to
+    /etc/shadow named junit.xml and another among the artifacts, a symlink to /etc and a FIFO;
+    its JUnit files are one good, one not XML, one with an external entity to /etc/passwd, a
+    billion-laughs one and one over 32 MiB.
+
+    Nothing runs on the host (the marker never appears, git on the checkout runs none of it);
+    the symlinks are reported as rejected and not followed, the FIFO is refused, the setuid file
+    comes out mode 0644 with its content only; the good JUnit file is counted, the others
+    rejected or counted without expanding an entity (no /etc/passwd line anywhere)."""
+    marker = tmp_path / "marker"
+    checkout = repository(tmp_path / "checkout", {"plant.py": PLANT, "README": "hostile\n"}, git=True)
+    before = tree_state(checkout)
+
+    job = runner.run(checkout, "--junit", "junit.xml", "--junit", "reports/*.xml", "--artifacts", "out/**",
+                     "--artifacts", "junit.xml", test=["python3", "plant.py", str(marker)])
+
+    assert (job.returncode, job.report["outcome"]) == (0, "passed"), job.stderr
+    assert "setuid mode: 0o106755" in job.stdout  # the bits were set inside
+    assert job.report["repository"]["commit"] is None and job.report["repository"]["symlinks"] == 0
+    rejected = {item["path"]: item["reason"] for item in job.report["junit"]["rejected"]}
+    assert rejected["junit.xml"] == "a symbolic link (not followed)"
+    assert rejected["reports/not-xml.xml"].startswith("not XML")
+    assert rejected["reports/huge.xml"].endswith("bytes, more than the 33554432 allowed")
+    assert rejected["reports/xxe-attribute.xml"].startswith("not XML: Attribute references external entity")
+    for laughs in ("reports/laughs-attribute.xml", "reports/laughs-text.xml"):
+        assert rejected[laughs].startswith("not XML: Maximum entity amplification factor exceeded")
+    counted = {item["path"]: item for item in job.report["junit"]["files"]}
+    assert counted["reports/good.xml"]["tests"] == 3 and counted["reports/good.xml"]["failures"] == 1
+    assert counted["reports/xxe-text.xml"]["tests"] == 1  # parsed, the entity left unresolved
+    assert set(counted) == {"reports/good.xml", "reports/xxe-text.xml"}
+    assert len(rejected) == 6
+    assert job.report["junit"]["totals"] == {"tests": 4, "passed": 2, "failures": 1, "errors": 0, "skipped": 1}
+    assert "root:" not in job.report_text and "lollollol" not in job.report_text
+    kept = {str(path.relative_to(runner.artifacts)): path for path in runner.artifacts.rglob("*")}
+    for path in kept.values():
+        assert not path.is_symlink()
+        if path.is_file():
+            assert b"root:" not in path.read_bytes()
+    artifacts_rejected = {item["path"]: item["reason"] for item in job.report["artifacts"]["rejected"]}
+    assert artifacts_rejected == {"junit.xml": "a symbolic link (not followed)",
+                                  "out/etc": "a symbolic link (not followed)",
+                                  "out/fifo": "not a regular file (prw-r--r--)",
+                                  "out/shadow.txt": "a symbolic link (not followed)"}
+    suid = runner.artifacts / "artifacts" / "out" / "suid.bin"
+    assert stat.S_IMODE(suid.stat().st_mode) == 0o644 and suid.read_bytes() == b"setuid payload\n"
+    assert [item["path"] for item in job.report["artifacts"]["files"]] == ["out/suid.bin"]
+
+    assert tree_state(checkout) == before
+    _git(checkout, "status")  # git on the user's checkout runs nothing the job planted in its copy
+    assert not marker.exists()
+    assert_nothing_left(runner, job, docker_client)
