@@ -338,3 +338,189 @@ def test_ci_workspace_plants_act_on_nothing_and_outputs_are_checked(runner, dock
     _git(checkout, "status")  # git on the user's checkout runs nothing the job planted in its copy
     assert not marker.exists()
     assert_nothing_left(runner, job, docker_client)
+
+
+# -- the network: the allow-list in setup, nothing in the test ------------------------------------
+
+#: A plain-HTTP GET through the proxy the sandbox names; exit 3 on a refusal (the proxy's status
+#: printed), 4 when no connection could be made, 5 without a proxy.
+FETCH = """\
+import http.client, os, sys, urllib.parse
+if "HTTP_PROXY" not in os.environ:
+    print("no proxy")
+    sys.exit(5)
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+try:
+    connection = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=20)
+    connection.request("GET", sys.argv[1])
+    answer = connection.getresponse()
+except OSError as error:
+    print("no connection:", error)
+    sys.exit(4)
+body = answer.read().decode()
+print(answer.status, body)
+sys.exit(0 if answer.status == 200 else 3)
+"""
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+        body = f"hello from {self.server.server_address[1]}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def hello_server() -> Iterator[int]:
+    """An HTTP server on this host's loopback; its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_ci_setup_reaches_only_its_allow_list_and_the_test_nothing(runner, docker_client, tmp_path):
+    """A setup phase with one loopback server on its allow-list fetches from it, then tries a
+    second server on another port, a name not on the list and a direct connection without the
+    proxy; the test phase fetches from the allowed server again, after the network was cut,
+    and exits with the fetch's status.
+
+    Setup reaches the allowed server only: the others are refused by the proxy (or find no
+    network), and the report's egress decisions say so with the phase (allowed, then denied in
+    setup; denied with "deny-all" in test). The test's refusal is its own exit code (3), passed
+    through as the runner's, with the outcome failed; nothing is left."""
+    with hello_server() as allowed, hello_server() as other:
+        checkout = repository(tmp_path / "checkout", {"fetch.py": FETCH, "direct.py": f"""\
+            import socket
+            try:
+                socket.create_connection(("127.0.0.1", {allowed}), timeout=10)
+                print("direct: connected")
+            except OSError as error:
+                print("direct: refused", error.errno)
+            """})
+        setup = [f"python3 fetch.py http://127.0.0.1:{allowed}/ > allowed.txt",
+                 f"python3 fetch.py http://127.0.0.1:{other}/ > other.txt; echo $? >> other.txt",
+                 "python3 fetch.py http://pypi.org/simple/ > name.txt; echo $? >> name.txt",
+                 "python3 direct.py > direct.txt"]
+        job = runner.run(checkout, f"--allow=127.0.0.1:{allowed}", *(f"--setup={command}" for command in setup),
+                         test=["sh", "-c", f"cat allowed.txt other.txt name.txt direct.txt && "
+                                           f"exec python3 fetch.py http://127.0.0.1:{allowed}/"], **LOOPBACK)
+
+    assert (job.returncode, job.report["outcome"], job.report["exit_code"]) == (3, "failed", 3), job.stderr
+    assert [command["exit_code"] for command in job.report["phases"][0]["commands"]] == [0, 0, 0, 0]
+    assert f"200 hello from {allowed}" in job.stdout
+    assert f"hello from {other}" not in job.stdout
+    assert job.stdout.count("\n3\n") == 2, job.stdout  # the other port and the name: refused by the proxy
+    assert "direct: refused" in job.stdout
+    decisions = [(d["phase"], d["kind"], d["host"], d["port"]) for d in job.report["egress"]["decisions"]
+                 if d["kind"] != "closed"]
+    assert decisions == [("setup", "allowed", "127.0.0.1", allowed), ("setup", "denied", "127.0.0.1", other),
+                         ("setup", "denied", "pypi.org", 80), ("test", "denied", "127.0.0.1", allowed)]
+    test_denial = [d for d in job.report["egress"]["decisions"] if d["phase"] == "test"]
+    assert [d["reason"] for d in test_denial] == ["deny-all"]
+    assert job.report["egress"]["allow"] == [f"127.0.0.1:{allowed}"]
+    assert [phase["network"] for phase in job.report["phases"]] == ["allow-list", "none"]
+    assert_nothing_left(runner, job, docker_client)
+
+
+# -- processes meant to outlive the job -----------------------------------------------------------
+
+DAEMON = """\
+import os, signal, sys, time
+from pathlib import Path
+
+LOOP = "import sys, time\\nwhile True:\\n    open(sys.argv[2], 'a').write('beat\\\\n')\\n    time.sleep(0.1)\\n"
+marker, heartbeat = sys.argv[1], Path(sys.argv[2]).resolve()
+others = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        command = open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        continue
+    if b"protolink-ci-daemon-" in command and b"\\0-c\\0" in command:
+        others.append(command.decode(errors="replace"))
+print("daemons already running:", others)
+if os.fork() == 0:
+    os.setsid()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if os.fork() == 0:
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.execv(sys.executable, [sys.executable, "-c", LOOP, marker, str(heartbeat)])
+    os._exit(0)
+os.wait()
+deadline = time.monotonic() + 60
+while not heartbeat.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("daemon started:", heartbeat.exists())
+"""
+
+
+def test_ci_daemons_do_not_outlive_their_command_or_the_job(runner, docker_client, tmp_path):
+    """A setup command and the test each start a daemon meant to outlive the job (double fork,
+    setsid, SIGHUP ignored, standard streams on /dev/null, a heartbeat file in the workspace)
+    and return once its heartbeat is there.
+
+    The setup's daemon is gone when the test starts (strays are killed after each command); the
+    job passes, and afterwards no process of either daemon exists on the host, the container
+    and the workspace are gone."""
+    markers = [f"protolink-ci-daemon-{phase}-{secrets.token_hex(6)}" for phase in ("setup", "test")]
+    checkout = repository(tmp_path / "checkout", {"daemon.py": DAEMON})
+
+    job = runner.run(checkout, f"--setup=python3 daemon.py {markers[0]} setup.beat",
+                     test=["python3", "daemon.py", markers[1], "test.beat"])
+
+    assert (job.returncode, job.report["outcome"]) == (0, "passed"), job.stderr
+    assert job.stdout.count("daemon started: True") == 2, job.stdout
+    assert "daemons already running: []\n" in job.command("test")["output_tail"]
+    assert_nothing_left(runner, job, docker_client, *markers)
+
+
+# -- exhaustion: output, disk, tasks, time --------------------------------------------------------
+
+GIB_OUTPUT = """\
+import sys
+chunk = b"x" * ((1 << 20) - 1) + b"\\n"
+written = 0
+for _ in range(1024):
+    written += sys.stdout.buffer.write(chunk)
+sys.stdout.buffer.write(b"the end of the output\\n")
+open("written.txt", "w").write(str(written))
+"""
+
+
+def test_ci_gib_of_output_is_cut_at_the_cap_and_the_runner_stays_small(runner, docker_client, tmp_path):
+    """A test writes 1 GiB to its standard output.
+
+    The job passes (the command is not stopped, what is past the cap is dropped); the report
+    marks the command truncated with output_bytes exactly the 16 MiB cap and the last 8 KiB of
+    what was kept as its tail; the runner's log carries those 16 MiB and no more, and the
+    runner's peak resident memory stays far below the output's size (measured by wait4)."""
+    checkout = repository(tmp_path / "checkout", {"output.py": GIB_OUTPUT})
+    log = tmp_path / "stdout.log"
+    with log.open("wb") as stdout:
+        process = subprocess.Popen(runner.argv(checkout, "--artifacts", "written.txt", test=["python3", "output.py"]),
+                                   stdout=stdout, stderr=subprocess.PIPE, env=runner.env(), stdin=subprocess.DEVNULL)
+        stderr = process.stderr.read().decode()  # type: ignore[union-attr]
+        _, status, usage = os.wait4(process.pid, 0)
+    job = runner.finished(os.waitstatus_to_exitcode(status), "", stderr)
+
+    assert (job.returncode, job.report["outcome"]) == (0, "passed"), stderr
+    command = job.command("test")
+    assert command["truncated"] is True and command["output_bytes"] == 16 * MiB
+    assert command["output_tail"] == "x" * (8 * 1024 - 1) + "\n"
+    assert log.stat().st_size == 16 * MiB
+    assert (runner.artifacts / "artifacts" / "written.txt").read_text() == str(1 << 30)  # all of it was written
+    peak = usage.ru_maxrss * 1024
+    figure("CI runner's peak RSS with 1 GiB of test output", f"{peak / MiB:.0f} MiB")
+    assert peak < 256 * MiB
+    assert_nothing_left(runner, job, docker_client)
