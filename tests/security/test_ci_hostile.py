@@ -524,3 +524,100 @@ def test_ci_gib_of_output_is_cut_at_the_cap_and_the_runner_stays_small(runner, d
     figure("CI runner's peak RSS with 1 GiB of test output", f"{peak / MiB:.0f} MiB")
     assert peak < 256 * MiB
     assert_nothing_left(runner, job, docker_client)
+
+
+DISK_FILL = """\
+import os
+chunk = os.urandom(1 << 20)
+with open("fill.bin", "wb") as out:
+    for _ in range(1024):
+        try:
+            out.write(chunk)
+            out.flush()
+        except OSError as error:
+            print("write refused:", error.strerror, flush=True)
+            break
+with open("fill-2.bin", "wb") as out:  # past the per-file limit, more files
+    for _ in range(1024):
+        out.write(chunk)
+        out.flush()
+print("wrote it all")
+"""
+
+
+def test_ci_disk_fill_is_stopped_by_the_disk_budget_and_reported(runner, docker_client, tmp_path):
+    """A test fills the workspace with 1 GiB files under a 32 MiB disk budget (--disk-mib 32),
+    going on to a second file when the per-file limit refuses a write.
+
+    The sandbox stops the command (SIGKILL, exit 137 passed through, outcome failed), the
+    report's error says the workspace outgrew its disk budget and its disk use is past it;
+    the workspace and the container are gone."""
+    checkout = repository(tmp_path / "checkout", {"fill.py": DISK_FILL})
+
+    job = runner.run(checkout, "--disk-mib", "32", test=["python3", "fill.py"])
+
+    assert (job.returncode, job.report["outcome"], job.report["exit_code"]) == (137, "failed", 137), job.stderr
+    assert "wrote it all" not in job.stdout
+    assert job.command("test")["exit_code"] == -9
+    assert job.report["error"].startswith("the workspace grew past its disk budget of 33554432 bytes"), job.report
+    assert job.report["resources"]["disk_used_bytes"] > 32 * MiB
+    assert_nothing_left(runner, job, docker_client)
+
+
+FORK_BOMB = """\
+import os, sys, time
+refused = children = 0
+while refused < 50:
+    try:
+        pid = os.fork()
+    except BlockingIOError:
+        refused += 1
+        continue
+    if pid == 0:
+        os.setsid()
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                time.sleep(0.01)
+    children += 1
+print(f"fork refused {refused} times after {children} children", flush=True)
+"""
+
+
+def test_ci_fork_bomb_meets_the_pids_limit_and_the_next_job_runs(runner, docker_client, tmp_path):
+    """A test starts a fork bomb whose children each lead a session of their own and fork
+    forever, under a limit of 96 tasks (--pids 96); the test itself returns once fork has been
+    refused 50 times.
+
+    Fork is refused at the limit (the report's peak tasks is at most 96), the job passes with
+    the test's exit status, the bomb's processes are gone with the job, and the next job on the
+    same engine runs normally; nothing is left."""
+    marker = f"protolink-ci-bomb-{secrets.token_hex(6)}"
+    checkout = repository(tmp_path / "checkout", {"bomb.py": FORK_BOMB})
+
+    job = runner.run(checkout, "--pids", "96", test=["python3", "bomb.py", marker])
+
+    assert (job.returncode, job.report["outcome"]) == (0, "passed"), job.stderr
+    assert "fork refused 50 times" in job.stdout
+    assert job.report["resources"]["pids_peak"] <= 96
+    assert_nothing_left(runner, job, docker_client, marker)
+    after = runner.run(checkout, test=["echo", "next job"])
+    assert (after.returncode, after.report["outcome"], after.stdout) == (0, "passed", "next job\n"), after.stderr
+    assert_nothing_left(runner, after, docker_client)
+
+
+def test_ci_timeout_ends_the_job_with_124_and_leaves_nothing(runner, docker_client, tmp_path):
+    """A test sleeps for an hour under a 25-second job timeout (--timeout 25).
+
+    The runner exits 124 with the outcome timed_out, the error naming the limit, the test
+    command marked timed out; its container and its workspace are gone."""
+    marker = f"protolink-ci-sleep-{secrets.token_hex(6)}"
+    checkout = repository(tmp_path / "checkout", {"README": "sleeps\n"})
+
+    job = runner.run(checkout, "--timeout", "25", test=["sh", "-c", f"echo {marker}; exec sleep 3600"])
+
+    assert (job.returncode, job.report["outcome"]) == (EXIT_TIMED_OUT, "timed_out"), job.stderr
+    assert job.report["error"] == "the job took longer than 25 s"
+    assert job.command("test")["timed_out"] is True and job.command("test")["exit_code"] is None
+    assert_nothing_left(runner, job, docker_client, marker)
