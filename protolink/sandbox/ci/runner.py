@@ -122,8 +122,11 @@ class CiRunner:
     async def run(self) -> CiReport:
         """Run the job to its end; the report (written nowhere: see :func:`run_job`)."""
         self._deadline = time.monotonic() + self.job.timeout_seconds
+        task = asyncio.current_task()
+        cancelling = task.cancelling() if task is not None else 0
+        deadline = asyncio.timeout(self.job.timeout_seconds)
         try:
-            async with asyncio.timeout(self.job.timeout_seconds):
+            async with deadline:
                 await self._run()
         except TimeoutError:
             self._end_timed_out()
@@ -132,8 +135,13 @@ class CiRunner:
         except (SandboxError, OSError) as error:
             self.report.end("error", EXIT_RUNNER_ERROR, f"{type(error).__name__}: {error}")
         except asyncio.CancelledError:
-            self.report.end("interrupted", EXIT_INTERRUPTED, "interrupted")
-            raise
+            # asyncio.timeout turns only a plain CancelledError into TimeoutError: a command it
+            # cancels raises ProcessCancelledError. No other cancellation pending: the deadline's.
+            if deadline.expired() and task is not None and task.cancelling() <= cancelling:
+                self._end_timed_out()
+            else:
+                self.report.end("interrupted", EXIT_INTERRUPTED, "interrupted")
+                raise
         finally:
             await asyncio.shield(self._finish())
         return self.report
@@ -204,6 +212,10 @@ class CiRunner:
             self.report.end("passed" if code == 0 else "failed", code)
 
     def _end_timed_out(self) -> None:
+        """End the report as timed out, the command the deadline cut short marked so."""
+        for phase in self.report.phases:
+            for command in phase.commands:
+                command.timed_out = command.timed_out or command.exit_code is None
         self.report.end("timed_out", EXIT_TIMED_OUT, f"the job took longer than {self.job.timeout_seconds:g} s")
 
     @contextlib.contextmanager
