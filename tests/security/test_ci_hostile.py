@@ -37,6 +37,8 @@ from protolink.sandbox.ci.report import (
     EXIT_TIMED_OUT,
 )
 
+from tests.conftest import TEST_NAME_PREFIX
+
 from .conftest import CANARY, CANARY_VARIABLE, GVISOR, HANG_GUARD, RUNTIME, figure
 
 pytestmark = pytest.mark.docker
@@ -49,6 +51,8 @@ LOOPBACK = {"PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK": "1"}
 #: Bound on a whole job run in these tests: only a hang guard.
 JOB_GUARD = 300.0
 MiB = 1 << 20
+#: A test command that prints its $0 (a marker, also in its command line) and sleeps an hour.
+SLEEP = 'echo "$0"; sleep 3600'
 
 
 @dataclass
@@ -615,9 +619,72 @@ def test_ci_timeout_ends_the_job_with_124_and_leaves_nothing(runner, docker_clie
     marker = f"protolink-ci-sleep-{secrets.token_hex(6)}"
     checkout = repository(tmp_path / "checkout", {"README": "sleeps\n"})
 
-    job = runner.run(checkout, "--timeout", "25", test=["sh", "-c", f"echo {marker}; exec sleep 3600"])
+    job = runner.run(checkout, "--timeout", "25", test=["sh", "-c", SLEEP, marker])
 
     assert (job.returncode, job.report["outcome"]) == (EXIT_TIMED_OUT, "timed_out"), job.stderr
     assert job.report["error"] == "the job took longer than 25 s"
     assert job.command("test")["timed_out"] is True and job.command("test")["exit_code"] is None
     assert_nothing_left(runner, job, docker_client, marker)
+
+
+# -- the runner stopped -----------------------------------------------------------------------------
+
+def _running(process: subprocess.Popen[str], marker: str) -> None:
+    """Wait until the job's test command printed ``marker`` (the runner streams its output)."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        if marker in line:
+            return
+    raise AssertionError(f"the runner ended before its test ran: {process.wait()} {process.stderr.read()}")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, EXIT_TERMINATED), (signal.SIGINT, EXIT_INTERRUPTED)])
+def test_ci_runner_stopped_by_a_signal_reports_and_removes_everything(runner, docker_client, tmp_path, signum, code):
+    """The runner gets SIGTERM (a CI system cancelling the job), or SIGINT (Ctrl-C), while the
+    test command runs.
+
+    It exits 143 (SIGTERM) or 130 (SIGINT) after writing its report with the outcome
+    interrupted, and removes the container and the workspace first; the test command's
+    processes are gone."""
+    marker = f"protolink-ci-running-{secrets.token_hex(6)}"
+    checkout = repository(tmp_path / "checkout", {"README": "runs until stopped\n"})
+    process = runner.start(checkout, test=["sh", "-c", SLEEP, marker])
+    try:
+        _running(process, marker)
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=JOB_GUARD)
+    finally:
+        process.kill()
+    job = runner.finished(process.returncode, stdout, stderr)
+
+    assert (job.returncode, job.report["outcome"], job.report["exit_code"]) == (code, "interrupted", code), stderr
+    assert "Traceback" not in stderr
+    assert_nothing_left(runner, job, docker_client, marker)
+
+
+def test_ci_runner_killed_outright_is_cleaned_up_by_the_next_runner(runner, docker_client, tmp_path):
+    """The runner is killed with SIGKILL while the test command runs: it removes nothing and
+    writes no report.
+
+    Its job directory and its container stay only until the next runner starts: that one
+    sweeps the directory (its owner is gone) and the reaper removes the container, and the
+    next job passes; the killed job's processes are gone."""
+    marker = f"protolink-ci-killed-{secrets.token_hex(6)}"
+    name = f"{TEST_NAME_PREFIX}ci-killed-{secrets.token_hex(4)}"
+    checkout = repository(tmp_path / "checkout", {"README": "runs until killed\n"})
+    process = runner.start(checkout, "--name", name, test=["sh", "-c", SLEEP, marker])
+    try:
+        _running(process, marker)
+    finally:
+        process.kill()
+        process.communicate(timeout=JOB_GUARD)
+    assert not runner.report.exists()
+    assert len(list(runner.jobs.iterdir())) == 1
+    assert docker_client.containers.list(all=True, filters={"name": name}) != []
+    assert GVISOR or host_processes(marker) != []  # still running (gVisor's processes are not the host's)
+
+    after = runner.run(checkout, test=["echo", "next job"])
+
+    assert (after.returncode, after.report["outcome"]) == (0, "passed"), after.stderr
+    assert docker_client.containers.list(all=True, filters={"name": name}) == []
+    assert_nothing_left(runner, after, docker_client, marker)
