@@ -120,11 +120,12 @@ def repository(path: Path, files: dict[str, str], *, git: bool = False) -> Path:
     return path
 
 
-def _git(cwd: Path, *args: str) -> str:
+def _git(cwd: Path, *args: str, input_text: str | None = None) -> str:
     env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
            "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True,
+                          input=input_text).stdout
 
 
 def tree_state(top: Path) -> str:
@@ -688,3 +689,92 @@ def test_ci_runner_killed_outright_is_cleaned_up_by_the_next_runner(runner, dock
     assert (after.returncode, after.report["outcome"]) == (0, "passed"), after.stderr
     assert docker_client.containers.list(all=True, filters={"name": name}) == []
     assert_nothing_left(runner, after, docker_client, marker)
+
+
+# -- a git URL ---------------------------------------------------------------------------------------
+
+class _Files(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def dumb_http(directory: Path) -> Iterator[int]:
+    """``directory`` served over HTTP on this host's loopback (git's dumb protocol); its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: _Files(*a, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def bare(source: Path, target: Path) -> Path:
+    """A bare clone of ``source`` at ``target``, ready for the dumb protocol."""
+    _git(source.parent, "clone", "--quiet", "--bare", str(source), str(target))
+    _git(target, "update-server-info")
+    return target
+
+
+LOOK = """\
+import os
+from pathlib import Path
+print("submodule files:", sorted(os.listdir("sub")) if os.path.isdir("sub") else None)
+print("hooks:", sorted(os.listdir(".git/hooks")) if os.path.isdir(".git/hooks") else None)
+print("fsmonitor in config:", "fsmonitor" in Path(".git/config").read_text())
+"""
+
+
+def test_ci_git_url_is_cloned_without_submodules_hooks_or_credentials(runner, docker_client, tmp_path):
+    """The repository is a git URL with credentials in it (http://user:token@...), served on
+    loopback; its tree names a submodule whose URL is a private repository on the host's disk,
+    and a second repository's tree holds a .GIT/hooks/post-checkout (a path git refuses to
+    check out), both cloned by the runner on the host.
+
+    The first is cloned without its submodule (nothing of the private repository reaches the
+    job), with no hook and no fsmonitor in the copy; its commit is in the report, whose source,
+    like the output, shows the URL without the token. The second's clone fails on the invalid
+    path (exit 121, repository_error, the token absent); the marker the hook would
+    write never appears and nothing is left."""
+    token = f"tok{secrets.token_hex(8)}"
+    marker = tmp_path / "marker"
+    private = repository(tmp_path / "private", {"secret.txt": f"{CANARY}\n"}, git=True)
+    source = repository(tmp_path / "source", {"look.py": LOOK, ".gitmodules": textwrap.dedent(f"""\
+        [submodule "sub"]
+        \tpath = sub
+        \turl = {private}
+        """)}, git=True)
+    _git(source, "update-index", "--add", "--cacheinfo", f"160000,{_git(private, 'rev-parse', 'HEAD').strip()},sub")
+    _git(source, "commit", "--quiet", "--message", "a submodule")
+    served = tmp_path / "served"
+    bare(source, served / "good.git")
+
+    hostile = repository(tmp_path / "hostile", {"README": "hostile\n"}, git=True)
+    hook = _git(hostile, "hash-object", "-w", "--stdin", input_text=f"#!/bin/sh\necho ran >> {marker}\n").strip()
+    hooks = _git(hostile, "mktree", input_text=f"100755 blob {hook}\tpost-checkout\n").strip()
+    dot_git = _git(hostile, "mktree", input_text=f"040000 tree {hooks}\thooks\n").strip()
+    readme = _git(hostile, "rev-parse", "HEAD:README").strip()
+    tree = _git(hostile, "mktree", input_text=f"040000 tree {dot_git}\t.GIT\n100644 blob {readme}\tREADME\n").strip()
+    commit = _git(hostile, "commit-tree", tree, "-p", "HEAD", "-m", "plant a hook").strip()
+    _git(hostile, "update-ref", "refs/heads/main", commit)
+    bare(hostile, served / "hostile.git")
+
+    with dumb_http(served) as port:
+        good = runner.run(f"http://user:{token}@127.0.0.1:{port}/good.git", test=["python3", "look.py"])
+        good_report = runner.report.read_text()
+        refused = runner.run(f"http://user:{token}@127.0.0.1:{port}/hostile.git", test=["true"])
+
+    assert (good.returncode, good.report["outcome"]) == (0, "passed"), good.stderr
+    assert "submodule files: []" in good.stdout, good.stdout  # the gitlink's directory, empty
+    assert "hooks: None" in good.stdout and "fsmonitor in config: False" in good.stdout
+    assert good.report["repository"]["commit"] == _git(source, "rev-parse", "HEAD").strip()
+    assert good.report["repository"]["source"] == f"http://***@127.0.0.1:{port}/good.git"
+    assert CANARY not in good.stdout and CANARY not in good_report
+    for text in (good.stdout, good.stderr, good_report, refused.stdout, refused.stderr, refused.report_text):
+        assert token not in text
+    assert (refused.returncode, refused.report["outcome"]) == (EXIT_REPOSITORY, "repository_error"), refused.stderr
+    assert "invalid path '.GIT/hooks/post-checkout'" in refused.report["error"], refused.report["error"]
+    assert refused.report["container"] is None and list(runner.jobs.iterdir()) == []
+    assert not marker.exists()
+    assert_nothing_left(runner, good, docker_client)
