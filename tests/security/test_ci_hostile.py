@@ -307,27 +307,34 @@ with open("reports/huge.xml", "w") as huge:
 
 
 def test_ci_workspace_plants_act_on_nothing_and_outputs_are_checked(runner, docker_client, tmp_path):
-    """A test plants git hooks, core.fsmonitor, core.sshCommand and a smudge filter in the copy's
-    .git (each would append to a marker file on the host), a setuid file, a symlink to
-    /etc/shadow named junit.xml and another among the artifacts, a symlink to /etc and a FIFO;
-    its JUnit files are one good, one not XML, two with an external entity to /etc/passwd (in an
-    attribute, in text), two billion-laughs ones and one over 32 MiB.
+    """The checkout holds a symlink to /etc/shadow and a FIFO. A test plants git hooks, core.fsmonitor,
+    core.sshCommand and a smudge filter in the copy's .git (each would append to a marker file on
+    the host), a setuid file, a symlink to /etc/shadow named junit.xml and another among the
+    artifacts, a symlink to /etc and a FIFO; its JUnit files are one good, one not XML, two with an
+    external entity to /etc/passwd (in an attribute, in text), two billion-laughs ones and one over
+    32 MiB.
 
-    Nothing runs on the host (the marker never appears, git on the checkout runs none of it);
-    the symlinks are reported as rejected and not followed, the FIFO is refused (gVisor keeps
-    it inside), the setuid file comes out mode 0644 with its content only; the good JUnit file
-    is counted and so is the external entity in text, left unresolved; the others are rejected (not XML, an external
-    entity in an attribute, the amplification limit, the size cap); no /etc/passwd line anywhere."""
+    The checkout's link is copied as a link and its FIFO left out, both reported. Nothing runs on
+    the host (the marker never appears, git on the checkout runs none of it); the symlinks are
+    reported as rejected and not followed, the FIFO is refused (gVisor keeps it inside), the setuid
+    file comes out mode 0644 with its content only; the good JUnit file is counted and so is the
+    external entity in text, left unresolved; the others are rejected (not XML, an external entity
+    in an attribute, the amplification limit, the size cap); no /etc/passwd line anywhere."""
     marker = tmp_path / "marker"
     checkout = repository(tmp_path / "checkout", {"plant.py": PLANT, "README": "hostile\n"}, git=True)
+    (checkout / "host-shadow").symlink_to("/etc/shadow")
+    os.mkfifo(checkout / "pipe")
     before = tree_state(checkout)
 
     job = runner.run(checkout, "--junit", "junit.xml", "--junit", "reports/*.xml", "--artifacts", "out/**",
-                     "--artifacts", "junit.xml", test=["python3", "plant.py", str(marker)])
+                     "--artifacts", "junit.xml", "--artifacts", "host-shadow",
+                     test=["python3", "plant.py", str(marker)])
 
     assert (job.returncode, job.report["outcome"]) == (0, "passed"), job.stderr
     assert "setuid mode: 0o106755" in job.stdout  # the bits were set inside
-    assert job.report["repository"]["commit"] is None and job.report["repository"]["symlinks"] == 0
+    repository_copied = job.report["repository"]
+    assert repository_copied["commit"] is None and repository_copied["symlinks"] == 1  # copied as a link
+    assert repository_copied["left_out"] == [{"path": "pipe", "reason": "not a regular file (prw-r--r--)"}]
     rejected = {item["path"]: item["reason"] for item in job.report["junit"]["rejected"]}
     assert rejected["junit.xml"] == "a symbolic link (not followed)"
     assert rejected["reports/not-xml.xml"].startswith("not XML")
@@ -348,7 +355,7 @@ def test_ci_workspace_plants_act_on_nothing_and_outputs_are_checked(runner, dock
         if path.is_file():
             assert b"root:" not in path.read_bytes()
     artifacts_rejected = {item["path"]: item["reason"] for item in job.report["artifacts"]["rejected"]}
-    links = dict.fromkeys(("junit.xml", "out/etc", "out/shadow.txt"), "a symbolic link (not followed)")
+    links = dict.fromkeys(("host-shadow", "junit.xml", "out/etc", "out/shadow.txt"), "a symbolic link (not followed)")
     # gVisor keeps a FIFO made in a bind mount inside the sandbox: the host has none to refuse
     fifo = {} if GVISOR else {"out/fifo": "not a regular file (prw-r--r--)"}
     assert artifacts_rejected == {**links, **fifo}
