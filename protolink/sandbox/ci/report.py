@@ -9,7 +9,8 @@ truncated and the output's tail); ``egress`` (the allow-list and every decision)
 ``artifacts``; ``env`` (the names passed in, never their values); ``timings`` (seconds spent in
 each step of the runner: ``image``, ``workspace``, ``sandbox_start``, ``sandbox_stop``,
 ``collect``, ``cleanup``; the commands' own are in ``phases``); ``error`` (what stopped the
-runner itself, else null).
+runner itself, the timeout, or the disk budget when the sandbox stopped the commands for it;
+else null).
 """
 
 from __future__ import annotations

@@ -118,12 +118,16 @@ class CiRunner:
         self._sandbox: DockerSandbox | None = None
         self._pids: PidsPeak | None = None
         self._phase = "setup"
+        self._disk_baseline = 0
 
     async def run(self) -> CiReport:
         """Run the job to its end; the report (written nowhere: see :func:`run_job`)."""
         self._deadline = time.monotonic() + self.job.timeout_seconds
+        task = asyncio.current_task()
+        cancelling = task.cancelling() if task is not None else 0
+        deadline = asyncio.timeout(self.job.timeout_seconds)
         try:
-            async with asyncio.timeout(self.job.timeout_seconds):
+            async with deadline:
                 await self._run()
         except TimeoutError:
             self._end_timed_out()
@@ -132,8 +136,13 @@ class CiRunner:
         except (SandboxError, OSError) as error:
             self.report.end("error", EXIT_RUNNER_ERROR, f"{type(error).__name__}: {error}")
         except asyncio.CancelledError:
-            self.report.end("interrupted", EXIT_INTERRUPTED, "interrupted")
-            raise
+            # asyncio.timeout turns only a plain CancelledError into TimeoutError: a command it
+            # cancels raises ProcessCancelledError. No other cancellation pending: the deadline's.
+            if deadline.expired() and task is not None and task.cancelling() <= cancelling:
+                self._end_timed_out()
+            else:
+                self.report.end("interrupted", EXIT_INTERRUPTED, "interrupted")
+                raise
         finally:
             await asyncio.shield(self._finish())
         return self.report
@@ -151,6 +160,7 @@ class CiRunner:
                                                      timeout=self._remaining())
         self.report.repository.update(commit=commit, files=copied.files, directories=copied.directories,
                                       symlinks=copied.symlinks, bytes=copied.bytes, left_out=copied.left_out)
+        self._disk_baseline = (await asyncio.to_thread(usage_bytes, [str(workspace.root)])).bytes
         env = {**BASE_ENV, "HOME": str(workspace.home), **self.passed_env}
         if job.ca_file is not None:
             env.update(dict.fromkeys(CA_VARIABLES, await asyncio.to_thread(self._install_ca, workspace)))
@@ -186,7 +196,9 @@ class CiRunner:
                 return False
             if record.exit_code != 0:
                 why = f"exited {_exit_status(record.exit_code)}"
-                self.report.end("setup_failed", EXIT_SETUP_FAILED, f"setup command {command!r} {why}")
+                disk = await self._over_disk_budget()
+                self.report.end("setup_failed", EXIT_SETUP_FAILED,
+                                f"setup command {command!r} {why}" + (f": {disk}" if disk else ""))
                 return False
         return True
 
@@ -201,9 +213,24 @@ class CiRunner:
             self._end_timed_out()
         else:
             code = _exit_status(record.exit_code)
-            self.report.end("passed" if code == 0 else "failed", code)
+            disk = await self._over_disk_budget() if code else None
+            self.report.end("passed" if code == 0 else "failed", code, disk)
+
+    async def _over_disk_budget(self) -> str | None:
+        """Why the commands were stopped when the workspace grew past the disk budget (the
+        sandbox then kills them), else None."""
+        assert self._workspace is not None
+        used = (await asyncio.to_thread(usage_bytes, [str(self._workspace.root)])).bytes
+        if used - self._disk_baseline <= self.job.disk_bytes:
+            return None
+        return (f"the workspace grew past its disk budget of {self.job.disk_bytes} bytes: the sandbox stopped "
+                "its commands")
 
     def _end_timed_out(self) -> None:
+        """End the report as timed out, the command the deadline cut short marked so."""
+        for phase in self.report.phases:
+            for command in phase.commands:
+                command.timed_out = command.timed_out or command.exit_code is None
         self.report.end("timed_out", EXIT_TIMED_OUT, f"the job took longer than {self.job.timeout_seconds:g} s")
 
     @contextlib.contextmanager
