@@ -157,6 +157,7 @@ class DockerSandbox:
         self._host_dirs: list[Path] = []
         self._backend: SandboxBackend | None = None
         self._watch: DiskWatch | None = None
+        self._disk_budget_spent = False
         self._egress: EgressService | None = None
         self._engine: EngineFacts | None = None  # what the engine said about itself, once it was asked
 
@@ -433,6 +434,11 @@ class DockerSandbox:
         return SandboxUnavailableError(
             f"sandbox container {self.name} exited (code {code}) while starting:\n" + logs.decode("utf-8", "replace").strip())
 
+    @property
+    def disk_budget_spent(self) -> bool:
+        """Whether the writable roots grew past ``disk_bytes`` and the commands were killed for it."""
+        return self._disk_budget_spent
+
     def _stop_commands(self) -> None:
         """Kill every process of the command uid in the container (the disk budget is spent).
 
@@ -447,6 +453,7 @@ class DockerSandbox:
         The exec's shell is started through setpriv: gVisor gives an exec'd process of any uid
         the container's capabilities, and kill(-1) with CAP_KILL would end PID 1 too.
         """
+        self._disk_budget_spent = True
         if self._engine is None or not self._engine.gvisor:
             try:
                 for pid in _cgroup_pids(self._container):

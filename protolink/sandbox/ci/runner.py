@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import shlex
 import shutil
@@ -107,6 +108,8 @@ class CiRunner:
         self.job = job
         self.artifacts_dir = artifacts_dir
         self.passed_env = job.environment(host_env)  # ValueError before anything is made
+        if job.junit and importlib.util.find_spec("junitparser") is None:
+            raise ValueError("reading JUnit files needs junitparser and lxml: pip install 'protolink[ci]'")
         self.masker = Masker(self.passed_env.values())
         self.progress: Progress = progress or Silent()
         self.name = name
@@ -118,7 +121,6 @@ class CiRunner:
         self._sandbox: DockerSandbox | None = None
         self._pids: PidsPeak | None = None
         self._phase = "setup"
-        self._disk_baseline = 0
 
     async def run(self) -> CiReport:
         """Run the job to its end; the report (written nowhere: see :func:`run_job`)."""
@@ -160,7 +162,6 @@ class CiRunner:
                                                      timeout=self._remaining())
         self.report.repository.update(commit=commit, files=copied.files, directories=copied.directories,
                                       symlinks=copied.symlinks, bytes=copied.bytes, left_out=copied.left_out)
-        self._disk_baseline = (await asyncio.to_thread(usage_bytes, [str(workspace.root)])).bytes
         env = {**BASE_ENV, "HOME": str(workspace.home), **self.passed_env}
         if job.ca_file is not None:
             env.update(dict.fromkeys(CA_VARIABLES, await asyncio.to_thread(self._install_ca, workspace)))
@@ -196,7 +197,7 @@ class CiRunner:
                 return False
             if record.exit_code != 0:
                 why = f"exited {_exit_status(record.exit_code)}"
-                disk = await self._over_disk_budget()
+                disk = self._over_disk_budget()
                 self.report.end("setup_failed", EXIT_SETUP_FAILED,
                                 f"setup command {command!r} {why}" + (f": {disk}" if disk else ""))
                 return False
@@ -213,15 +214,12 @@ class CiRunner:
             self._end_timed_out()
         else:
             code = _exit_status(record.exit_code)
-            disk = await self._over_disk_budget() if code else None
+            disk = self._over_disk_budget() if code else None
             self.report.end("passed" if code == 0 else "failed", code, disk)
 
-    async def _over_disk_budget(self) -> str | None:
-        """Why the commands were stopped when the workspace grew past the disk budget (the
-        sandbox then kills them), else None."""
-        assert self._workspace is not None
-        used = (await asyncio.to_thread(usage_bytes, [str(self._workspace.root)])).bytes
-        if used - self._disk_baseline <= self.job.disk_bytes:
+    def _over_disk_budget(self) -> str | None:
+        """Why the commands were stopped when the workspace grew past the disk budget, else None."""
+        if self._sandbox is None or not self._sandbox.disk_budget_spent:
             return None
         return (f"the workspace grew past its disk budget of {self.job.disk_bytes} bytes: the sandbox stopped "
                 "its commands")

@@ -20,6 +20,7 @@ import secrets
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ _USERINFO = re.compile(r"^([a-z+]+://)[^/@]*@")
 #: every object checked, and only the transports above.
 _CLONE_OPTIONS = ("-c", "transfer.fsckObjects=true", "-c", "submodule.recurse=false", "-c", "core.symlinks=true")
 _COPY_CHUNK = 1 << 20
+#: How long a job directory may lack its ``owner`` file before :func:`sweep` takes it for a leftover.
+UNOWNED_GRACE_SECONDS = 600
 
 
 @dataclass
@@ -60,16 +63,20 @@ def jobs_dir() -> Path:
 
 
 def sweep(base: Path | None = None) -> list[Path]:
-    """Remove the job directories whose runner is gone; the ones removed."""
+    """Remove the job directories whose runner is gone; the ones removed. A directory without
+    its ``owner`` file is a runner's killed between making it and writing that file, once it is
+    older than :data:`UNOWNED_GRACE_SECONDS` (a younger one may be a live runner's, a moment
+    before it writes the file)."""
     base = jobs_dir() if base is None else base
     removed = []
     for entry in base.iterdir():
+        if not entry.name.startswith("job-") or entry.is_symlink() or not entry.is_dir():
+            continue
         try:
-            owner = (entry / "owner").read_text()
-        except (FileNotFoundError, NotADirectoryError):
-            owner = None  # killed before it wrote its owner, or not a job's directory
-        if entry.is_dir() and not entry.is_symlink() and (owner is None and entry.name.startswith("job-")
-                                                             or owner is not None and owner_gone(owner)):
+            gone = owner_gone((entry / "owner").read_text())
+        except FileNotFoundError:
+            gone = entry.stat().st_mtime < time.time() - UNOWNED_GRACE_SECONDS
+        if gone:
             remove_tree(entry)
             removed.append(entry)
     return removed

@@ -87,12 +87,15 @@ def test_sweep_removes_only_the_jobs_whose_runner_is_gone(tmp_path, jobs):
     (gone / "owner").write_text(process_owner(done.pid).replace(":None", ":1"))
     (gone / "workspace").mkdir()
     (gone / "workspace" / "locked").mkdir(mode=0)
-    half = jobs / "job-half"  # killed before it wrote its owner
+    half = jobs / "job-half"  # killed before it wrote its owner, long ago
     half.mkdir()
+    os.utime(half, (time.time() - 3600, time.time() - 3600))
+    starting = jobs / "job-starting"  # a live runner's, a moment before it writes its owner
+    starting.mkdir()
     stranger = jobs / "notes"
     stranger.mkdir()
     assert sorted(path.name for path in sweep()) == ["job-gone", "job-half"]
-    assert mine.path.exists() and stranger.exists()
+    assert mine.path.exists() and starting.exists() and stranger.exists()
     mine.remove()
 
 
