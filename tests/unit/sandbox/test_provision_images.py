@@ -50,10 +50,11 @@ def test_the_requirements_state_the_hardening_the_placement_sets():
     assert f"every capability dropped but {kept}" in REQUIREMENTS
 
 
-@pytest.mark.parametrize(("kind", "variable"), [("sandbox", "BASE_PACKAGES"), ("ci", "CI_BASE_PACKAGES")])
-def test_the_table_lists_each_bases_packages(kind: str, variable: str):
+@pytest.mark.parametrize(("kind", "variables"), [("sandbox", ["BASE_PACKAGES"]),
+                                                  ("ci", ["CI_BASE_PACKAGES", "CI_APT_PACKAGES"])])
+def test_the_table_lists_each_bases_packages(kind: str, variables: list[str]):
     row = next(line for line in DOC.splitlines() if line.startswith(f"| `{kind}`"))
-    packages = _script_packages(variable)
+    packages = [package for variable in variables for package in _script_packages(variable)]
     assert packages and all(package in row for package in packages), (row, packages)
     assert BUILT_IMAGES[kind][1] in row and BUILT_IMAGES[kind][0].removesuffix(":latest") in row
 
