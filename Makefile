@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 #: The suite takes minutes; past this many seconds it is stopped and fails instead of hanging.
 TEST_TIMEOUT ?= 2700
 
-.PHONY: install test test-fast test-gvisor engine gvisor image proto sandbox-up sandbox-down bench clean
+.PHONY: install test test-fast test-gvisor engine gvisor image ci-image proto sandbox-up sandbox-down bench clean
 
 install: $(STAMP)
 
@@ -43,6 +43,10 @@ gvisor: engine
 ## image: the offline base image (debootstrap) and the sandbox image (wheelhouse)
 image: install engine
 	bash scripts/build-images.sh
+
+## ci-image: the CI image (`--image ci`): the sandbox image's server on a base with compilers, pip, Node.js, npm
+ci-image: install engine
+	bash scripts/build-images.sh ci
 
 proto: install
 	$(BIN)/python -m protolink.wire.protogen

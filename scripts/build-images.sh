@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Build the project's images without any image registry.
-#   base: protolink/base:bookworm, a Debian minbase made by debootstrap and `docker import`.
-#   sandbox: protolink/sandbox:<inputs hash> (and :latest), FROM the base, with this project and
-#     its runtime dependencies installed from a wheelhouse that pip makes on the host, and the
-#     command spawner compiled on the host (scripts/build-spawner.sh); the image build itself
-#     runs with no network.
-# Both phases are incremental: an image whose inputs are unchanged is not rebuilt.
+# Usage: build-images.sh [sandbox|ci]   (default: sandbox)
+#   sandbox: protolink/sandbox:<inputs hash> (and :latest), FROM protolink/base:bookworm, a
+#     Debian minbase made by debootstrap and `docker import`.
+#   ci: protolink/ci:<inputs hash> (and :latest), the same server layer FROM
+#     protolink/ci-base:bookworm, the same minbase plus compilers, headers, pip, Node.js and npm,
+#     for building and testing other people's repositories (protolink-sandbox ci --image ci).
+# The server layer (images/sandbox/Dockerfile, one recipe for both) holds this project and its
+# runtime dependencies installed from a wheelhouse that pip makes on the host, and the command
+# spawner compiled on the host (scripts/build-spawner.sh); that build runs with no network.
+# Every phase is incremental: an image whose inputs are unchanged is not rebuilt.
 # BASE_IMAGE=IMAGE skips the debootstrap and uses IMAGE as the base instead (pulled if missing).
 # DEBIAN_MIRROR=URL overrides the mirror taken from apt's configuration.
 set -euo pipefail
@@ -13,10 +17,14 @@ set -euo pipefail
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 HERE=$(cd "$(dirname "$0")" && pwd)
 
-BASE_TAG=protolink/base:bookworm
 SUITE=bookworm
 VARIANT=minbase
 BASE_PACKAGES=python3,python3-venv,git,ca-certificates,tini
+# The CI base: the sandbox base's packages and what builds and tests Python and JavaScript projects.
+CI_BASE_PACKAGES=$BASE_PACKAGES,build-essential,python3-dev,python3-pip,pkg-config,nodejs
+# Installed after debootstrap by apt in the new root: debootstrap does not resolve dependencies on
+# virtual packages, which npm's have.
+CI_APT_PACKAGES=npm
 BASE_CHANGES=(
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     "ENV LANG=C.UTF-8"
@@ -27,7 +35,6 @@ BASE_RECIPE_VERSION=1
 INPUTS_LABEL=io.protolink.image.inputs
 
 ROOT=$(cd "$HERE/.." && pwd)
-SANDBOX_REPO=protolink/sandbox
 SANDBOX_RECIPE_VERSION=1
 # What goes into the project wheel (README.md is metadata only and does not trigger a rebuild).
 PROJECT_SOURCES=(protolink sandbox pyproject.toml)
@@ -73,20 +80,23 @@ image_label() {
     docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true
 }
 
+# build_base TAG PACKAGES APT_PACKAGES LABEL: a debootstrap'd minbase with PACKAGES, then
+# APT_PACKAGES (may be empty) installed by apt inside it, imported as TAG; sets BASE_REF.
 build_base() {
+    local base_tag=$1 packages=$2 apt_packages=$3 label=$4
     if [ -n "${BASE_IMAGE:-}" ]; then
         say "base: BASE_IMAGE=$BASE_IMAGE, skipping debootstrap"
         docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 || docker pull "$BASE_IMAGE"
         BASE_REF=$BASE_IMAGE
         return
     fi
-    BASE_REF=$BASE_TAG
+    BASE_REF=$base_tag
 
     local inputs
-    inputs=$(printf '%s\n' "$BASE_RECIPE_VERSION" "$SUITE" "$VARIANT" "$BASE_PACKAGES" \
+    inputs=$(printf '%s\n' "$BASE_RECIPE_VERSION" "$SUITE" "$VARIANT" "$packages" ${apt_packages:+"$apt_packages"} \
         "${BASE_CHANGES[@]}" | sha256sum | cut -c1-16)
-    if [ "$(image_label "$BASE_TAG" "$INPUTS_LABEL")" = "$inputs" ]; then
-        say "base: $BASE_TAG is up to date ($INPUTS_LABEL=$inputs)"
+    if [ "$(image_label "$base_tag" "$INPUTS_LABEL")" = "$inputs" ]; then
+        say "base: $base_tag is up to date ($INPUTS_LABEL=$inputs)"
         return
     fi
 
@@ -98,19 +108,27 @@ build_base() {
     # --one-file-system: never descend into a /proc or /sys that an interrupted debootstrap left mounted.
     trap 'rm -rf --one-file-system "$ROOTFS"' EXIT
 
-    say "base: debootstrap $VARIANT $SUITE from $mirror (+$BASE_PACKAGES)"
-    debootstrap --variant="$VARIANT" --include="$BASE_PACKAGES" "$SUITE" "$ROOTFS" "$mirror"
+    say "base: debootstrap $VARIANT $SUITE from $mirror (+$packages)"
+    debootstrap --variant="$VARIANT" --include="$packages" "$SUITE" "$ROOTFS" "$mirror"
+    if [ -n "$apt_packages" ]; then
+        say "base: apt-get install in the new root (+$apt_packages)"
+        # apt in the chroot runs as root (no _apt user to drop to) and without a terminal.
+        local in_root=(chroot "$ROOTFS" env DEBIAN_FRONTEND=noninteractive "http_proxy=${http_proxy:-}" apt-get -qq
+            -o APT::Sandbox::User=root -o Dpkg::Use-Pty=0)
+        "${in_root[@]}" update
+        "${in_root[@]}" install -y --no-install-recommends ${apt_packages//,/ } >/dev/null
+    fi
     # The image must not carry the host's package indexes or download cache.
     rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*
 
-    say "base: importing $(du -sh "$ROOTFS" | cut -f1) as $BASE_TAG"
-    local change changes=(--change "LABEL $INPUTS_LABEL=$inputs" --change "LABEL io.protolink.image=base")
+    say "base: importing $(du -sh "$ROOTFS" | cut -f1) as $base_tag"
+    local change changes=(--change "LABEL $INPUTS_LABEL=$inputs" --change "LABEL io.protolink.image=$label")
     for change in "${BASE_CHANGES[@]}"; do changes+=(--change "$change"); done
-    tar --numeric-owner -C "$ROOTFS" -c . | docker import "${changes[@]}" - "$BASE_TAG" >/dev/null
+    tar --numeric-owner -C "$ROOTFS" -c . | docker import "${changes[@]}" - "$base_tag" >/dev/null
 
     rm -rf "$ROOTFS"
     trap - EXIT
-    say "base: built $BASE_TAG ($INPUTS_LABEL=$inputs) in $((SECONDS - started))s"
+    say "base: built $base_tag ($INPUTS_LABEL=$inputs) in $((SECONDS - started))s"
 }
 
 # The requirements the server needs inside the image: the project's dependencies and its
@@ -138,7 +156,7 @@ deps_wheelhouse() {
     key=$(printf '%s\n' "$requirements" | sha256sum | cut -c1-16)
     dir=$WHEEL_CACHE/deps-$key
     if [ ! -f "$dir/.complete" ]; then
-        say "sandbox: pip wheel of the runtime dependencies into $dir" >&2
+        say "wheelhouse: pip wheel of the runtime dependencies into $dir" >&2
         rm -rf "$dir" && mkdir -p "$dir"
         # shellcheck disable=SC2086  # $PIP may be "python3 -m pip"
         printf '%s\n' "$requirements" | xargs $PIP wheel --quiet --wheel-dir "$dir" >&2
@@ -147,30 +165,33 @@ deps_wheelhouse() {
     echo "$dir"
 }
 
-# Sandbox images older than a day go once a new one is tagged (younger ones may belong to another
-# checkout's run on this engine); one still used by a container stays.
+# Server images (label io.protolink.image=KIND) older than a day go once a new one is tagged
+# (younger ones may belong to another checkout's run on this engine); one still used by a
+# container stays.
 PRUNE_AFTER_SECONDS=86400
-prune_sandbox_images() {
-    local keep=$1 ref created
-    docker image ls --filter "label=io.protolink.image=sandbox" --format '{{.Repository}}:{{.Tag}}' \
+prune_images() {
+    local kind=$1 repo=$2 keep=$3 ref created
+    docker image ls --filter "label=io.protolink.image=$kind" --format '{{.Repository}}:{{.Tag}}' \
         | while read -r ref; do
-            case "$ref" in "$SANDBOX_REPO:$keep" | "$SANDBOX_REPO:latest" | *"<none>"*) continue ;; esac
+            case "$ref" in "$repo:$keep" | "$repo:latest" | *"<none>"*) continue ;; esac
             created=$(date -d "$(docker image inspect --format '{{.Created}}' "$ref")" +%s) || continue
             [ $(( $(date +%s) - created )) -gt "$PRUNE_AFTER_SECONDS" ] || continue
-            docker image rm "$ref" >/dev/null 2>&1 && say "sandbox: removed old image $ref" || true
+            docker image rm "$ref" >/dev/null 2>&1 && say "$kind: removed old image $ref" || true
         done
 }
 
-build_sandbox() {
-    local base_id inputs tag
+# build_server KIND: the server layer (images/sandbox/Dockerfile) FROM BASE_REF, tagged
+# protolink/KIND:<inputs hash> and protolink/KIND:latest; sets IMAGE_REF.
+build_server() {
+    local kind=$1 repo=protolink/$1 base_id inputs tag
     base_id=$(docker image inspect --format '{{.Id}}' "$BASE_REF")
     inputs=$(printf '%s\n' "$SANDBOX_RECIPE_VERSION" "$base_id" "$(source_hash)" "$(runtime_requirements)" \
         | cat - "$ROOT/images/sandbox/Dockerfile" "$HERE/build-spawner.sh" | sha256sum | cut -c1-16)
-    tag=$SANDBOX_REPO:$inputs
+    tag=$repo:$inputs
     if docker image inspect "$tag" >/dev/null 2>&1; then
-        docker tag "$tag" "$SANDBOX_REPO:latest"
-        say "sandbox: $tag is up to date"
-        SANDBOX_REF=$tag
+        docker tag "$tag" "$repo:latest"
+        say "$kind: $tag is up to date"
+        IMAGE_REF=$tag
         return
     fi
 
@@ -179,31 +200,37 @@ build_sandbox() {
     CONTEXT=$(mktemp -d /var/tmp/protolink-sandbox.XXXXXX)
     trap 'rm -rf "$CONTEXT"' EXIT
     mkdir -p "$CONTEXT/wheels/deps" "$CONTEXT/wheels/project" "$CONTEXT/src" "$CONTEXT/bin"
-    say "sandbox: compiling the command spawner"
+    say "$kind: compiling the command spawner"
     bash "$HERE/build-spawner.sh" "$CONTEXT/bin/protolink-spawner"
     cp "$ROOT/images/sandbox/Dockerfile" "$CONTEXT/"
     cp -l "$deps"/*.whl "$CONTEXT/wheels/deps/" 2>/dev/null || cp "$deps"/*.whl "$CONTEXT/wheels/deps/"
     # The wheel is built from a copy so the work tree gets no build/ or egg-info.
     (cd "$ROOT" && cp -r "${PROJECT_SOURCES[@]}" README.md "$CONTEXT/src/")
     find "$CONTEXT/src" -name __pycache__ -prune -exec rm -rf {} +
-    say "sandbox: pip wheel of this project"
+    say "$kind: pip wheel of this project"
     # shellcheck disable=SC2086
     $PIP wheel --quiet --no-deps --no-build-isolation --wheel-dir "$CONTEXT/wheels/project" "$CONTEXT/src"
 
-    say "sandbox: docker build $tag FROM $BASE_REF (no network)"
+    say "$kind: docker build $tag FROM $BASE_REF (no network)"
     DOCKER_BUILDKIT=0 docker build --network none --force-rm \
         --build-arg "BASE_IMAGE=$BASE_REF" \
-        --label "$INPUTS_LABEL=$inputs" --label io.protolink.image=sandbox \
-        --tag "$tag" --tag "$SANDBOX_REPO:latest" "$CONTEXT" | sed -u 's/^/build-images:   /'
+        --label "$INPUTS_LABEL=$inputs" --label "io.protolink.image=$kind" \
+        --tag "$tag" --tag "$repo:latest" "$CONTEXT" | sed -u 's/^/build-images:   /'
     rm -rf "$CONTEXT"
     trap - EXIT
-    say "sandbox: built $tag in $((SECONDS - started))s"
-    SANDBOX_REF=$tag
-    prune_sandbox_images "$inputs"
+    say "$kind: built $tag in $((SECONDS - started))s"
+    IMAGE_REF=$tag
+    prune_images "$kind" "$repo" "$inputs"
 }
 
+KIND=${1:-sandbox}
+case "$KIND" in
+    sandbox) BASE=(protolink/base:bookworm "$BASE_PACKAGES" "" base) ;;
+    ci) BASE=(protolink/ci-base:bookworm "$CI_BASE_PACKAGES" "$CI_APT_PACKAGES" ci-base) ;;
+    *) die "usage: build-images.sh [sandbox|ci] (not '$KIND')" ;;
+esac
 bash "$HERE/engine-up.sh"
-build_base
+build_base "${BASE[@]}"
 say "base image: $BASE_REF"
-build_sandbox
-say "sandbox image: $SANDBOX_REF"
+build_server "$KIND"
+say "$KIND image: $IMAGE_REF"

@@ -1,8 +1,9 @@
-"""Getting a machine ready for sandboxes: a Docker Engine that answers, and the sandbox image.
+"""Getting a machine ready for sandboxes: a Docker Engine that answers, and the image to run.
 
 Both run the project's scripts (``scripts/engine-up.sh``, ``scripts/build-images.sh``), the same
-ones ``.ci/run`` and ``make image`` use, so there is one bootstrap and one image recipe. They are
-blocking and stream the scripts' progress; call them through ``asyncio.to_thread`` from async code.
+ones ``.ci/run``, ``make image`` and ``make ci-image`` use, so there is one bootstrap and one image
+recipe. They are blocking and stream the scripts' progress; call them through ``asyncio.to_thread``
+from async code.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from pathlib import Path
 from protolink.errors import SandboxError
 
 DEFAULT_IMAGE = "protolink/sandbox:latest"
-#: How scripts/build-images.sh names the sandbox image it built or found up to date.
-BUILT = "sandbox image: "
+#: The images scripts/build-images.sh builds, by the name it takes (which ``ensure_image`` also
+#: accepts): the tag of the latest build and the make target that builds it.
+BUILT_IMAGES = {
+    "sandbox": (DEFAULT_IMAGE, "make image"),
+    "ci": ("protolink/ci:latest", "make ci-image"),
+}
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 Progress = Callable[[str], None]
@@ -26,12 +31,12 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _run_script(name: str, progress: Progress) -> list[str]:
-    """Run ``scripts/NAME``, streaming its lines to ``progress``; the last lines it printed."""
+def _run_script(name: str, progress: Progress, *args: str) -> list[str]:
+    """Run ``scripts/NAME ARGS``, streaming its lines to ``progress``; the last lines it printed."""
     script = SCRIPTS / name
     if not script.is_file():
         raise SandboxError(f"{script} is missing: run this from a protolink checkout")
-    with subprocess.Popen(["bash", str(script)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    with subprocess.Popen(["bash", str(script), *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, errors="replace") as process:
         assert process.stdout is not None
         tail: list[str] = []
@@ -80,19 +85,35 @@ def image_exists(image: str) -> bool:
         client.close()
 
 
+def built_kind(image: str) -> str | None:
+    """Which of :data:`BUILT_IMAGES` ``image`` names (``ci`` or ``protolink/ci:latest``), or None."""
+    for kind, (latest, _) in BUILT_IMAGES.items():
+        if image in (kind, latest):
+            return kind
+    return None
+
+
 def ensure_image(image: str = DEFAULT_IMAGE, progress: Progress = _stderr) -> str:
     """The image to run, built first when needed, and returned.
 
-    For the default image in a checkout, ``scripts/build-images.sh`` runs every time: it is
-    incremental (an image whose inputs did not change is not rebuilt), so the image always
-    holds the checkout's code; the tag it reports (``protolink/sandbox:<inputs hash>``) is
-    returned, which another checkout's build cannot retag. Any other image, or an installation
-    without the scripts, must already exist.
+    For an image the project builds (:data:`BUILT_IMAGES`: ``sandbox``, the default, or ``ci``,
+    by that name or its ``:latest`` tag) in a checkout, ``scripts/build-images.sh KIND`` runs
+    every time: it is incremental (an image whose inputs did not change is not rebuilt), so the
+    image always holds the checkout's code; the tag it reports (``protolink/KIND:<inputs hash>``)
+    is returned, which another checkout's build cannot retag. Any other image, or an
+    installation without the scripts, must already exist.
     """
-    if image == DEFAULT_IMAGE and (SCRIPTS / "build-images.sh").is_file():
-        built = [line.rsplit(BUILT, 1)[1].strip() for line in _run_script("build-images.sh", progress) if BUILT in line]
-        return built[-1] if built else image
+    kind = built_kind(image)
+    if kind is not None and (SCRIPTS / "build-images.sh").is_file():
+        marker = f"{kind} image: "
+        built = [line.rsplit(marker, 1)[1].strip() for line in _run_script("build-images.sh", progress, kind)
+                 if marker in line]
+        return built[-1] if built else BUILT_IMAGES[kind][0]
+    if kind is not None:
+        image, make = BUILT_IMAGES[kind]
+        hint = f"build it with `{make}` in a protolink checkout"
+    else:
+        hint = "pull or build it"
     if not image_exists(image):
-        hint = "build it with `make image` in a protolink checkout" if image == DEFAULT_IMAGE else "pull or build it"
         raise SandboxError(f"the sandbox image {image} does not exist: {hint}")
     return image
