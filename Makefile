@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml
 pytest = timeout --foreground --kill-after=60 $(TEST_TIMEOUT) $(BIN)/python -m pytest -q $(1) || { status=$$?; \
 	  [ $$status -ne 124 ] || echo "make $@: stopped after $(TEST_TIMEOUT) s (TEST_TIMEOUT)" >&2; exit $$status; }
 
-## test: the whole suite (Docker-backed tests need an engine; see scripts/engine-up.sh)
-test: install
+## test: the whole suite, after building the images it runs (a fresh machine's debootstrap takes minutes)
+test: install image ci-image
 	@$(call pytest)
 
 ## test-gvisor: the attack corpus (tests/security) again, every sandbox under gVisor's runsc
@@ -62,8 +62,8 @@ sandbox-down: install
 	$(BIN)/protolink-sandbox down
 
 ## bench: every benchmark, one after another (figures are ratios printed side by side)
-bench: install image
-	for script in bench/process.py bench/search.py bench/documents.py bench/sandbox.py bench/cli.py bench/egress.py; do \
+bench: install image ci-image
+	for script in bench/process.py bench/search.py bench/documents.py bench/sandbox.py bench/cli.py bench/egress.py bench/ci.py; do \
 		$(BIN)/python $$script || exit 1; done
 
 clean:
