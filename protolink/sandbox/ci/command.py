@@ -76,7 +76,7 @@ def job_of(args: argparse.Namespace) -> CiJob:
     if not test:
         raise ValueError("ci needs a test command: protolink-sandbox ci REPO -- TEST_CMD [ARG...]")
     return CiJob(repo=args.repo, test=tuple(test), setup=tuple(args.setup), allow=tuple(args.allow),
-                 image=None if args.image == "sandbox" else args.image, timeout_seconds=args.timeout,
+                 image=args.image, timeout_seconds=args.timeout,
                  junit=tuple(args.junit), artifacts=tuple(args.artifacts), env=tuple(args.env), ca_file=args.ca_file,
                  memory=args.memory_mib * MiB, pids=args.pids, cpus=args.cpus, disk_bytes=args.disk_mib * MiB,
                  runtime=args.runtime)

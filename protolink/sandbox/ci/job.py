@@ -49,8 +49,8 @@ class CiJob:
     or ``user@host:path``). ``test``: the test command's argv (a name without a slash is looked
     up on the sandbox's PATH). ``setup``: shell commands (``/bin/sh -c``) run first, in order,
     with the egress ``allow`` list (``HOST[:PORT]`` rules; none: no network at all); the network
-    is cut before the test command. ``image``: ``"ci"`` (the CI image), ``None`` (the sandbox
-    image) or any image holding the server. ``timeout_seconds`` bounds the whole job. ``junit``
+    is cut before the test command. ``image``: ``"ci"`` (the CI image), ``"sandbox"`` (the
+    sandbox image), built when needed in a checkout, or any image holding the server. ``timeout_seconds`` bounds the whole job. ``junit``
     and ``artifacts``: globs relative to the repository (``**`` for any depth). ``env``: names of
     host variables passed in (their values never reach the report or the logs). ``ca_file``: a
     certificate authority bundle the job's tools trust (an intercepting proxy), copied in.
@@ -62,7 +62,7 @@ class CiJob:
     test: tuple[str, ...]
     setup: tuple[str, ...] = ()
     allow: tuple[str, ...] = ()
-    image: str | None = CI_IMAGE
+    image: str = CI_IMAGE
     timeout_seconds: float = 1800.0
     junit: tuple[str, ...] = ()
     artifacts: tuple[str, ...] = ()

@@ -37,7 +37,7 @@ from ..disk import usage_bytes
 from ..docker import DockerSandbox
 from ..egress.events import EgressEvent
 from ..egress.policy import DENY_ALL
-from ..provision import DEFAULT_IMAGE, ensure_image
+from ..provision import ensure_image
 from ..usage import PidsPeak, memory_peak
 from .collect import collect_artifacts, collect_junit, junit_totals
 from .job import CiJob
@@ -152,7 +152,7 @@ class CiRunner:
     async def _run(self) -> None:
         job = self.job
         with self._timed("image"):
-            image = await asyncio.to_thread(ensure_image, job.image or DEFAULT_IMAGE, self.image_progress)
+            image = await asyncio.to_thread(ensure_image, job.image, self.image_progress)
         self.report.image = image
         identity = Identity.of()
         with self._timed("workspace"):
