@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -140,9 +141,10 @@ def git_daemon(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    # `git daemon` runs git-daemon as a child: a session of their own, so both go with the group.
     daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1",
                                f"--port={port}", f"--base-path={served}", str(served)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -150,11 +152,11 @@ def git_daemon(tmp_path):
             break
         except OSError:
             if time.monotonic() > deadline:
-                daemon.kill()
+                os.killpg(daemon.pid, signal.SIGKILL)
                 raise
             time.sleep(0.05)
     yield f"git://127.0.0.1:{port}/r.git", head
-    daemon.kill()
+    os.killpg(daemon.pid, signal.SIGKILL)
     daemon.wait()
 
 
