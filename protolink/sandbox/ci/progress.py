@@ -100,8 +100,8 @@ class StatusLine:
     def __init__(self, masker: Masker, err: TextIO | None = None) -> None:
         self.masker = masker
         self.err = err or sys.stderr
-        self._phase = ""
-        self._command = ""
+        self._phase = "starting"
+        self._command = "image, workspace, sandbox"
         self._last = ""
         self._started = time.monotonic()
         self._drawn = 0.0
