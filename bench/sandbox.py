@@ -2,11 +2,13 @@
 
 Needs a Docker Engine and the sandbox image (built when missing)::
 
-    python bench/sandbox.py [--only SECTION,...]
+    python bench/sandbox.py [--only SECTION,...] [--image TAG]
 
 ``--only`` runs some sections (roundtrip, concurrent, kept, flood, workspace, coldstart) to
-iterate faster; without it, all run. One run prints, side by side (sandbox, local and bare
-calls are timed in turns), with the machine's load average, since figures move 2-3x with it:
+iterate faster; without it, all run. ``--image`` runs a given sandbox image instead of building
+the checkout's (with an older checkout on ``PYTHONPATH``, to measure before and after). One run
+prints, side by side (sandbox, local and bare calls are timed in turns), with the machine's load
+average, since figures move 2-3x with it:
   1. ``/bin/true`` through ``execute_command``: sandbox vs LocalExecutionBackend vs a bare asyncio
      spawn of the same program vs ``docker exec`` vs ``docker run --rm`` (targets: sandbox/bare
      median <= 1.5; sandbox/local <= 1.5; sandbox >= 30x faster than ``docker exec``), and the
@@ -216,8 +218,8 @@ def row(label: str, *cells: str) -> None:
     print(f"{label:<44}" + "".join(f"{cell:>18}" for cell in cells))
 
 
-async def main(sections: set[str]) -> None:
-    image = await asyncio.to_thread(ensure_image)
+async def main(sections: set[str], image: str | None = None) -> None:
+    image = image or await asyncio.to_thread(ensure_image)
     with tempfile.TemporaryDirectory(prefix="protolink-bench-") as temporary:
         root = Path(temporary).resolve()
         os.chmod(root, 0o755)
@@ -351,15 +353,18 @@ async def main(sections: set[str]) -> None:
             row("  target", "<= 400 ms")
 
 
-def sections_asked() -> set[str]:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections to run, of: {', '.join(SECTIONS)}")
-    asked = set(parser.parse_args().only.split(","))
-    if unknown := asked - set(SECTIONS):
+    parser.add_argument("--image", help="a sandbox image to use instead of the checkout's (to measure an older one)")
+    parsed = parser.parse_args()
+    parsed.only = set(parsed.only.split(","))
+    if unknown := parsed.only - set(SECTIONS):
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
-    return asked
+    return parsed
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sections_asked()))
+    asked = arguments()
+    asyncio.run(main(asked.only, asked.image))
