@@ -2,10 +2,13 @@
 
 Needs a Docker Engine and the sandbox image (built when missing)::
 
-    python bench/sandbox.py
+    python bench/sandbox.py [--only SECTION,...] [--image TAG]
 
-One run prints, side by side (sandbox, local and bare calls are timed in turns), with the
-machine's load average, since figures move 2-3x with it:
+``--only`` runs some sections (roundtrip, concurrent, kept, flood, workspace, coldstart) to
+iterate faster; without it, all run. ``--image`` runs a given sandbox image instead of building
+the checkout's (with an older checkout on ``PYTHONPATH``, to measure before and after). One run
+prints, side by side (sandbox, local and bare calls are timed in turns), with the machine's load
+average, since figures move 2-3x with it:
   1. ``/bin/true`` through ``execute_command``: sandbox vs LocalExecutionBackend vs a bare asyncio
      spawn of the same program vs ``docker exec`` vs ``docker run --rm`` (targets: sandbox/bare
      median <= 1.5; sandbox/local <= 1.5; sandbox >= 30x faster than ``docker exec``), and the
@@ -24,6 +27,7 @@ machine's load average, since figures move 2-3x with it:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -57,6 +61,7 @@ MAX_KEPT = 128 << 20
 PAGES = 200
 REPEATS = 5
 ENV = {"PATH": "/usr/bin:/bin"}
+SECTIONS = ("roundtrip", "concurrent", "kept", "flood", "workspace", "coldstart")
 
 
 class Quiet:
@@ -213,14 +218,15 @@ def row(label: str, *cells: str) -> None:
     print(f"{label:<44}" + "".join(f"{cell:>18}" for cell in cells))
 
 
-async def main() -> None:
-    image = await asyncio.to_thread(ensure_image)
+async def main(sections: set[str], image: str | None = None) -> None:
+    image = image or await asyncio.to_thread(ensure_image)
     with tempfile.TemporaryDirectory(prefix="protolink-bench-") as temporary:
         root = Path(temporary).resolve()
         os.chmod(root, 0o755)
-        (root / "tree").mkdir()
-        build_tree(root / "tree")
-        make_pdf(root / "report.pdf")
+        if "workspace" in sections:
+            (root / "tree").mkdir()
+            build_tree(root / "tree")
+            make_pdf(root / "report.pdf")
         local = agent_for(LocalExecutionBackend(), root)
 
         print(f"sandbox image {image}; {os.cpu_count()} CPUs\n")
@@ -228,113 +234,137 @@ async def main() -> None:
         async with sandbox as backend:
             boxed = agent_for(backend, root)
 
-            # 1. Round trip.
-            print(load())
-            box_true, local_true, bare = await medians_of(ROUND_TRIPS, lambda: true_once(boxed, root),
-                                                          lambda: true_once(local, root), bare_true)
-            docker_exec = await asyncio.to_thread(median_blocking, DOCKER_EXECS,
-                                                  ["docker", "exec", sandbox.name, "/bin/true"])
-            docker_run = await asyncio.to_thread(median_blocking, DOCKER_RUNS,
-                                                 ["docker", "run", "--rm", "--network", "none",
-                                                  "--entrypoint", "/bin/true", image])
-            row("/bin/true via execute_command (median)", "sandbox", "local", "bare asyncio", "docker exec",
-                "docker run --rm")
-            row("", f"{box_true * 1e3:.2f} ms", f"{local_true * 1e3:.2f} ms", f"{bare * 1e3:.2f} ms",
-                f"{docker_exec * 1e3:.1f} ms", f"{docker_run * 1e3:.0f} ms")
-            row("  sandbox/bare (target <= 1.5)", f"{box_true / bare:.2f}")
-            row("  sandbox/local (target <= 1.5), local/bare", f"{box_true / local_true:.2f}", f"{local_true / bare:.2f}")
-            row("  docker exec/sandbox (target >= 30)", f"{docker_exec / box_true:.0f}x")
-            row("  docker run --rm/sandbox", f"{docker_run / box_true:.0f}x")
-            spec = ProcessSpec(("/bin/true",), str(root), ENV, 60, 65536)
-            box_raw, local_raw = await medians_of(ROUND_TRIPS, lambda: backend.execute(spec, Quiet()),
-                                                  lambda: LocalExecutionBackend().execute(spec, Quiet()))
-            row("  backend.execute alone: sandbox, local", f"{box_raw * 1e3:.2f} ms", f"{local_raw * 1e3:.2f} ms",
-                f"ratio {box_raw / local_raw:.2f}")
-            boxed_cpus = sandbox_cpus(sandbox)
-            if boxed_cpus and (other_cpus := os.sched_getaffinity(0) - boxed_cpus):
-                same, other = await pinned_medians(ROUND_TRIPS, lambda: true_once(boxed, root), boxed_cpus, other_cpus)
-                row("  this client on the sandbox's CPU, on another", f"{same * 1e3:.2f} ms", f"{other * 1e3:.2f} ms")
+            if "roundtrip" in sections:
+                # 1. Round trip.
+                print(load())
+                box_true, local_true, bare = await medians_of(ROUND_TRIPS, lambda: true_once(boxed, root),
+                                                              lambda: true_once(local, root), bare_true)
+                docker_exec = await asyncio.to_thread(median_blocking, DOCKER_EXECS,
+                                                      ["docker", "exec", sandbox.name, "/bin/true"])
+                docker_run = await asyncio.to_thread(median_blocking, DOCKER_RUNS,
+                                                     ["docker", "run", "--rm", "--network", "none",
+                                                      "--entrypoint", "/bin/true", image])
+                row("/bin/true via execute_command (median)", "sandbox", "local", "bare asyncio", "docker exec",
+                    "docker run --rm")
+                row("", f"{box_true * 1e3:.2f} ms", f"{local_true * 1e3:.2f} ms", f"{bare * 1e3:.2f} ms",
+                    f"{docker_exec * 1e3:.1f} ms", f"{docker_run * 1e3:.0f} ms")
+                row("  sandbox/bare (target <= 1.5)", f"{box_true / bare:.2f}")
+                row("  sandbox/local (target <= 1.5), local/bare", f"{box_true / local_true:.2f}",
+                    f"{local_true / bare:.2f}")
+                row("  docker exec/sandbox (target >= 30)", f"{docker_exec / box_true:.0f}x")
+                row("  docker run --rm/sandbox", f"{docker_run / box_true:.0f}x")
+                spec = ProcessSpec(("/bin/true",), str(root), ENV, 60, 65536)
+                box_raw, local_raw = await medians_of(ROUND_TRIPS, lambda: backend.execute(spec, Quiet()),
+                                                      lambda: LocalExecutionBackend().execute(spec, Quiet()))
+                row("  backend.execute alone: sandbox, local", f"{box_raw * 1e3:.2f} ms", f"{local_raw * 1e3:.2f} ms",
+                    f"ratio {box_raw / local_raw:.2f}")
+                boxed_cpus = sandbox_cpus(sandbox)
+                if boxed_cpus and (other_cpus := os.sched_getaffinity(0) - boxed_cpus):
+                    same, other = await pinned_medians(ROUND_TRIPS, lambda: true_once(boxed, root), boxed_cpus,
+                                                       other_cpus)
+                    row("  this client on the sandbox's CPU, on another", f"{same * 1e3:.2f} ms",
+                        f"{other * 1e3:.2f} ms")
 
-            # 3. Concurrency, in turns with the host backend.
-            await concurrent_rate(boxed, root)  # warm
-            rates: dict[str, list[float]] = {"sandbox": [], "local": []}
-            errors = 0
-            for _ in range(REPEATS):
-                for name, agent in (("sandbox", boxed), ("local", local)):
-                    rate, failed = await concurrent_rate(agent, root)
-                    rates[name].append(rate)
-                    errors += failed
-            box_rate, local_rate = (statistics.median(rates[name]) for name in ("sandbox", "local"))
+            if "concurrent" in sections:
+                # 3. Concurrency, in turns with the host backend.
+                await concurrent_rate(boxed, root)  # warm
+                rates: dict[str, list[float]] = {"sandbox": [], "local": []}
+                errors = 0
+                for _ in range(REPEATS):
+                    for name, agent in (("sandbox", boxed), ("local", local)):
+                        rate, failed = await concurrent_rate(agent, root)
+                        rates[name].append(rate)
+                        errors += failed
+                box_rate, local_rate = (statistics.median(rates[name]) for name in ("sandbox", "local"))
+                print()
+                print(load())
+                row(f"{CONCURRENT} concurrent /bin/true (median of {REPEATS})", "sandbox", "local", "sandbox/local")
+                row("", f"{box_rate:.0f}/s", f"{local_rate:.0f}/s", f"{box_rate / local_rate:.2f}")
+                row("  errors (target 0); target", f"{errors}", "", ">= 400/s")
+
+            if "kept" in sections:
+                # 4. Memory with 100 MB kept (the server's first large output: what it keeps of its
+                # heap afterwards counts), then output kept whole, in turns with the host backend.
+                print()
+                print(load())
+                size = KEPT[-1][0]
+                server_growth, client_growth = await peak_growth(sandbox, lambda: print_kept(boxed, root, size))
+                row(f"peak memory growth, {size // 1_000_000} MB kept: server, client", f"{server_growth / 1e6:.1f} MB",
+                    f"{client_growth / 1e6:.1f} MB")
+                row("  target", f"<= {(size + 20_000_000) / 1e6:.0f} MB", f"<= {(size + 20_000_000) / 1e6:.0f} MB")
+                row("stdout kept whole via execute_command", "sandbox", "local", "sandbox/local")
+                for size, runs in KEPT:
+                    box_kept, local_kept = await medians_of(runs, lambda: print_kept(boxed, root, size),
+                                                            lambda: print_kept(local, root, size))
+                    row(f"  {size // 1_000_000} MB (median of {runs})", f"{box_kept:.3f} s", f"{local_kept:.3f} s",
+                        f"{box_kept / local_kept:.2f}")
+                    row("    throughput (target: sandbox >= 0.8x local)", f"{size / 1e6 / box_kept:.0f} MB/s",
+                        f"{size / 1e6 / local_kept:.0f} MB/s", f"{local_kept / box_kept:.2f}x")
+
+            if "flood" in sections:
+                # 5. Flood.
+                flooded: list[Any] = []
+
+                async def flood() -> None:
+                    flooded.append(await boxed.call_tool(
+                        "execute_command", argv=["/usr/bin/head", "-c", str(FLOOD_BYTES), "/dev/zero"], cwd=str(root),
+                        env=ENV, max_output_bytes=CAP, timeout_seconds=120))
+
+                started = time.perf_counter()
+                server_growth, client_growth = await peak_growth(sandbox, flood)
+                wall = time.perf_counter() - started
+                print()
+                row("1 GiB stdout, 64 KiB cap", f"{wall:.2f} s", f"kept {len(flooded[0].stdout)} B",
+                    f"truncated={flooded[0].truncated}")
+                row("  peak memory growth: server, client", f"{server_growth / 1e6:.1f} MB",
+                    f"{client_growth / 1e6:.1f} MB")
+                row("  target", "< 50 MB", "< 50 MB")
+
+            if "workspace" in sections:
+                # 6. Workspace and documents.
+                async def search(agent: Agent) -> Any:
+                    return await agent.call_tool("search_files", path=str(root / "tree"), query="Quokka")
+
+                async def read(agent: Agent) -> Any:
+                    return await agent.call_tool("read_document", path=str(root / "report.pdf"))
+
+                box_search, local_search = await medians_of(REPEATS, lambda: search(boxed), lambda: search(local))
+                box_read, local_read = await medians_of(REPEATS, lambda: read(boxed), lambda: read(local))
+                print()
+                row("", "sandbox", "local", "sandbox/local")
+                row("search_files, 10,000 files (median)", f"{box_search * 1e3:.0f} ms", f"{local_search * 1e3:.0f} ms",
+                    f"{box_search / local_search:.2f}")
+                row(f"read_document, {PAGES}-page PDF (median)", f"{box_read * 1e3:.0f} ms",
+                    f"{local_read * 1e3:.0f} ms",
+                    f"{box_read / local_read:.2f}")
+                row("  target", "", "", "<= 1.3")
+
+        if "coldstart" in sections:
+            # 2. Cold start.
+            timings = []
+            for _ in range(COLD_STARTS):
+                started = time.perf_counter()
+                async with DockerSandbox([root], image=image) as backend:
+                    await true_once(agent_for(backend, root), root)
+                    timings.append(time.perf_counter() - started)
             print()
-            print(load())
-            row(f"{CONCURRENT} concurrent /bin/true (median of {REPEATS})", "sandbox", "local", "sandbox/local")
-            row("", f"{box_rate:.0f}/s", f"{local_rate:.0f}/s", f"{box_rate / local_rate:.2f}")
-            row("  errors (target 0); target", f"{errors}", "", ">= 400/s")
+            row(f"cold start -> first result (median of {COLD_STARTS})", f"{statistics.median(timings) * 1e3:.0f} ms",
+                f"min {min(timings) * 1e3:.0f} ms", f"max {max(timings) * 1e3:.0f} ms")
+            row("  target", "<= 400 ms")
 
-            # 4. Memory with 100 MB kept (the server's first large output: what it keeps of its
-            # heap afterwards counts), then output kept whole, in turns with the host backend.
-            print()
-            print(load())
-            size = KEPT[-1][0]
-            server_growth, client_growth = await peak_growth(sandbox, lambda: print_kept(boxed, root, size))
-            row(f"peak memory growth, {size // 1_000_000} MB kept: server, client", f"{server_growth / 1e6:.1f} MB",
-                f"{client_growth / 1e6:.1f} MB")
-            row("  target", f"<= {(size + 20_000_000) / 1e6:.0f} MB", f"<= {(size + 20_000_000) / 1e6:.0f} MB")
-            row("stdout kept whole via execute_command", "sandbox", "local", "sandbox/local")
-            for size, runs in KEPT:
-                box_kept, local_kept = await medians_of(runs, lambda: print_kept(boxed, root, size),
-                                                        lambda: print_kept(local, root, size))
-                row(f"  {size // 1_000_000} MB (median of {runs})", f"{box_kept:.3f} s", f"{local_kept:.3f} s",
-                    f"{box_kept / local_kept:.2f}")
-                row("    throughput (target: sandbox >= 0.8x local)", f"{size / 1e6 / box_kept:.0f} MB/s",
-                    f"{size / 1e6 / local_kept:.0f} MB/s", f"{local_kept / box_kept:.2f}x")
 
-            # 5. Flood.
-            flooded: list[Any] = []
-
-            async def flood() -> None:
-                flooded.append(await boxed.call_tool(
-                    "execute_command", argv=["/usr/bin/head", "-c", str(FLOOD_BYTES), "/dev/zero"], cwd=str(root),
-                    env=ENV, max_output_bytes=CAP, timeout_seconds=120))
-
-            started = time.perf_counter()
-            server_growth, client_growth = await peak_growth(sandbox, flood)
-            wall = time.perf_counter() - started
-            print()
-            row("1 GiB stdout, 64 KiB cap", f"{wall:.2f} s", f"kept {len(flooded[0].stdout)} B",
-                f"truncated={flooded[0].truncated}")
-            row("  peak memory growth: server, client", f"{server_growth / 1e6:.1f} MB", f"{client_growth / 1e6:.1f} MB")
-            row("  target", "< 50 MB", "< 50 MB")
-
-            # 6. Workspace and documents.
-            async def search(agent: Agent) -> Any:
-                return await agent.call_tool("search_files", path=str(root / "tree"), query="Quokka")
-
-            async def read(agent: Agent) -> Any:
-                return await agent.call_tool("read_document", path=str(root / "report.pdf"))
-
-            box_search, local_search = await medians_of(REPEATS, lambda: search(boxed), lambda: search(local))
-            box_read, local_read = await medians_of(REPEATS, lambda: read(boxed), lambda: read(local))
-            print()
-            row("", "sandbox", "local", "sandbox/local")
-            row("search_files, 10,000 files (median)", f"{box_search * 1e3:.0f} ms", f"{local_search * 1e3:.0f} ms",
-                f"{box_search / local_search:.2f}")
-            row(f"read_document, {PAGES}-page PDF (median)", f"{box_read * 1e3:.0f} ms", f"{local_read * 1e3:.0f} ms",
-                f"{box_read / local_read:.2f}")
-            row("  target", "", "", "<= 1.3")
-
-        # 2. Cold start.
-        timings = []
-        for _ in range(COLD_STARTS):
-            started = time.perf_counter()
-            async with DockerSandbox([root], image=image) as backend:
-                await true_once(agent_for(backend, root), root)
-                timings.append(time.perf_counter() - started)
-        print()
-        row(f"cold start -> first result (median of {COLD_STARTS})", f"{statistics.median(timings) * 1e3:.0f} ms",
-            f"min {min(timings) * 1e3:.0f} ms", f"max {max(timings) * 1e3:.0f} ms")
-        row("  target", "<= 400 ms")
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"comma-separated sections to run, of: {', '.join(SECTIONS)}")
+    parser.add_argument("--image", help="a sandbox image to use instead of the checkout's (to measure an older one)")
+    parsed = parser.parse_args()
+    parsed.only = set(parsed.only.split(","))
+    if unknown := parsed.only - set(SECTIONS):
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    return parsed
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asked = arguments()
+    asyncio.run(main(asked.only, asked.image))

@@ -11,11 +11,12 @@ exist once, and every backend makes the same text of the same bytes.
 from __future__ import annotations
 
 import codecs
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from .process_types import Emitter
 
 Channel = Literal["stdout", "stderr"]
+Data = TypeVar("Data", bytes, memoryview)
 CHANNELS: tuple[Channel, Channel] = ("stdout", "stderr")
 
 
@@ -33,7 +34,7 @@ class OutputCap:
         self.kept_bytes = 0
         self.truncated = False
 
-    def take(self, data: bytes) -> bytes:
+    def take(self, data: Data) -> Data:
         """The part of ``data`` (the next chunk of either channel) that is kept."""
         room = self.max_bytes - self.kept_bytes
         if len(data) > room:
@@ -76,15 +77,14 @@ class OutputCollector:
 
     def __init__(self, execution: Emitter) -> None:
         self._execution = execution
-        self._decoders: dict[Channel, codecs.IncrementalDecoder] = {}  # made for a channel's first bytes
         self._text: dict[Channel, str] = {name: "" for name in CHANNELS}
+        #: Per channel that has had bytes: the start of a character its last bytes cut.
+        self._tails: dict[Channel, bytes] = {}
         self._closed = False
 
-    async def feed(self, channel: Channel, data: bytes) -> None:
-        """Decode, keep and emit the next kept bytes of ``channel``."""
-        if (decoder := self._decoders.get(channel)) is None:
-            decoder = self._decoders[channel] = codecs.getincrementaldecoder("utf-8")("replace")
-        await self._emit(channel, self._keep(channel, decoder.decode(data)))
+    async def feed(self, channel: Channel, data: bytes | memoryview) -> None:
+        """Decode, keep and emit the next kept bytes of ``channel`` (a view is decoded where it lies)."""
+        await self._emit(channel, self._keep(channel, self._decode(channel, data)))
 
     async def finish(self) -> None:
         """The output is complete: keep and emit what the decoders still hold."""
@@ -97,8 +97,7 @@ class OutputCollector:
         if self._closed:
             return []
         self._closed = True
-        tails = [(channel, self._keep(channel, decoder.decode(b"", final=True)))
-                 for channel, decoder in self._decoders.items()]
+        tails = [(channel, self._keep(channel, self._decode(channel, b"", final=True))) for channel in list(self._tails)]
         return [(channel, text) for channel, text in tails if text]
 
     @property
@@ -108,6 +107,15 @@ class OutputCollector:
     @property
     def stderr(self) -> str:
         return self._text["stderr"]
+
+    def _decode(self, channel: Channel, data: bytes | memoryview, *, final: bool = False) -> str:
+        # codecs' incremental decoder would copy a view into bytes first; this decodes it in place
+        # and keeps only the cut character's bytes (at most three) for the next piece.
+        if tail := self._tails.get(channel):
+            data = tail + data
+        text, used = codecs.utf_8_decode(data, "replace", final)
+        self._tails[channel] = bytes(data[used:])
+        return text
 
     def _keep(self, channel: Channel, text: str) -> str:
         # One string per channel, appended to while nothing else refers to it: CPython then

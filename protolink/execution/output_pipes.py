@@ -8,7 +8,9 @@ writing 8 KiB at a time woke the sandbox server some 10,000 times per 100 MB):
   that finds something worth the wakeup (:data:`READ_CHUNK_BYTES` or more, or a full pipe);
 - a read that finds less (a command writing a line or 8 KiB at a time, the reader woken for
   each write) is followed by a pause of :data:`READ_INTERVAL_SECONDS`, so that the next read
-  finds the writes of that time together;
+  finds the writes of that time together; what it found waits for that read too, so that the
+  sink gets one piece instead of a few bytes and then the rest (a command writing fast wakes
+  the reader with its first write after each read);
 - a pipe found full is enlarged once to :data:`PIPE_BYTES`, so that a pause rarely makes the
   command wait;
 - bytes past the cap are dropped as they are read, so a flood is drained at full speed;
@@ -119,26 +121,29 @@ class OutputPipes:
 
     def _read_all(self) -> None:
         """Read each pipe until it is empty (or the sink has enough waiting); then decide when
-        to read next: when readable, after a pause, or once the sink catches up."""
+        to read next (when readable, after a pause, or once the sink catches up) and whether
+        what waits goes to the sink now."""
         self._timer = None
+        waited = bool(self._pending)
         read, full = 0, False
         for fd in list(self._pipes):
             if self._held_back():
                 break
             got, filled = self._read(fd)
             read, full = read + got, full or filled
+        if self._pipes:
+            if self._held_back():
+                self._paused = True
+                self._unwatch()
+            elif self._draining or full or not read or read >= READ_CHUNK_BYTES:
+                self._watch()
+            else:
+                self._unwatch()
+                self._timer = self._loop.call_later(READ_INTERVAL_SECONDS, self._read_all)
+                if not waited and self._pending_bytes < READ_CHUNK_BYTES:
+                    return  # a few bytes wait for the read after the pause, to go out with what comes meanwhile
         if self._pending:
             self._wake()
-        if not self._pipes:
-            return
-        if self._held_back():
-            self._paused = True
-            self._unwatch()
-        elif self._draining or full or not read or read >= READ_CHUNK_BYTES:
-            self._watch()
-        else:
-            self._unwatch()
-            self._timer = self._loop.call_later(READ_INTERVAL_SECONDS, self._read_all)
 
     def _read(self, fd: int) -> tuple[int, bool]:
         """Read ``fd`` until it is empty, at most PIPE_BYTES at once: (bytes read, whether it was full)."""

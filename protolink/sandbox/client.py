@@ -134,7 +134,7 @@ class SandboxBackend(Operations):
         self._max_request_bytes = min(max_message_bytes, int(info.limits.get("max_message_bytes", max_message_bytes)))
         self._closed = False
         self._resolutions = Resolutions()
-        self._processes = ProcessStream(self._stub, self._metadata, max_in_flight=int(
+        self._processes = ProcessStream(channel, self._metadata, max_in_flight=int(
             info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
         self.info_at_connect = info
         self.boundary = info.boundary

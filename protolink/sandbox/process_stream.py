@@ -4,7 +4,8 @@ Each process is a request on the call, with an id of its own; the events of ever
 come back on the call tagged with that id, and one reader hands each to the process it belongs
 to. The call is opened on first use and again after it fails; a failure of the call fails every
 process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError` and friends).
-Everything the server sends is untrusted: events are parsed and checked in order, output is
+Everything the server sends is untrusted: events are parsed and checked in order (an output
+event's bytes are read where they arrived, :mod:`protolink.wire.output_events`), output is
 capped at the process's ``max_output_bytes`` whatever the server claims (then decoded, kept and
 emitted by the same :class:`~protolink.execution.output.OutputCollector` the host backend uses),
 each process's events wait in a bounded queue (a server that floods one makes the reader wait,
@@ -24,13 +25,9 @@ from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavaila
 from protolink.execution.output import Channel, OutputCap, OutputCollector
 from protolink.execution.process_types import Emitter
 from protolink.wire import convert
-from protolink.wire._pb import process_pb2
-from protolink.wire.status import (
-    checked_answer,
-    from_rpc_error,
-    from_wire,
-    parsed_answer,
-)
+from protolink.wire._pb import process_pb2, sandbox_pb2
+from protolink.wire.output_events import OutputEvent, read_output_event
+from protolink.wire.status import checked_answer, from_rpc_error, from_wire
 
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0
@@ -42,14 +39,19 @@ QUEUED_EVENTS = 8
 #: meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
 IDLE_CALL_SECONDS = 1.0
 
-_Item = process_pb2.ExecuteEvent | BaseException
+EXECUTE = f"/{sandbox_pb2.DESCRIPTOR.services_by_name['Sandbox'].full_name}/Execute"
+
+_Event = process_pb2.ExecuteEvent | OutputEvent
+_Item = _Event | BaseException
 
 
 class ProcessStream:
-    """Processes over one Execute call of ``stub`` (see the module)."""
+    """Processes over Execute calls on ``channel`` (see the module)."""
 
-    def __init__(self, stub: Any, metadata: Sequence[tuple[str, str]], *, max_in_flight: int) -> None:
-        self._stub = stub
+    def __init__(self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]], *, max_in_flight: int) -> None:
+        # Events are handed over as the bytes that arrived, so that output is read where it
+        # lies (protolink.wire.output_events); other events are parsed here.
+        self._execute = channel.stream_stream(EXECUTE, request_serializer=process_pb2.ExecuteRequest.SerializeToString)
         self._metadata = tuple(metadata)
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._call: Any = None
@@ -112,7 +114,7 @@ class ProcessStream:
 
     def _open(self) -> Any:
         if self._call is None or self._call.done():
-            self._call = self._stub.Execute(metadata=self._metadata, wait_for_ready=False)
+            self._call = self._execute(metadata=self._metadata, wait_for_ready=False)
             self._keep(self._read(self._call))
         return self._call
 
@@ -145,8 +147,8 @@ class ProcessStream:
     async def _read(self, call: Any) -> None:
         """Hand each event to its process until the call ends; then fail the processes left."""
         try:
-            while (event := await call.read()) is not grpc.aio.EOF:
-                event = parsed_answer(event)
+            while (data := await call.read()) is not grpc.aio.EOF:
+                event = _parsed(data)
                 if (events := self._waiting.get(event.id)) is not None:
                     await events.put(event)
                 elif not 0 < event.id < self._next_id:
@@ -164,6 +166,13 @@ class ProcessStream:
             _put_failure(events, failure)
 
 
+def _parsed(data: bytes) -> _Event:
+    """The event the server sent as ``data``: an output event read in place, any other parsed."""
+    if (output := read_output_event(data)) is not None:
+        return output
+    return checked_answer(convert.parse, process_pb2.ExecuteEvent, data)
+
+
 def _put_failure(events: asyncio.Queue[_Item], failure: BaseException) -> None:
     """Queue ``failure`` for a process, making room for it if its queue is full."""
     if events.full():
@@ -179,7 +188,7 @@ class Output:
         self.cap = OutputCap(max_bytes)
         self.collector = OutputCollector(execution)
 
-    async def feed(self, channel: Channel, data: bytes) -> None:
+    async def feed(self, channel: Channel, data: bytes | memoryview) -> None:
         if kept := self.cap.take(data):
             await self.collector.feed(channel, kept)
 
@@ -195,7 +204,12 @@ async def _follow(events: asyncio.Queue[_Item], output: Output) -> dict[str, Any
                 event = await events.get()
                 if isinstance(event, BaseException):
                     raise event
-                kind = event.WhichOneof("event")
+                if isinstance(event, OutputEvent):
+                    piece: OutputEvent | process_pb2.Output = event
+                    kind = "output"
+                else:
+                    piece = event.output
+                    kind = event.WhichOneof("event")
                 if kind == "keepalive":
                     idle.reschedule(loop.time() + IDLE_SECONDS)
                     continue
@@ -205,11 +219,11 @@ async def _follow(events: asyncio.Queue[_Item], output: Output) -> dict[str, Any
                     raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
                 begun = True
                 if kind == "output":
-                    channel = convert.CHANNELS.get(event.output.channel)
+                    channel = convert.CHANNELS.get(piece.channel)
                     if channel is None:
-                        raise SandboxProtocolError(f"the sandbox sent output on unknown channel {event.output.channel}")
+                        raise SandboxProtocolError(f"the sandbox sent output on unknown channel {piece.channel}")
                     idle.reschedule(None)  # however long the consumer takes
-                    await output.feed(channel, event.output.data)
+                    await output.feed(channel, piece.data)
                 elif kind == "finished":
                     facts = checked_answer(convert.finished_facts, event.finished)
                     await output.collector.finish()

@@ -38,6 +38,7 @@ from protolink.execution.process_types import (
 from protolink.execution.resolve import Resolved, changed_executable
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2
+from protolink.wire.output_events import output_event
 from protolink.wire.status import to_status
 
 from .activity import Activity
@@ -253,12 +254,9 @@ class _ProcessEvents:
         if self._waiting is not None:
             await self._waiting
         self._sent = True
-        event = process_pb2.ExecuteEvent(id=self._id)
-        # Filled in place: a nested Output built apart would be copied into the event.
-        event.output.channel = convert.CHANNEL_NUMBERS[channel]
-        event.output.data = data
         self._waiting = self._loop.create_future()
-        self._queue.put_nowait((event.SerializeToString(), self._waiting))
+        event = output_event(self._id, convert.CHANNEL_NUMBERS[channel], data)
+        self._queue.put_nowait((event, self._waiting))
 
     async def finish(self) -> None:
         """Nothing to do: the Finished event follows the output."""

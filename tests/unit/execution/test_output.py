@@ -53,14 +53,16 @@ async def test_text_is_kept_per_channel_in_arrival_order_and_emitted_once():
     assert events.texts == [("stdout", "a1 "), ("stderr", "e1 "), ("stdout", "a2")]
 
 
-async def test_a_character_split_across_chunks_decodes_whole():
+@pytest.mark.parametrize("view", [bytes, memoryview], ids=["bytes", "view"])
+async def test_a_character_split_across_chunks_decodes_whole(view):
     events = Events()
     collector = OutputCollector(events)
-    encoded = "é€😀".encode()
+    encoded = view("é€😀".encode() + b"\xff!")
     for i in range(len(encoded)):
         await collector.feed("stdout", encoded[i:i + 1])
-    assert collector.stdout == "é€😀"
-    assert [text for _, text in events.texts] == ["é", "€", "😀"]
+    await collector.finish()
+    assert collector.stdout == "é€😀\ufffd!"
+    assert [text for _, text in events.texts] == ["é", "€", "😀", "\ufffd", "!"]
 
 
 async def test_channels_decode_independently():

@@ -12,6 +12,7 @@ import termios
 import threading
 
 from protolink.execution.output import OutputCap
+from protolink.execution import output_pipes
 from protolink.execution.output_pipes import PENDING_BYTES, PIECE_BYTES, READ_CHUNK_BYTES, OutputPipes
 
 
@@ -146,3 +147,22 @@ async def test_closing_stops_the_reading_and_closes_the_pipes():
     finally:
         os.close(out_w)
     assert bytes(sink.fed["stdout"]) == b"early"
+
+
+async def test_a_few_bytes_wait_for_the_read_after_the_pause_and_go_out_with_what_came_meanwhile(monkeypatch):
+    monkeypatch.setattr(output_pipes, "READ_INTERVAL_SECONDS", 60.0)  # the pause outlasts the test
+    out, out_w = os.pipe()
+    sink = Sink()
+    pipes = OutputPipes({out: "stdout"}, OutputCap(10**9), sink)
+    os.write(out_w, b"a" * 4096)  # a command's first write: the reader wakes for it
+    await until(lambda: waiting_in(out) == 0)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sink.pieces == 0  # not a piece of its own
+    os.write(out_w, b"b" * READ_CHUNK_BYTES)  # written during the pause
+    os.close(out_w)
+    pipes.drain()
+    await asyncio.wait_for(pipes.closed, 30)
+    pipes.close()
+    await asyncio.wait_for(pipes.delivered(), 30)
+    assert sink.pieces == 1 and bytes(sink.fed["stdout"]) == b"a" * 4096 + b"b" * READ_CHUNK_BYTES

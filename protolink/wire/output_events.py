@@ -1,0 +1,81 @@
+"""Output events of the Execute stream, encoded and read without a message in between.
+
+An ``ExecuteEvent`` carrying output is almost all bytes. Built as a message, those bytes are
+copied into it, then into its serialization; parsed as one, they are copied into the message,
+then out of it. Each copy of a mebibyte into fresh memory costs its page faults, more than
+the copy. So the server writes the event's few header bytes by hand in front of the data
+(:func:`output_event`), and the client reads the data where it arrived
+(:func:`read_output_event`). Both speak plain protobuf: the bytes are an ``ExecuteEvent``
+with ``id`` and ``output`` (``channel``, ``data``) in field order, as protobuf itself writes
+it, and anything laid out otherwise is left to the protobuf parser.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+#: Keys (field number << 3 | wire type) of the fields an output event has, in order.
+_ID = 5 << 3 | 0  # ExecuteEvent.id, varint
+_OUTPUT = 7 << 3 | 2  # ExecuteEvent.output, length-delimited
+_CHANNEL = 1 << 3 | 0  # Output.channel, varint
+_DATA = 3 << 3 | 2  # Output.data, length-delimited
+#: The longest varint protobuf reads (a 64-bit value).
+_MAX_VARINT_BYTES = 10
+
+
+class OutputEvent(NamedTuple):
+    """An output event as read: its request id, channel number and bytes (a view of the event)."""
+
+    id: int
+    channel: int
+    data: memoryview
+
+
+def output_event(request_id: int, channel: int, data: bytes) -> bytes:
+    """The serialized ``ExecuteEvent(id=request_id, output=Output(channel=channel, data=data))``,
+    ``data`` copied once."""
+    inner = bytes((_CHANNEL,)) + _varint(channel) + bytes((_DATA,)) + _varint(len(data))
+    head = bytes((_ID,)) + _varint(request_id) + bytes((_OUTPUT,)) + _varint(len(inner) + len(data)) + inner
+    return b"".join((head, data))
+
+
+def read_output_event(event: bytes) -> OutputEvent | None:
+    """The output event serialized as :func:`output_event` lays it out; None for any other
+    bytes (parse those as an ``ExecuteEvent``), so what this returns is what protobuf reads."""
+    view = memoryview(event)
+    fields = []
+    position = 0
+    for key in (_ID, _OUTPUT, _CHANNEL, _DATA):
+        if position >= len(view) or view[position] != key:
+            return None
+        value, position = _read_varint(view, position + 1)
+        if value is None:
+            return None
+        fields.append(value)
+        if key == _OUTPUT and position + value != len(view):
+            return None  # the output message must be the rest of the event
+    request_id, _, channel, size = fields
+    if position + size != len(view) or channel >= 1 << 31:
+        return None  # trailing fields, or a channel protobuf would read as negative
+    return OutputEvent(request_id, channel, view[position:])
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_varint(view: memoryview, position: int) -> tuple[int | None, int]:
+    """The varint at ``position`` and the position after it; None when it is cut short or too long."""
+    value = shift = 0
+    for index in range(position, min(position + _MAX_VARINT_BYTES, len(view))):
+        byte = view[index]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (value, index + 1) if value < 1 << 64 else (None, index + 1)
+        shift += 7
+    return None, position
