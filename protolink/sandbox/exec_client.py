@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from protolink.errors import SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
+from protolink.wire import protowire
 
 from .grpc_call import Call, open_socket
 
@@ -38,7 +39,7 @@ EVENT_OVERHEAD_BYTES = 64 * 1024
 #: The exit codes a Finished event may report (negative: killed by that signal).
 EXIT_CODES = range(-255, 256)
 STDOUT, STDERR = 1, 2
-_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+_VARINT, _FIXED64, _LENGTH = protowire.VARINT, protowire.FIXED64, protowire.LENGTH
 _REQUEST_ID = 1
 
 
@@ -143,14 +144,15 @@ def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int,
 def execute_request(command: Command) -> bytes:
     """An ExecuteRequest (process.proto) for ``command``, with request id 1; ValueError when a
     field cannot be sent (text that is not UTF-8)."""
+    key, varint, field = protowire.key, protowire.varint, protowire.length_delimited
     try:
-        out = bytearray(_tag(7, _VARINT) + _varint(_REQUEST_ID))
-        out += b"".join(_string(1, arg) for arg in command.argv)
-        out += _string(2, command.cwd)
-        for key, value in command.env.items():
-            out += _bytes(3, _string(1, key) + _string(2, value))
-        out += _tag(4, _FIXED64) + struct.pack("<d", command.timeout_seconds)
-        out += _tag(5, _VARINT) + _varint(command.max_output_bytes)
+        out = bytearray(key(7, _VARINT) + varint(_REQUEST_ID))
+        out += b"".join(field(1, arg.encode()) for arg in command.argv)
+        out += field(2, command.cwd.encode())
+        for name, value in command.env.items():
+            out += field(3, field(1, name.encode()) + field(2, value.encode()))
+        out += key(4, _FIXED64) + struct.pack("<d", command.timeout_seconds)
+        out += key(5, _VARINT) + varint(command.max_output_bytes)
     except UnicodeEncodeError as error:
         raise ValueError(f"cannot send this request to the sandbox: {error}") from None
     return bytes(out)
@@ -209,27 +211,10 @@ def parse_finished(data: bytes) -> tuple[int | None, bool, bool]:
 
 
 def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
-    """(field number, wire type, value) of each field of a message; varints as ints, the rest bytes."""
-    at = 0
-    while at < len(data):
-        key, at = _read_varint(data, at)
-        number, wire_type = key >> 3, key & 7
-        if number == 0:
-            raise SandboxProtocolError("the sandbox sent an answer that does not parse")
-        if wire_type == _VARINT:
-            value, at = _read_varint(data, at)
-            yield number, wire_type, value
-            continue
-        if wire_type == _LENGTH:
-            size, at = _read_varint(data, at)
-        elif wire_type in (_FIXED64, _FIXED32):
-            size = 8 if wire_type == _FIXED64 else 4
-        else:
-            raise SandboxProtocolError("the sandbox sent an answer that does not parse")
-        if at + size > len(data):
-            raise SandboxProtocolError("the sandbox sent an answer that does not parse")
-        yield number, wire_type, data[at:at + size]
-        at += size
+    try:
+        yield from protowire.fields(data)
+    except ValueError:
+        raise SandboxProtocolError("the sandbox sent an answer that does not parse") from None
 
 
 def _expect(value: int | bytes, wire_type: int, expected: int) -> Any:
@@ -238,42 +223,8 @@ def _expect(value: int | bytes, wire_type: int, expected: int) -> Any:
     return value
 
 
-def _read_varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while at < len(data) and shift < 70:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value & 0xFFFF_FFFF_FFFF_FFFF, at
-        shift += 7
-    raise SandboxProtocolError("the sandbox sent an answer that does not parse")
-
-
 def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _varint(value: int) -> bytes:
-    value &= 0xFFFF_FFFF_FFFF_FFFF  # a negative int64 takes ten bytes, as protobuf sends it
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _tag(number: int, wire_type: int) -> bytes:
-    return _varint(number << 3 | wire_type)
-
-
-def _bytes(number: int, data: bytes) -> bytes:
-    return _tag(number, _LENGTH) + _varint(len(data)) + data
-
-
-def _string(number: int, text: str) -> bytes:
-    return _bytes(number, text.encode())
 
 
 def _write(fd: int, data: bytes) -> None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .protowire import read_varint, varint
+
 #: Keys (field number << 3 | wire type) of the fields an output event has, in order.
 _ID = 5 << 3 | 0  # ExecuteEvent.id, varint
 _OUTPUT = 7 << 3 | 2  # ExecuteEvent.output, length-delimited
 _CHANNEL = 1 << 3 | 0  # Output.channel, varint
 _DATA = 3 << 3 | 2  # Output.data, length-delimited
-#: The longest varint protobuf reads (a 64-bit value).
-_MAX_VARINT_BYTES = 10
 
 
 class OutputEvent(NamedTuple):
@@ -34,8 +34,8 @@ class OutputEvent(NamedTuple):
 def output_event(request_id: int, channel: int, data: bytes) -> bytes:
     """The serialized ``ExecuteEvent(id=request_id, output=Output(channel=channel, data=data))``,
     ``data`` copied once."""
-    inner = bytes((_CHANNEL,)) + _varint(channel) + bytes((_DATA,)) + _varint(len(data))
-    head = bytes((_ID,)) + _varint(request_id) + bytes((_OUTPUT,)) + _varint(len(inner) + len(data)) + inner
+    inner = bytes((_CHANNEL,)) + varint(channel) + bytes((_DATA,)) + varint(len(data))
+    head = bytes((_ID,)) + varint(request_id) + bytes((_OUTPUT,)) + varint(len(inner) + len(data)) + inner
     return b"".join((head, data))
 
 
@@ -48,8 +48,11 @@ def read_output_event(event: bytes) -> OutputEvent | None:
     for key in (_ID, _OUTPUT, _CHANNEL, _DATA):
         if position >= len(view) or view[position] != key:
             return None
-        value, position = _read_varint(view, position + 1)
-        if value is None:
+        try:
+            value, position = read_varint(view, position + 1)
+        except ValueError:
+            return None
+        if value >= 1 << 64:
             return None
         fields.append(value)
         if key == _OUTPUT and position + value != len(view):
@@ -58,24 +61,3 @@ def read_output_event(event: bytes) -> OutputEvent | None:
     if position + size != len(view) or channel >= 1 << 31:
         return None  # trailing fields, or a channel protobuf would read as negative
     return OutputEvent(request_id, channel, view[position:])
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _read_varint(view: memoryview, position: int) -> tuple[int | None, int]:
-    """The varint at ``position`` and the position after it; None when it is cut short or too long."""
-    value = shift = 0
-    for index in range(position, min(position + _MAX_VARINT_BYTES, len(view))):
-        byte = view[index]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value, index + 1) if value < 1 << 64 else (None, index + 1)
-        shift += 7
-    return None, position
