@@ -4,7 +4,16 @@ This package holds the one implementation of each rule; the host tools and the s
 both call it.
 """
 
-from .backends import ExecutionBackend
-from .process_types import ProcessCancelledError, ProcessResult, ProcessSpec
+from __future__ import annotations
 
-__all__ = ["ExecutionBackend", "ProcessCancelledError", "ProcessResult", "ProcessSpec"]
+from protolink._lazy import lazy_exports
+
+# Names load on first use: `protolink-sandbox exec` imports one small module of this package.
+_EXPORTS = {
+    "ExecutionBackend": "protolink.execution.backends",
+    **dict.fromkeys(["ProcessCancelledError", "ProcessResult", "ProcessSpec"], "protolink.execution.process_types"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

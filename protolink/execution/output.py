@@ -11,9 +11,10 @@ exist once, and every backend makes the same text of the same bytes.
 from __future__ import annotations
 
 import codecs
-from typing import Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
-from .process_types import Emitter
+if TYPE_CHECKING:  # `protolink-sandbox exec` takes OutputCap from here, and imports no asyncio
+    from .process_types import Emitter
 
 Channel = Literal["stdout", "stderr"]
 Data = TypeVar("Data", bytes, memoryview)

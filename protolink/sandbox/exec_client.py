@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from protolink.errors import SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
+from protolink.execution.output import OutputCap
 from protolink.wire import protowire
 
 from .grpc_call import Call, open_socket
@@ -100,8 +101,8 @@ def _connect(address: str, seconds: float) -> socket.socket:
 
 def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int, int]) -> Outcome:
     """Read the process's events to its Finished facts, writing its output as it comes."""
-    room = max(command.max_output_bytes, 0)
-    truncated = begun = False
+    cap = OutputCap(max(command.max_output_bytes, 0))
+    begun = False
     events = call.messages()
     while True:
         now = time.monotonic()
@@ -129,13 +130,10 @@ def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int,
         begun = True
         if kind == "output":
             channel, data = parse_output(body)
-            if len(data) > room:
-                data, truncated = data[:room], True
-            room -= len(data)
-            _write(outputs[channel], data)
+            _write(outputs[channel], cap.take(data))
         elif kind == "finished":
             exit_code, finished_truncated, timed_out = parse_finished(body)
-            return Outcome(exit_code, timed_out, truncated or finished_truncated)
+            return Outcome(exit_code, timed_out, cap.truncated or finished_truncated)
 
 
 # The two messages ------------------------------------------------------------------------
