@@ -44,8 +44,10 @@ def totals_of(counts: dict[str, int]) -> Totals:
 
 
 def run_on_host(project: Project, repository: Path) -> HostRun:
-    """The project's setup and test commands run directly here, timed; its JUnit totals."""
-    env = {**os.environ, "CI": "true"}
+    """The project's setup and test commands run directly here, timed; its JUnit totals. Like
+    the runner's, pip's and npm's caches start empty (a directory beside the repository)."""
+    caches = repository.parent / f"{repository.name}-caches"
+    env = {**os.environ, "CI": "true", "PIP_CACHE_DIR": str(caches / "pip"), "npm_config_cache": str(caches / "npm")}
     started = time.perf_counter()
     for command in project.setup:
         subprocess.run(["/bin/sh", "-c", command], cwd=repository, env=env, check=True, timeout=RUN_TIMEOUT_SECONDS,
