@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pids", type=int, default=2048)
     parser.add_argument("--cpus", type=float, default=None, help="default: every CPU of the engine")
     parser.add_argument("--disk-mib", type=int, default=8192, help="how much the workspace may grow")
+    parser.add_argument("--output-mib", type=int, default=16,
+                        help="output kept of each command (the rest is dropped, the command marked truncated; "
+                             "the report's tail is the end of what was kept)")
     parser.add_argument("--runtime", default=None, help='e.g. "runsc" (gVisor), where installed')
     parser.add_argument("--name", default=None, help="the job's container name (default: a fresh one)")
     parser.set_defaults(test=[])  # what follows `--` (split off before parsing: see split_test)
@@ -70,7 +73,7 @@ def split_test(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def job_of(args: argparse.Namespace) -> CiJob:
     """The job the parsed arguments describe; ValueError naming what is wrong."""
-    from .job import CiJob
+    from .job import CiJob, OutputLimits
 
     test = args.test
     if not test:
@@ -79,7 +82,7 @@ def job_of(args: argparse.Namespace) -> CiJob:
                  image=args.image, timeout_seconds=args.timeout,
                  junit=tuple(args.junit), artifacts=tuple(args.artifacts), env=tuple(args.env), ca_file=args.ca_file,
                  memory=args.memory_mib * MiB, pids=args.pids, cpus=args.cpus, disk_bytes=args.disk_mib * MiB,
-                 runtime=args.runtime)
+                 runtime=args.runtime, limits=OutputLimits(command_output_bytes=args.output_mib * MiB))
 
 
 def run(args: argparse.Namespace) -> int:
