@@ -23,7 +23,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from protolink.sandbox.ci.report import (
 
 from tests.conftest import TEST_NAME_PREFIX
 
-from .conftest import CANARY, CANARY_VARIABLE, GVISOR, HANG_GUARD, RUNTIME, figure
+from .conftest import CANARY, CANARY_VARIABLE, GVISOR, RUNTIME, figure
 
 pytestmark = pytest.mark.docker
 
@@ -405,15 +405,20 @@ class _Hello(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def hello_server() -> Iterator[int]:
-    """An HTTP server on this host's loopback; its port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+def loopback_server(handler: Callable[..., http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """An HTTP server of ``handler`` on this host's loopback; its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()
+
+
+def hello_server() -> contextlib.AbstractContextManager[int]:
+    """A server that says hello on this host's loopback; its port."""
+    return loopback_server(_Hello)
 
 
 def test_ci_setup_reaches_only_its_allow_list_and_the_test_nothing(runner, docker_client, tmp_path):
@@ -724,16 +729,9 @@ class _Files(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def dumb_http(directory: Path) -> Iterator[int]:
+def dumb_http(directory: Path) -> contextlib.AbstractContextManager[int]:
     """``directory`` served over HTTP on this host's loopback (git's dumb protocol); its port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: _Files(*a, directory=str(directory)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    return loopback_server(lambda *a: _Files(*a, directory=str(directory)))
 
 
 def bare(source: Path, target: Path) -> Path:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from protolink.errors import RepositoryError, SandboxError
-from protolink.sandbox.ci.workspace import Workspace, copy_tree, is_git_url, jobs_dir, public_source, sweep
+from protolink.sandbox.ci.workspace import Workspace, is_git_url, jobs_dir, public_source, sweep
 from protolink.sandbox.leftovers import process_owner
 
 NOBODY = 65534
