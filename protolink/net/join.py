@@ -1,26 +1,33 @@
-"""Two connections joined at the transport level: the egress proxy's relay and the in-container
-relay's tunnels, one mechanism.
+"""Two connections joined: the egress proxy's relay and the in-container relay's tunnels, one
+mechanism.
 
-Each connection's transport is taken over from its stream: what one side receives is written
-straight to the other, with no coroutine per chunk; when the other side's write buffer is full,
-reading on this side pauses until it drains (back-pressure both ways).
+Each connection's transport is taken over from its stream. What the caller gives to send first,
+and what the streams had read ahead, go through the transports; then, when both connections are
+plain sockets, the rest moves inside the kernel (:mod:`protolink.net.splice`, one pipe a
+direction). Otherwise, or when the kernel refuses to splice, the join goes on at the transport
+level: what one side receives is written straight to the other, with no coroutine per chunk;
+when the other side's write buffer is full, reading on this side pauses until it drains
+(back-pressure both ways).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 from collections.abc import Callable
 from typing import Literal
 
+from . import splice
 from .network import Streams
 
 #: Who ends the exchange. ``"both"``: a tunnel, which passes each side's half-close on and ends
 #: when both directions have ended. ``"server"``: the server's EOF ends it; the client's
 #: half-close is still passed on. (With an ``up_limit`` the client's half-close is not passed on.)
 EndedBy = Literal["both", "server"]
-#: ``count(data, up)`` sees every chunk first and returns the part to forward.
-Count = Callable[[bytes, bool], bytes]
+#: ``count(size, up)`` sees the size of every chunk first and returns how many of its bytes go on.
+Count = Callable[[int, bool], int]
 
 
 class _Side(asyncio.Protocol):
@@ -35,6 +42,7 @@ class _Side(asyncio.Protocol):
         self.peer: _Side
         self.eof = False
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.sent: asyncio.Future[None] | None = None  # see wait_sent
 
     def take_over(self, write_buffer_bytes: int) -> tuple[bytes, bool]:
         """Become the transport's protocol; what the stream had read and not handed out, and
@@ -44,6 +52,19 @@ class _Side(asyncio.Protocol):
         pending = _take_buffer(self.reader)
         self.transport.resume_reading()  # the stream may have paused it, its buffer full
         return pending
+
+    async def wait_sent(self) -> None:
+        """Return once the transport has sent everything written to it (or is lost)."""
+        if self.transport.get_write_buffer_size() and not self.lost.done():
+            self.sent = asyncio.get_running_loop().create_future()
+            self.transport.set_write_buffer_limits(high=0)  # resume_writing once the buffer is empty
+            await asyncio.wait((self.sent, self.lost), return_when=asyncio.FIRST_COMPLETED)
+
+    def socket(self) -> socket.socket | None:
+        """The transport's socket, when it is a plain stream socket (no TLS)."""
+        sock = self.transport.get_extra_info("socket")
+        plain = self.transport.get_extra_info("sslcontext") is None and not self.transport.is_closing()
+        return sock if plain and sock is not None and sock.type == socket.SOCK_STREAM else None
 
     def data_received(self, data: bytes) -> None:
         self.join._received(self, data)
@@ -59,20 +80,26 @@ class _Side(asyncio.Protocol):
         self.previous.connection_lost(exc)  # the stream's own bookkeeping (wait_closed)
 
     def pause_writing(self) -> None:
-        self.peer.transport.pause_reading()
+        if self.sent is None:
+            self.peer.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        self.peer.transport.resume_reading()
+        if self.sent is None:
+            self.peer.transport.resume_reading()
+        elif not self.sent.done():
+            self.sent.set_result(None)
 
 
 class Join:
     """Copies bytes between a client and a server connection until the exchange ends.
 
-    ``ended_by`` says who ends it (:data:`EndedBy`). ``count``, when given, sees every chunk
-    first and returns the part to forward (a byte budget may cut it). With ``up_limit`` (one
-    request and its body), at most that many bytes go up: the client is no longer read once they
-    have, and its half-close is not passed on. A direction buffers at most about
-    ``write_buffer_bytes`` for a slow reader before its writer is no longer read.
+    ``ended_by`` says who ends it (:data:`EndedBy`). ``count``, when given, sees the size of
+    every chunk first and returns how many of its bytes go on (a byte budget may cut it); once
+    it cuts, that side is read no more. With
+    ``up_limit`` (one request and its body), at most that many bytes go up: the client is no
+    longer read once they have, and its half-close is not passed on. A direction holds at most
+    about ``write_buffer_bytes`` for a slow reader (a write buffer, or a pipe) before its writer
+    is no longer read.
     """
 
     def __init__(self, client: Streams, server: Streams, *, ended_by: EndedBy, write_buffer_bytes: int,
@@ -85,6 +112,13 @@ class Join:
         self._client = _Side(self, client, up=True)
         self._server = _Side(self, server, up=False)
         self._client.peer, self._server.peer = self._server, self._client
+        self._flows: dict[_Side, splice.Flow] = {}  # by source side, while spliced
+        self._descriptors: list[int] = []  # the sockets' duplicates the flows use
+
+    @property
+    def spliced(self) -> bool:
+        """Whether the bytes move inside the kernel now (not through the transports)."""
+        return bool(self._descriptors)
 
     async def run(self, *, to_server: bytes = b"", to_client: bytes = b"", from_client: bytes = b"") -> str:
         """Join the two until the exchange ends; how it ended (``"eof"`` or ``"error: ..."``).
@@ -107,10 +141,13 @@ class Join:
                 self._ended(side)
             if side.transport.is_closing():
                 self._lost(None)
+        if splice.AVAILABLE and not self._done.done() and all(side.socket() for side in sides):
+            await self._splice()
         return await self._done
 
     def abort(self) -> None:
         """Close both connections at once, dropping unsent output (the exchange ends)."""
+        self._unsplice()
         for side in (self._client, self._server):
             abort(side.transport)
 
@@ -119,12 +156,74 @@ class Join:
         ``seconds``); otherwise, and after that, at once."""
         sides = (self._client, self._server)
         if graceful:
-            for side in sides:
-                side.transport.close()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(seconds):
+                    for flow in self._flows.values():
+                        flow.stop()
+                    await asyncio.gather(*(flow.flushed() for flow in self._flows.values()))
+                    self._unsplice()
+                    for side in sides:
+                        side.transport.close()
                     await asyncio.gather(*(side.lost for side in sides))
         self.abort()
+
+    async def _splice(self) -> None:
+        """Once what the transports were given is sent, move the rest inside the kernel."""
+        sides = (self._client, self._server)
+        for side in sides:
+            side.transport.pause_reading()  # what arrives from now on stays in the kernel
+        for side in sides:
+            await side.wait_sent()
+        if self._done.done() or not all(side.socket() for side in sides):
+            return
+        self._descriptors = [os.dup(side.socket().fileno()) for side in sides]  # type: ignore[union-attr]
+        for side, source, sink in ((self._client, *self._descriptors), (self._server, *self._descriptors[::-1])):
+            if not side.eof and not (side.up and self._up_limit == 0):  # this direction goes on
+                self._flows[side] = self._flow(side, source, sink)
+        for flow in self._flows.values():
+            flow.start()
+
+    def _flow(self, side: _Side, source: int, sink: int) -> splice.Flow:
+        count = self._count
+        return splice.Flow(
+            source, sink, pipe_bytes=self._write_buffer_bytes, limit=self._up_limit if side.up else None,
+            count=None if count is None else lambda size: count(size, side.up),
+            ended=lambda: self._ended(side), failed=self._splice_failed)
+
+    def _splice_failed(self, error: OSError) -> None:
+        if error.errno in splice.UNSUPPORTED:
+            self._fall_back()
+        else:
+            self._lost(error)
+
+    def _fall_back(self) -> None:
+        """The kernel refused to splice: go on at the transport level, from where the flows were."""
+        flows = self._flows
+        self._flows = {}
+        for side in (self._client, self._server):
+            side.sent = None  # pause_writing and resume_writing steer the peer's reading again
+            side.transport.set_write_buffer_limits(high=self._write_buffer_bytes)
+        for side, flow in flows.items():
+            unsent, eof_pending, still_open = flow.unsent(), flow.eof_pending, flow.open
+            if side.up and self._up_limit is not None:
+                self._up_limit = flow.limit
+            flow.close()
+            if unsent and not side.peer.transport.is_closing():
+                side.peer.transport.write(unsent)
+            if eof_pending:
+                self._ended(side)
+            elif still_open:
+                side.transport.resume_reading()
+        self._unsplice()
+
+    def _unsplice(self) -> None:
+        """Close the flows and the sockets' duplicates (the transports keep theirs)."""
+        for flow in self._flows.values():
+            flow.close()
+        self._flows = {}
+        for descriptor in self._descriptors:
+            os.close(descriptor)
+        self._descriptors = []
 
     def _received(self, side: _Side, data: bytes) -> None:
         if side.up and self._up_limit is not None:
@@ -135,7 +234,10 @@ class Join:
                 side.transport.pause_reading()  # one request: what follows its body is not read
             self._up_limit -= len(data)
         if self._count is not None and data:
-            data = self._count(data, side.up)
+            passed = self._count(len(data), side.up)
+            if passed < len(data):
+                data = data[:passed]
+                side.transport.pause_reading()  # cut: nothing more of this side goes on
         sink = side.peer.transport
         if data and not sink.is_closing():
             sink.write(data)
@@ -154,6 +256,7 @@ class Join:
             self._finish("eof")
 
     def _lost(self, exc: Exception | None) -> None:
+        self._unsplice()  # a duplicate must not keep a closed connection open
         self._finish("eof" if exc is None else f"error: {exc}")
 
     def _finish(self, reason: str) -> None:

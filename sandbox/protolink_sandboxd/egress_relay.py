@@ -16,9 +16,10 @@ commands cannot open it. Everything is bounded: at most ``max_standby`` standby 
 are held (more are closed at once), at most ``max_tunnels`` command connections are open or
 waiting (more are closed at once), and a command connection waits at most
 ``standby_seconds`` for a standby one (none: it is closed); a tunnel buffers at most
-:data:`WRITE_BUFFER_BYTES` a direction for a slow reader. Paired connections are joined at the
-transport level (:class:`protolink.net.join.Join`, as the host's proxy joins its own). The relay
-decides nothing: the host's proxy reads the request and applies the policy.
+:data:`WRITE_BUFFER_BYTES` a direction for a slow reader. Paired connections are joined by
+:class:`protolink.net.join.Join`, as the host's proxy joins its own: inside the kernel (splice
+through a pipe a direction) where it can, else at the transport level. The relay decides
+nothing: the host's proxy reads the request and applies the policy.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from .privileges import acting_as
 
 #: What the stream of a connection reads ahead before it is paired (a request head, usually).
 CHUNK = 128 * 1024
-#: What a direction of a tunnel buffers for a slow reader before it stops reading its writer:
+#: What a direction of a tunnel buffers (its pipe) for a slow reader before it stops reading its writer:
 #: some 64 tunnels carrying data (the proxy's limit) cost the server tens of MiB, not hundreds.
 WRITE_BUFFER_BYTES = 256 * 1024
 #: Hosts whose connections commands make directly, not through the proxy.

@@ -281,28 +281,30 @@ class EgressProxy:
         relay = connection.relay = Join(
             (reader, connection.client), (upstream_reader, upstream), ended_by="both" if tunnel else "server",
             write_buffer_bytes=WRITE_BUFFER_BYTES, up_limit=up_limit,
-            count=lambda data, up: self._spend(connection, data, up=up))
+            count=lambda size, up: self._spend(connection, size, up=up))
         self._watch_idle(connection)
-        head = self._spend(connection, request.forward_head, up=True) if request.forward_head else b""
+        head = request.forward_head
+        if head:
+            head = head[:self._spend(connection, len(head), up=True)]
         answer = b"HTTP/1.1 200 Connection established\r\n\r\n" if tunnel else b""
         ending = await relay.run(to_server=head, to_client=answer, from_client=request.leftover)
         if connection.end is None and ending != "eof":
             connection.end = ending
 
-    def _spend(self, connection: _Connection, data: bytes, *, up: bool) -> bytes:
-        """Count ``data`` against the budget; the part that fits (all, unless it is spent)."""
+    def _spend(self, connection: _Connection, size: int, *, up: bool) -> int:
+        """Count ``size`` bytes against the budget; how many fit (all, unless it is spent)."""
         connection.last_active = time.monotonic()
         budget = self._policy.limits.max_bytes
-        if budget is not None and self._bytes + len(data) >= budget:
-            data = data[:max(budget - self._bytes, 0)]
+        if budget is not None and self._bytes + size >= budget:
+            size = min(size, max(budget - self._bytes, 0))
             asyncio.get_running_loop().call_soon(self._close_all, "byte budget")
             connection.end = connection.end or "byte budget"
-        self._bytes += len(data)
+        self._bytes += size
         if up:
-            connection.bytes_up += len(data)
+            connection.bytes_up += size
         else:
-            connection.bytes_down += len(data)
-        return data
+            connection.bytes_down += size
+        return size
 
     def _budget_spent(self) -> bool:
         budget = self._policy.limits.max_bytes

@@ -4,6 +4,8 @@ half-close, who ends the exchange, the up limit, back-pressure, the byte budget,
 from __future__ import annotations
 
 import asyncio
+import errno
+import hashlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -12,6 +14,8 @@ import pytest
 
 from protolink.net.join import EndedBy, Join
 from protolink.net.network import Streams
+
+from .support import pipe_ends
 
 GUARD = 30.0  # a hang, not a slow machine
 BUFFER = 64 * 1024
@@ -146,12 +150,12 @@ async def test_a_budget_cuts_at_its_exact_byte_both_ways_counted(pairs):
     left = 1000
     seen: list[tuple[int, bool]] = []
 
-    def count(data: bytes, up: bool) -> bytes:
+    def count(size: int, up: bool) -> int:
         nonlocal left
-        data = data[:left]
-        left -= len(data)
-        seen.append((len(data), up))
-        return data
+        passed = min(size, left)
+        left -= passed
+        seen.append((passed, up))
+        return passed
 
     join, client, server = await joined(pairs, ended_by="server", count=count)
     running = asyncio.ensure_future(join.run(to_server=b"\x01"))  # not counted
@@ -160,10 +164,12 @@ async def test_a_budget_cuts_at_its_exact_byte_both_ways_counted(pairs):
     payload = os.urandom(5000)
     server.outer[1].write(payload)
     server.outer[1].write_eof()
+    assert await within(client.outer[0].readexactly(900)) == payload[:900]
+    await until(lambda: left == 0)
+    join.abort()  # the budget's owner ends the exchange
     assert await within(running) == "eof"
-    await within(join.aclose(graceful=True, seconds=GUARD))
-    assert await within(client.outer[0].read()) == payload[:900]
-    assert sum(size for size, up in seen if up) == 100 and left == 0
+    assert await within(client.outer[0].read()) == b""  # nothing past the cut
+    assert sum(size for size, up in seen if up) == 100 and sum(size for size, up in seen if not up) == 900
 
 
 async def test_abort_ends_the_exchange_and_both_connections_at_once(pairs):
@@ -179,3 +185,64 @@ async def test_abort_ends_the_exchange_and_both_connections_at_once(pairs):
         except ConnectionResetError:
             pass  # an abort may reset: the end either way
     await within(join.aclose(graceful=True, seconds=GUARD))  # closing again is harmless
+
+
+async def exchange(pairs, up_size: int, down_size: int) -> tuple[bool, list[int]]:
+    """A tunnel carrying random bytes both ways at once, each side half-closing after its own:
+    both arrive whole and in order, each side sees the other's EOF, and the count saw every
+    byte. Whether the join was spliced at the end, and the pipe ends this process held once it
+    was spliced (if it was)."""
+    counted = {True: 0, False: 0}
+
+    def count(size: int, up: bool) -> int:
+        counted[up] += size
+        return size
+
+    before = pipe_ends()
+    join, client, server = await joined(pairs, ended_by="both", count=count)
+    up, down = os.urandom(up_size), os.urandom(down_size)
+    running = asyncio.ensure_future(join.run())
+    spliced: list[int] = []
+    watching = asyncio.ensure_future(until(lambda: join.spliced and not spliced.append(pipe_ends() - before)))
+
+    async def send(writer: asyncio.StreamWriter, payload: bytes) -> None:
+        writer.write(payload)
+        await writer.drain()
+        writer.write_eof()
+
+    sending = asyncio.gather(send(client.outer[1], up), send(server.outer[1], down))
+    got_up, got_down = await within(asyncio.gather(server.outer[0].read(), client.outer[0].read()))
+    await within(sending)
+    assert hashlib.sha256(got_up).digest() == hashlib.sha256(up).digest() and len(got_up) == len(up)
+    assert hashlib.sha256(got_down).digest() == hashlib.sha256(down).digest() and len(got_down) == len(down)
+    assert await within(running) == "eof"
+    assert counted == {True: len(up), False: len(down)}
+    watching.cancel()
+    spliced_at_end = join.spliced
+    await within(join.aclose(graceful=True, seconds=GUARD))
+    assert not join.spliced and pipe_ends() == before  # nothing left open
+    return spliced_at_end, spliced
+
+
+async def test_a_large_exchange_moves_in_the_kernel_whole_counted_and_half_closed(pairs):
+    spliced_at_end, spliced = await exchange(pairs, 24 << 20, 40 << 20)
+    assert spliced_at_end and spliced == [4]  # one pipe a direction (two ends each) while it ran
+
+
+@pytest.mark.parametrize("refused", ["reading", "writing"])
+async def test_a_kernel_that_refuses_to_splice_leaves_the_join_to_the_transports(pairs, monkeypatch, refused):
+    """Some kernels refuse splice(2) between some descriptors (EINVAL); here os.splice is made
+    to refuse, on its first read from a socket or its first write to one, bytes in the pipe."""
+    real = os.splice
+    refusals = []
+
+    def refusing(source: int, sink: int, count: int, **flags) -> int:
+        into_pipe = os.readlink(f"/proc/self/fd/{sink}").startswith("pipe:")
+        if into_pipe == (refused == "reading"):
+            refusals.append(count)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(source, sink, count, **flags)
+
+    monkeypatch.setattr(os, "splice", refusing)
+    spliced_at_end, _ = await exchange(pairs, 3 << 20, 5 << 20)
+    assert refusals and not spliced_at_end

@@ -1,9 +1,12 @@
 """The host's dialer against the real relay (in this process, on real sockets), serving commands'
-connections with a trivial handler: standby connections kept, replaced, retried and closed."""
+connections with a trivial handler: standby connections kept, replaced, retried and closed; and
+with the proxy, a large tunnel through both hops."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +15,11 @@ from protolink_sandboxd.egress_relay import EgressRelay, RelayLimits
 
 from protolink.sandbox.egress import dialer as dialer_module
 from protolink.sandbox.egress.dialer import RelayDialer
+from protolink.sandbox.egress.events import EgressEvent
+from protolink.sandbox.egress.policy import EgressPolicy
+from protolink.sandbox.egress.proxy import EgressProxy
+
+from .support import Origin, ScriptedNetwork
 
 pytestmark = pytest.mark.root  # the relay binds its socket as the directory's owner (setresuid)
 
@@ -139,3 +147,38 @@ async def test_start_fails_when_the_relay_does_not_answer(socket_path, monkeypat
 def test_a_dialer_keeps_at_least_one_standby_connection(socket_path):
     with pytest.raises(ValueError, match="standby"):
         RelayDialer(socket_path, Echo(), standby=0)
+
+
+async def test_a_large_tunnel_through_both_hops_arrives_whole_and_counted_exactly(relay, socket_path):
+    """command -> relay -> dialer -> EgressProxy -> an echoing origin and back: 48 MiB each way,
+    half-closed by the command, byte for byte, and the proxy's closed event counts every byte."""
+    events: list[EgressEvent] = []
+    async with Origin() as origin:
+        network = ScriptedNetwork(origin.port, {"files.example": [["151.101.0.223"]]})
+        proxy = EgressProxy(EgressPolicy.parse(["files.example"]), sandbox="test", on_event=events.append,
+                            network=network)
+        dialer = RelayDialer(socket_path, proxy, standby=1)
+        await dialer.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+            writer.write(b"CONNECT files.example:443 HTTP/1.1\r\n\r\n")
+            assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), GUARD)).startswith(b"HTTP/1.1 200")
+            payload = os.urandom(48 << 20)
+
+            async def send() -> None:
+                writer.write(payload)
+                await writer.drain()
+                writer.write_eof()  # the half-close goes through both hops to the origin
+
+            sending = asyncio.ensure_future(send())
+            echoed = await asyncio.wait_for(reader.read(), GUARD)  # the origin's EOF comes back too
+            await asyncio.wait_for(sending, GUARD)
+            writer.close()
+            assert len(echoed) == len(payload) and hashlib.sha256(echoed).digest() == hashlib.sha256(payload).digest()
+            await until(lambda: any(event.kind == "closed" for event in events), "the closed event")
+            closed = events[-1]
+            assert (closed.reason, closed.bytes_up, closed.bytes_down) == ("eof", len(payload), len(payload))
+            assert proxy.bytes_relayed == 2 * len(payload)
+        finally:
+            await dialer.aclose()
+            await proxy.aclose()

@@ -4,12 +4,14 @@ a live policy change, and a flood that ends in refusals without slowing another 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
 
 from protolink.sandbox.egress import DENY_ALL, EgressLimits, EgressPolicy
 
+from ...net.support import pipe_ends
 from .support import Origin, ScriptedNetwork, serve, until_closed, wait_for
 
 PUBLIC = "151.101.0.223"
@@ -168,3 +170,22 @@ async def test_deny_all_also_drops_connections_still_sending_their_request(origi
         writer.close()
         await wait_for(lambda: served.events)
         assert served.events[-1].kind == "denied" and served.events[-1].reason == "deny-all"
+
+
+async def test_deny_all_closes_a_tunnel_moving_in_the_kernel_and_frees_its_pipes(origin):
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before, pipes_before = descriptors(), pipe_ends()
+    async with serve(policy(), network(origin)) as served:
+        reader, writer, answer = await tunnel(served)
+        assert answer.startswith(b"HTTP/1.1 200")
+        writer.write(f"GET /bytes/{100 * GIB} HTTP/1.1\r\n\r\n".encode())
+        await reader.readexactly(MIB)
+        assert pipe_ends() - pipes_before == 4  # spliced: one pipe a direction
+        served.proxy.set_policy(DENY_ALL)
+        await until_closed(reader)  # no duplicate descriptor keeps either connection open
+        writer.close()
+        await wait_for(lambda: "closed" in served.kinds())
+        assert served.events[-1].reason == "deny-all" and pipe_ends() == pipes_before
+    await wait_for(lambda: descriptors() <= before)
