@@ -431,6 +431,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SandboxError, ValueError) as error:
         _say(str(error))
         return 1
+    except BrokenPipeError:  # what reads the output went away (`status | head -1`): end as a shell would
+        import signal
+
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt:  # how `egress --log --follow` ends
         return 130
 

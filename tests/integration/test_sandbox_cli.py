@@ -50,6 +50,10 @@ def test_up_status_exec_down(docker_client, sandbox_image, tmp_path, name):
         assert status.returncode == 0, status.stdout + status.stderr
         assert "health: serving" in status.stdout and f"root: {tmp_path} (read-only)" in status.stdout
         assert re.search(f"created {ISO_AGO}$", status.stdout, re.MULTILINE), status.stdout
+        # a reader that stops early (`status | head -1`) ends it quietly, as a shell command would
+        piped = subprocess.run(f"{sys.executable} -m protolink.sandbox.cli status --name {name} | head -1",
+                               shell=True, capture_output=True, text=True, timeout=300)
+        assert piped.stdout == status.stdout.splitlines(keepends=True)[0] and piped.stderr == ""
 
         shown = cli("exec", "--name", name, "--", "cat", str(tmp_path / "hello.txt"))
         assert (shown.returncode, shown.stdout) == (0, "hello from the host\n")
