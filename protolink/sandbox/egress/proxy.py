@@ -23,6 +23,7 @@ from protolink.net.join import Join, abort
 from protolink.net.network import Network, current_network
 
 from .events import EgressEvent, EventKind
+from .lookups import Lookups
 from .policy import EgressPolicy
 from .request import Refusal, Request, read_request
 
@@ -32,7 +33,6 @@ _log = logging.getLogger(__name__)
 WRITE_BUFFER_BYTES = 1024 * 1024
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
-MAX_LOOKUPS = 4  # resolutions at once per proxy: the system resolver's threads are shared
 _STATUS_TEXT = {
     400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 411: "Length Required",
     429: "Too Many Requests", 431: "Request Header Fields Too Large", 502: "Bad Gateway",
@@ -102,7 +102,7 @@ class EgressProxy:
         self._bucket = _TokenBucket()
         self._bytes = 0
         self._closed = False
-        self._lookups = asyncio.Semaphore(MAX_LOOKUPS)
+        self._lookups = Lookups(self._network)
 
     @property
     def policy(self) -> EgressPolicy:
@@ -171,6 +171,7 @@ class EgressProxy:
         """Refuse new connections, end the open ones and wait for their handlers."""
         self._closed = True
         self._close_all("proxy closed")
+        self._lookups.cancel()
         tasks = self._tasks - {asyncio.current_task()}
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=5.0)
@@ -228,8 +229,8 @@ class EgressProxy:
         if request.address is not None:
             return (request.address,)
         try:
-            async with asyncio.timeout(policy.limits.connect_seconds), self._lookups:
-                answers = await self._network.resolve(request.host, request.port)
+            async with asyncio.timeout(policy.limits.connect_seconds):
+                answers = await self._lookups.resolve(request.host, request.port)
             addresses = tuple(dict.fromkeys(ipaddress.ip_address(a.split("%", 1)[0]) for a in answers))
         except TimeoutError:
             raise Refusal(504, f"resolving {request.host} timed out") from None
