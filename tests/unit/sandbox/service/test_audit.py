@@ -1,0 +1,210 @@
+"""The service's audit log: a chain that verifies, reopens where it ended, survives concurrent
+writers in threads, and names each kind of tampering."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from protolink.errors import AuditLogError, SandboxError, SerializationError
+from protolink.sandbox.service.audit import GENESIS, AuditLog, canonical, verify
+
+
+def _log(path: Path, count: int = 5) -> list[bytes]:
+    with AuditLog(path) as log:
+        for number in range(count):
+            log.record("command.ended", {"argv": ["make", f"step-{number}"], "cwd": "/work", "exit": number % 2,
+                                         "duration_seconds": 0.5, "bytes": 1024 * number})
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def _problems(path: Path) -> list[tuple[int, str]]:
+    return [(problem.line, problem.kind) for problem in verify(path).problems]
+
+
+def test_a_fresh_chain_verifies_with_its_count_and_head(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path) as log:
+        assert (log.count, log.head) == (0, GENESIS)
+        log.record("request", {"token": "alice", "method": "Create"})
+        log.record("sandbox.created", {"token": "alice", "sandbox": "sb-1"})
+        head = log.head
+    report = verify(path)
+    assert (report.intact, report.count, report.head) == (True, 2, head)
+    first, second = (json.loads(line) for line in path.read_bytes().splitlines())
+    assert (first["seq"], first["prev"], first["kind"], first["fields"]) == (1, GENESIS, "request",
+                                                                               {"token": "alice", "method": "Create"})
+    assert second["seq"] == 2 and first["time"].endswith("Z")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_reopening_continues_the_chain(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    _log(path, 3)
+    with AuditLog(path) as log:
+        assert log.count == 3
+        log.record("sandbox.removed", {"sandbox": "sb-1"})
+    report = verify(path)
+    assert (report.intact, report.count) == (True, 4)
+    assert json.loads(path.read_bytes().splitlines()[-1])["seq"] == 4
+
+
+def test_a_field_changed_is_found(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    lines = _log(path)
+    lines[2] = lines[2].replace(b'"exit":0', b'"exit":7')
+    path.write_bytes(b"".join(lines))
+    assert _problems(path) == [(3, "changed")]
+
+
+def test_a_field_changed_with_its_hash_recomputed_is_found_by_the_next_link(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    lines = _log(path)
+    record = json.loads(lines[2])
+    record["fields"]["exit"] = 7
+    del record["hash"]
+    record["hash"] = hashlib.sha256(canonical(record)).hexdigest()
+    lines[2] = canonical(record) + b"\n"
+    path.write_bytes(b"".join(lines))
+    problems = verify(path).problems
+    assert [(p.line, p.kind) for p in problems] == [(3, "changed")]
+    assert "record 3 was changed" in str(problems[0])
+
+
+def test_a_middle_record_removed_is_found(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    lines = _log(path)
+    del lines[2]
+    path.write_bytes(b"".join(lines))
+    problems = verify(path).problems
+    assert [(p.line, p.kind) for p in problems] == [(3, "removed")]
+    assert "record 3 is missing" in str(problems[0])
+
+
+def test_the_first_records_removed_are_found(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b"".join(_log(path)[2:]))
+    assert _problems(path) == [(1, "removed")]
+
+
+def test_two_records_swapped_are_found(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    lines = _log(path)
+    lines[1], lines[2] = lines[2], lines[1]
+    path.write_bytes(b"".join(lines))
+    problems = verify(path).problems
+    assert [(p.line, p.kind) for p in problems] == [(3, "reordered")]
+    assert "record 2 comes after record 3" in str(problems[0])
+
+
+def test_a_record_repeated_is_found(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    lines = _log(path)
+    path.write_bytes(b"".join(lines + [lines[1]]))
+    assert _problems(path) == [(6, "duplicated")]
+
+
+def test_a_tail_cut_mid_line_is_found_and_not_continued(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    data = b"".join(_log(path))
+    path.write_bytes(data[:-40])
+    assert _problems(path) == [(5, "truncated")]
+    with pytest.raises(AuditLogError, match="cut short"):
+        AuditLog(path)
+    assert path.read_bytes() == data[:-40]  # refused, untouched
+
+
+def test_garbage_appended_is_found_and_not_continued(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    data = b"".join(_log(path))
+    path.write_bytes(data + b"not a record\n")
+    assert _problems(path) == [(6, "malformed")]
+    with pytest.raises(AuditLogError, match="is not JSON"):
+        AuditLog(path)
+    path.write_bytes(data + b'{"seq": 6}\n')
+    assert _problems(path) == [(6, "malformed")]
+
+
+def test_a_line_reformatted_is_found(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    lines = _log(path)
+    lines[1] = json.dumps(json.loads(lines[1])).encode() + b"\n"  # same record, spaces added
+    path.write_bytes(b"".join(lines))
+    assert _problems(path) == [(2, "changed")]
+
+
+def test_concurrent_appends_from_threads_keep_one_valid_chain(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    threads, each = 8, 200
+    start = threading.Barrier(threads)
+    with AuditLog(path) as log:
+        def append(worker: int) -> None:
+            start.wait(timeout=60)
+            for number in range(each):
+                log.record("command.started", {"worker": worker, "number": number})
+
+        workers = [threading.Thread(target=append, args=(worker,)) for worker in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=120)
+    report = verify(path)
+    assert (report.intact, report.count) == (True, threads * each), report.problems
+    seen = {(r["fields"]["worker"], r["fields"]["number"]) for r in map(json.loads, path.read_bytes().splitlines())}
+    assert len(seen) == threads * each
+
+
+def test_a_second_writer_is_refused_until_the_first_closes(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path) as log:
+        log.record("request", {})
+        with pytest.raises(AuditLogError, match="open for writing elsewhere"):
+            AuditLog(path)
+        other = subprocess.run([sys.executable, "-c", "import sys\nfrom protolink.sandbox.service.audit import "
+                                "AuditLog\nAuditLog(sys.argv[1])", str(path)], capture_output=True, text=True,
+                               timeout=120)
+        assert other.returncode != 0 and "open for writing elsewhere" in other.stderr
+    with AuditLog(path) as log:
+        log.record("request", {})
+    assert verify(path).count == 2
+
+
+def test_fields_that_are_not_json_are_refused_and_leave_the_chain_as_it_was(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path) as log:
+        log.record("request", {"token": "alice"})
+        with pytest.raises(SerializationError, match="not JSON"):
+            log.record("request", {"when": object()})
+        with pytest.raises(SerializationError, match="not JSON"):
+            log.record("command.ended", {"duration_seconds": float("nan")})
+        with pytest.raises(SerializationError, match="kind"):
+            log.record("", {})
+        log.record("request", {"token": "bob"})
+    assert (verify(path).intact, verify(path).count) == (True, 2)
+
+
+def test_a_log_others_can_read_or_in_an_open_directory_is_refused(tmp_path):
+    loose = tmp_path / "loose.jsonl"
+    loose.write_bytes(b"")
+    loose.chmod(0o644)
+    with pytest.raises(AuditLogError, match="only its owner"):
+        AuditLog(loose)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    with pytest.raises(SandboxError, match="only its owner can open"):
+        AuditLog(shared / "audit.jsonl")
+    assert not (shared / "audit.jsonl").exists()
+
+
+def test_a_missing_log_cannot_be_verified(tmp_path):
+    with pytest.raises(AuditLogError, match="cannot read"):
+        verify(tmp_path / "none.jsonl")
+
