@@ -82,7 +82,7 @@ class AuditLog:
         try:
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as error:
-            raise AuditLogError(f"cannot open the audit log {self.path}: {error}") from None
+            raise AuditLogError(f"cannot open the audit log {self.path}: {error.strerror or error}") from None
         try:
             self._check_owned()
             self._lock()
@@ -283,7 +283,7 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
             for number, line in enumerate(source, 1):
                 yield number, line.removesuffix(b"\n"), line.endswith(b"\n")
     except OSError as error:
-        raise AuditLogError(f"cannot read the audit log {path}: {error}") from None
+        raise AuditLogError(f"cannot read the audit log {path}: {error.strerror or error}") from None
 
 
 def _chain_problems(lines: Sequence[_Line]) -> Iterator[AuditProblem]:
