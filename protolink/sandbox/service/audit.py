@@ -45,7 +45,7 @@ _KEYS = frozenset({"seq", "time", "kind", "fields", "prev", "hash"})
 _TAIL_CHUNK = 64 * 1024
 
 
-def canonical(value: Mapping[str, Any]) -> bytes:
+def canonical(value: JSON) -> bytes:
     """``value`` as canonical JSON: sorted keys, no spaces, ASCII only, no NaN or infinity."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
