@@ -398,6 +398,9 @@ def _add_audit(commands: Any) -> None:
     verify = audit.add_parser("verify", help="check every record's hash and link; exit 1 with a line per problem")
     verify.add_argument("path", nargs="?", default=None,
                         help="default: service-audit.jsonl in the runtime directory (PROTOLINK_RUNTIME_DIR)")
+    verify.add_argument("--head", default=None, metavar="sha256:HEX",
+                        help="a head printed earlier and kept elsewhere: it must still be in the file (finds the "
+                             "last records removed, or the file rewritten)")
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -406,8 +409,8 @@ def _audit(args: argparse.Namespace) -> int:
     from .service.audit import verify
 
     try:
-        report = verify(args.path or runtime_dir() / "service-audit.jsonl")
-    except SandboxError as error:  # no log there, or no runtime directory
+        report = verify(args.path or runtime_dir() / "service-audit.jsonl", kept_head=args.head)
+    except (SandboxError, ValueError) as error:  # no log there, no runtime directory, not a head
         _say(str(error))
         return 1
     if report.intact:

@@ -50,6 +50,15 @@ def canonical(value: JSON) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
+def sha256_digest(text: str) -> str:
+    """The 64 lowercase hex digits of a SHA-256 written as ``sha256:HEX`` or ``HEX`` (any case,
+    colons between bytes allowed), as heads and fingerprints are shown; ValueError otherwise."""
+    digits = text.strip().lower().removeprefix("sha256:").replace(":", "")
+    if len(digits) != 64 or not all(c in "0123456789abcdef" for c in digits):
+        raise ValueError(f"a SHA-256 is sha256: and 64 hex digits, not {text!r}")
+    return digits
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -251,15 +260,20 @@ class _Line:
     changed: bool  # its own hash does not match
 
 
-def verify(path: Path | str) -> AuditReport:
+def verify(path: Path | str, *, kept_head: str | None = None) -> AuditReport:
     """Check the whole chain of the audit log at ``path``; AuditLogError when it cannot be read.
 
-    See the module for what a chain alone cannot detect, and the head hash that covers it.
+    ``kept_head`` is a head hash kept elsewhere earlier (see the module): when given, it must be
+    the hash of a record's line in the file, else the file lost its last records or was
+    rewritten since (a "missing head" problem).
     """
     path = Path(path)
+    wanted = None if kept_head is None else sha256_digest(kept_head)
     problems: list[AuditProblem] = []
     lines: list[_Line] = []
     head = GENESIS
+    found = wanted in (None, GENESIS)
+    number = 0
     for number, line, whole in _lines(path):
         if not whole:
             problems.append(AuditProblem(number, "truncated", f"the last line is cut short ({len(line)} bytes "
@@ -270,7 +284,11 @@ def verify(path: Path | str) -> AuditReport:
             problems.append(AuditProblem(number, "malformed" if record is None else "changed", f"the line {problem}"))
         if record is not None:
             head = _sha256(line)
+            found = found or head == wanted
             lines.append(_Line(number, record["seq"], record["prev"], head, changed=problem is not None))
+    if not found:
+        problems.append(AuditProblem(number, "missing head", f"no line has the kept head sha256:{wanted}: the "
+                                                             f"records after it were removed, or the file rewritten"))
     problems.extend(_chain_problems(lines))
     problems.sort(key=lambda problem: problem.line)
     return AuditReport(path, len(lines), head, tuple(problems))

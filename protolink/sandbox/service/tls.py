@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from protolink.errors import CertificateMismatchError, SandboxError, SandboxNotReachedError
 
 from ..hostdirs import owner_only_dir
+from .audit import sha256_digest
 
 if TYPE_CHECKING:
     import grpc
@@ -165,7 +166,7 @@ async def pinned_channel(address: str, fingerprint: str, *, options: Sequence[tu
     """
     import grpc
 
-    expected = _parse_fingerprint(fingerprint)
+    expected = "sha256:" + sha256_digest(fingerprint)
     certificate_pem = await _fetch_certificate(address, connect_seconds)
     presented = fingerprint_of(certificate_pem)
     if not hmac.compare_digest(presented.encode(), expected.encode()):
@@ -175,15 +176,6 @@ async def pinned_channel(address: str, fingerprint: str, *, options: Sequence[tu
     credentials = grpc.ssl_channel_credentials(root_certificates=certificate_pem)
     return grpc.aio.secure_channel(address, credentials,
                                    options=[("grpc.ssl_target_name_override", SERVER_NAME), *options])
-
-
-def _parse_fingerprint(text: str) -> str:
-    """``text`` as ``sha256:`` and 64 lowercase hex digits (colons between bytes allowed)."""
-    algorithm, _, digits = text.strip().partition(":")
-    digits = digits.replace(":", "").lower()
-    if algorithm.lower() != "sha256" or len(digits) != 64 or not all(c in "0123456789abcdef" for c in digits):
-        raise ValueError(f"a certificate fingerprint is sha256: and 64 hex digits, not {text!r}")
-    return f"sha256:{digits}"
 
 
 async def _fetch_certificate(address: str, timeout: float) -> bytes:

@@ -140,6 +140,22 @@ def test_a_line_reformatted_is_found(tmp_path):
     assert _problems(path) == [(2, "changed")]
 
 
+def test_the_last_records_removed_are_found_only_with_a_kept_head(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    _log(path, 3)
+    with AuditLog(path) as log:
+        kept = log.head
+    assert verify(path, kept_head=f"sha256:{kept}").intact
+    lines = _log(path, 2)  # two more records after the kept head
+    path.write_bytes(b"".join(lines[:-3]))  # the kept head's record and the two after it
+    assert verify(path).intact  # a shorter chain is still a chain
+    problems = verify(path, kept_head=kept.upper()).problems
+    assert [(p.line, p.kind) for p in problems] == [(2, "missing head")]
+    assert f"sha256:{kept}" in str(problems[0])
+    with pytest.raises(ValueError, match="64 hex digits"):
+        verify(path, kept_head="sha256:1234")
+
+
 def test_concurrent_appends_from_threads_keep_one_valid_chain(tmp_path):
     path = tmp_path / "audit.jsonl"
     threads, each = 8, 200

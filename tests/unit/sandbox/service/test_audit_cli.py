@@ -46,6 +46,17 @@ def test_a_tampered_log_exits_1_with_a_line_per_problem(tmp_path):
         ["line 2", "changed"], ["line 4", "removed"], ["line 5", "truncated"]]
 
 
+def test_a_kept_head_that_is_gone_exits_1(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    kept = _write(path, 3)
+    assert _verify(str(path), "--head", f"sha256:{kept}", runtime=tmp_path / "run").returncode == 0
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))
+    done = _verify(str(path), "--head", f"sha256:{kept}", runtime=tmp_path / "run")
+    assert (done.returncode, done.stdout) == (1, f"{path}: line 2: missing head: no line has the kept head "
+                                                 f"sha256:{kept}: the records after it were removed, or the "
+                                                 f"file rewritten\n"), done.stderr
+
+
 def test_a_missing_log_exits_1_saying_so(tmp_path):
     done = _verify(str(tmp_path / "none.jsonl"), runtime=tmp_path / "run")
     assert (done.returncode, done.stdout) == (1, "")
