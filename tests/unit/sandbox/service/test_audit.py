@@ -25,10 +25,6 @@ def _log(path: Path, count: int = 5) -> list[bytes]:
     return path.read_bytes().splitlines(keepends=True)
 
 
-def _problems(path: Path) -> list[tuple[int, str]]:
-    return [(problem.line, problem.kind) for problem in verify(path).problems]
-
-
 def test_a_fresh_chain_verifies_with_its_count_and_head(tmp_path):
     path = tmp_path / "audit.jsonl"
     with AuditLog(path) as log:
@@ -56,88 +52,51 @@ def test_reopening_continues_the_chain(tmp_path):
     assert json.loads(path.read_bytes().splitlines()[-1])["seq"] == 4
 
 
-def test_a_field_changed_is_found(tmp_path):
-    path = tmp_path / "audit.jsonl"
-    lines = _log(path)
-    lines[2] = lines[2].replace(b'"exit":0', b'"exit":7')
-    path.write_bytes(b"".join(lines))
-    assert _problems(path) == [(3, "changed")]
-
-
-def test_a_field_changed_with_its_hash_recomputed_is_found_by_the_next_link(tmp_path):
-    path = tmp_path / "audit.jsonl"
-    lines = _log(path)
-    record = json.loads(lines[2])
-    record["fields"]["exit"] = 7
+def _rehashed(line: bytes, exit_status: int) -> bytes:
+    """``line`` with its record's exit status changed and its hash recomputed."""
+    record = json.loads(line)
+    record["fields"]["exit"] = exit_status
     del record["hash"]
-    record["hash"] = hashlib.sha256(canonical(record)).hexdigest()
-    lines[2] = canonical(record) + b"\n"
-    path.write_bytes(b"".join(lines))
-    problems = verify(path).problems
-    assert [(p.line, p.kind) for p in problems] == [(3, "changed")]
-    assert "record 3 was changed" in str(problems[0])
+    return canonical({**record, "hash": hashlib.sha256(canonical(record)).hexdigest()}) + b"\n"
 
 
-def test_a_middle_record_removed_is_found(tmp_path):
+#: How a log of five records is tampered with, and what verify says (line, kind, words).
+TAMPERING = {
+    "a field changed": (lambda lines: [*lines[:2], lines[2].replace(b'"exit":0', b'"exit":7'), *lines[3:]],
+                        (3, "changed", "hash does not match")),
+    "a field changed, hash recomputed": (lambda lines: [*lines[:2], _rehashed(lines[2], 7), *lines[3:]],
+                                         (3, "changed", "record 3 was changed and its hash recomputed")),
+    "a line reformatted": (lambda lines: [lines[0], json.dumps(json.loads(lines[1])).encode() + b"\n", *lines[2:]],
+                           (2, "changed", "not in canonical form")),
+    "a middle record removed": (lambda lines: [*lines[:2], *lines[3:]], (3, "removed", "record 3 is missing")),
+    "the first records removed": (lambda lines: lines[2:], (1, "removed", "records 1 to 2 are missing")),
+    "two records swapped": (lambda lines: [lines[0], lines[2], lines[1], *lines[3:]],
+                            (3, "reordered", "record 2 comes after record 3")),
+    "a record repeated": (lambda lines: [*lines, lines[1]], (6, "duplicated", "record 2 appears a second time")),
+    "garbage appended": (lambda lines: [*lines, b"not a record\n"], (6, "malformed", "is not JSON")),
+    "a foreign object appended": (lambda lines: [*lines, b'{"seq": 6}\n'], (6, "malformed", "is not a record")),
+    "the tail cut mid-line": (lambda lines: [*lines[:4], lines[4][:-40]], (5, "truncated", "cut short")),
+}
+
+
+@pytest.mark.parametrize("tampering", TAMPERING)
+def test_each_kind_of_tampering_is_found_and_named(tmp_path, tampering):
     path = tmp_path / "audit.jsonl"
-    lines = _log(path)
-    del lines[2]
-    path.write_bytes(b"".join(lines))
-    problems = verify(path).problems
-    assert [(p.line, p.kind) for p in problems] == [(3, "removed")]
-    assert "record 3 is missing" in str(problems[0])
+    change, (line, kind, words) = TAMPERING[tampering]
+    path.write_bytes(b"".join(change(_log(path))))
+    (problem,) = verify(path).problems
+    assert (problem.line, problem.kind) == (line, kind)
+    assert words in str(problem)
 
 
-def test_the_first_records_removed_are_found(tmp_path):
+@pytest.mark.parametrize("tampering", ["the tail cut mid-line", "garbage appended", "a foreign object appended"])
+def test_a_log_whose_tail_is_not_a_record_is_not_continued(tmp_path, tampering):
     path = tmp_path / "audit.jsonl"
-    path.write_bytes(b"".join(_log(path)[2:]))
-    assert _problems(path) == [(1, "removed")]
-
-
-def test_two_records_swapped_are_found(tmp_path):
-    path = tmp_path / "audit.jsonl"
-    lines = _log(path)
-    lines[1], lines[2] = lines[2], lines[1]
-    path.write_bytes(b"".join(lines))
-    problems = verify(path).problems
-    assert [(p.line, p.kind) for p in problems] == [(3, "reordered")]
-    assert "record 2 comes after record 3" in str(problems[0])
-
-
-def test_a_record_repeated_is_found(tmp_path):
-    path = tmp_path / "audit.jsonl"
-    lines = _log(path)
-    path.write_bytes(b"".join(lines + [lines[1]]))
-    assert _problems(path) == [(6, "duplicated")]
-
-
-def test_a_tail_cut_mid_line_is_found_and_not_continued(tmp_path):
-    path = tmp_path / "audit.jsonl"
-    data = b"".join(_log(path))
-    path.write_bytes(data[:-40])
-    assert _problems(path) == [(5, "truncated")]
-    with pytest.raises(AuditLogError, match="cut short"):
+    change, (_, _, words) = TAMPERING[tampering]
+    path.write_bytes(data := b"".join(change(_log(path))))
+    with pytest.raises(AuditLogError, match=f"cannot be continued: its last line .*{words}.*audit verify"):
         AuditLog(path)
-    assert path.read_bytes() == data[:-40]  # refused, untouched
-
-
-def test_garbage_appended_is_found_and_not_continued(tmp_path):
-    path = tmp_path / "audit.jsonl"
-    data = b"".join(_log(path))
-    path.write_bytes(data + b"not a record\n")
-    assert _problems(path) == [(6, "malformed")]
-    with pytest.raises(AuditLogError, match="is not JSON"):
-        AuditLog(path)
-    path.write_bytes(data + b'{"seq": 6}\n')
-    assert _problems(path) == [(6, "malformed")]
-
-
-def test_a_line_reformatted_is_found(tmp_path):
-    path = tmp_path / "audit.jsonl"
-    lines = _log(path)
-    lines[1] = json.dumps(json.loads(lines[1])).encode() + b"\n"  # same record, spaces added
-    path.write_bytes(b"".join(lines))
-    assert _problems(path) == [(2, "changed")]
+    assert path.read_bytes() == data  # refused, untouched
 
 
 def test_the_last_records_removed_are_found_only_with_a_kept_head(tmp_path):
