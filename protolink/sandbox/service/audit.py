@@ -14,9 +14,9 @@ of order, a duplicated ``seq``, a malformed line and a tail cut mid-line.
 What the chain cannot tell on its own: that the last records were removed (a shorter chain is
 still a valid chain), or that the whole file was rewritten with a fresh, consistent chain (the
 hashes are not keyed). Against both, keep the head hash (:attr:`AuditLog.head`, or what
-``protolink-sandbox audit verify`` prints) somewhere the service cannot write, and compare:
-the head kept earlier must be the ``prev`` of a record in the file, and a head kept now must be
-the file's head at the next check.
+``protolink-sandbox audit verify`` prints) somewhere the service cannot write, and pass it to
+the next check (``verify(path, kept_head=...)``, ``audit verify --head``): it must still be the
+hash of a line in the file.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import json
 import os
 import stat
 import threading
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -119,13 +120,13 @@ class AuditLog:
         if not isinstance(kind, str) or not kind:
             raise SerializationError(f"an audit record's kind must be a non-empty string, not {kind!r}")
         try:
-            body = json.loads(canonical({"kind": kind, "fields": fields}))  # a plain copy, checked
+            body = json.loads(canonical({"kind": kind, "fields": dict(fields)}))  # a plain copy, checked
         except (TypeError, ValueError) as error:
             raise SerializationError(f"the fields of audit record {kind!r} are not JSON: {error}") from None
-        time = datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
         with self._mutex:
             if self._fd < 0:
                 raise AuditLogError(f"the audit log {self.path} is closed")
+            time = datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
             record = {"seq": self._seq + 1, "time": time, **body, "prev": self._head}
             line = canonical({**record, "hash": _record_hash(record)})
             self._append(line + b"\n")
@@ -189,7 +190,8 @@ class AuditLog:
         return record["seq"], _sha256(line)
 
     def _append(self, data: bytes) -> None:
-        """Write ``data`` in one call; on failure, cut the file back to its last whole record."""
+        """Write ``data`` in one call; on failure, cut the file back to its last whole record,
+        or, when even that fails, close the log (reopening refuses the cut line it leaves)."""
         try:
             written = os.write(self._fd, data)
             if written != len(data):
@@ -198,7 +200,8 @@ class AuditLog:
             try:
                 os.ftruncate(self._fd, self._size)
             except OSError:
-                pass  # the cut line stays: verify reports it and reopening refuses it
+                os.close(self._fd)
+                self._fd = -1
             raise AuditLogError(f"cannot write to the audit log {self.path}: {error}") from None
         self._size += len(data)
 
@@ -306,9 +309,10 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
 
 def _chain_problems(lines: Sequence[_Line]) -> Iterator[AuditProblem]:
     """What the order, the sequence numbers and the ``prev`` links of well-formed records say."""
-    first = {}
+    first: dict[int, _Line] = {}
     for line in lines:
         first.setdefault(line.seq, line)
+    numbers = sorted(first)
     seen: set[int] = set()
     high = 0
     for line in lines:
@@ -318,16 +322,25 @@ def _chain_problems(lines: Sequence[_Line]) -> Iterator[AuditProblem]:
         seen.add(line.seq)
         if line.seq < high:
             yield AuditProblem(line.number, "reordered", f"record {line.seq} comes after record {high}")
-        missing = [seq for seq in range(high + 1, line.seq) if seq not in first]
+        gap = max(0, line.seq - high - 1)  # the records that should come between; later lines may hold some
+        missing = gap and gap - (bisect_left(numbers, line.seq) - bisect_right(numbers, high))
         if missing:
-            span = f"record {missing[0]} is" if len(missing) == 1 else f"records {missing[0]} to {missing[-1]} are"
-            yield AuditProblem(line.number, "removed", f"{span} missing before record {line.seq}")
+            yield AuditProblem(line.number, "removed", _missing(high + 1, line.seq - 1, missing))
         high = max(high, line.seq)
         before = first.get(line.seq - 1)
         if line.seq == 1 and line.prev != GENESIS:
             yield AuditProblem(line.number, "changed", "record 1 does not start the chain (its prev is not the "
                                                        "genesis value)")
         elif before is not None and not before.changed and line.prev != before.digest:
-            yield AuditProblem(before.number, "changed", f"record {before.seq} was changed and its hash recomputed "
-                                                         f"(record {line.seq}'s prev does not match it)")
+            yield AuditProblem(before.number, "changed", f"record {line.seq}'s prev does not match this line: record "
+                                                         f"{before.seq} was changed and its hash recomputed, or "
+                                                         f"records were removed and the rest renumbered")
+
+
+def _missing(first: int, last: int, count: int) -> str:
+    if first == last:
+        return f"record {first} is missing"
+    if count == last - first + 1:
+        return f"records {first} to {last} are missing"
+    return f"records {first} to {last}: {count} missing"
 

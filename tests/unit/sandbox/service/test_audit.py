@@ -52,47 +52,54 @@ def test_reopening_continues_the_chain(tmp_path):
     assert json.loads(path.read_bytes().splitlines()[-1])["seq"] == 4
 
 
-def _rehashed(line: bytes, exit_status: int) -> bytes:
-    """``line`` with its record's exit status changed and its hash recomputed."""
+def _rehashed(line: bytes, **changes: object) -> bytes:
+    """``line`` with its record (and its fields' ``exit``) changed, and its hash recomputed."""
     record = json.loads(line)
-    record["fields"]["exit"] = exit_status
+    record["fields"]["exit"] = changes.pop("exit", record["fields"]["exit"])
+    record.update(changes)
     del record["hash"]
     return canonical({**record, "hash": hashlib.sha256(canonical(record)).hexdigest()}) + b"\n"
 
 
-#: How a log of five records is tampered with, and what verify says (line, kind, words).
+#: How a log of five records is tampered with, and what verify says: (line, kind, words) a problem.
 TAMPERING = {
     "a field changed": (lambda lines: [*lines[:2], lines[2].replace(b'"exit":0', b'"exit":7'), *lines[3:]],
-                        (3, "changed", "hash does not match")),
-    "a field changed, hash recomputed": (lambda lines: [*lines[:2], _rehashed(lines[2], 7), *lines[3:]],
-                                         (3, "changed", "record 3 was changed and its hash recomputed")),
+                        [(3, "changed", "hash does not match")]),
+    "a field changed, hash recomputed": (lambda lines: [*lines[:2], _rehashed(lines[2], exit=7), *lines[3:]],
+                                         [(3, "changed", "record 3 was changed and its hash recomputed")]),
     "a line reformatted": (lambda lines: [lines[0], json.dumps(json.loads(lines[1])).encode() + b"\n", *lines[2:]],
-                           (2, "changed", "not in canonical form")),
-    "a middle record removed": (lambda lines: [*lines[:2], *lines[3:]], (3, "removed", "record 3 is missing")),
-    "the first records removed": (lambda lines: lines[2:], (1, "removed", "records 1 to 2 are missing")),
+                           [(2, "changed", "not in canonical form")]),
+    "a middle record removed": (lambda lines: [*lines[:2], *lines[3:]], [(3, "removed", "record 3 is missing")]),
+    "the first records removed": (lambda lines: lines[2:], [(1, "removed", "records 1 to 2 are missing")]),
+    "a record renumbered far ahead": (lambda lines: [*lines[:4], _rehashed(lines[4], seq=10**15)],
+                                      [(5, "removed", "records 5 to 999999999999999 are missing")]),
+    "two records removed, one put back later": (lambda lines: [lines[0], lines[3], lines[1], lines[4]],
+                                                [(2, "removed", "records 2 to 3: 1 missing"),
+                                                 (3, "reordered", "record 2 comes after record 4")]),
     "two records swapped": (lambda lines: [lines[0], lines[2], lines[1], *lines[3:]],
-                            (3, "reordered", "record 2 comes after record 3")),
-    "a record repeated": (lambda lines: [*lines, lines[1]], (6, "duplicated", "record 2 appears a second time")),
-    "garbage appended": (lambda lines: [*lines, b"not a record\n"], (6, "malformed", "is not JSON")),
-    "a foreign object appended": (lambda lines: [*lines, b'{"seq": 6}\n'], (6, "malformed", "is not a record")),
-    "the tail cut mid-line": (lambda lines: [*lines[:4], lines[4][:-40]], (5, "truncated", "cut short")),
+                            [(3, "reordered", "record 2 comes after record 3")]),
+    "a record repeated": (lambda lines: [*lines, lines[1]], [(6, "duplicated", "record 2 appears a second time")]),
+    "garbage appended": (lambda lines: [*lines, b"not a record\n"], [(6, "malformed", "is not JSON")]),
+    "a foreign object appended": (lambda lines: [*lines, b'{"seq": 6}\n'], [(6, "malformed", "is not a record")]),
+    "the tail cut mid-line": (lambda lines: [*lines[:4], lines[4][:-40]], [(5, "truncated", "cut short")]),
 }
 
 
 @pytest.mark.parametrize("tampering", TAMPERING)
 def test_each_kind_of_tampering_is_found_and_named(tmp_path, tampering):
     path = tmp_path / "audit.jsonl"
-    change, (line, kind, words) = TAMPERING[tampering]
+    change, expected = TAMPERING[tampering]
     path.write_bytes(b"".join(change(_log(path))))
-    (problem,) = verify(path).problems
-    assert (problem.line, problem.kind) == (line, kind)
-    assert words in str(problem)
+    problems = verify(path).problems
+    assert [(problem.line, problem.kind) for problem in problems] == [(line, kind) for line, kind, _ in expected]
+    for problem, (_, _, words) in zip(problems, expected):
+        assert words in str(problem)
 
 
 @pytest.mark.parametrize("tampering", ["the tail cut mid-line", "garbage appended", "a foreign object appended"])
 def test_a_log_whose_tail_is_not_a_record_is_not_continued(tmp_path, tampering):
     path = tmp_path / "audit.jsonl"
-    change, (_, _, words) = TAMPERING[tampering]
+    change, [(_, _, words)] = TAMPERING[tampering]
     path.write_bytes(data := b"".join(change(_log(path))))
     with pytest.raises(AuditLogError, match=f"cannot be continued: its last line .*{words}.*audit verify"):
         AuditLog(path)
@@ -163,6 +170,34 @@ def test_fields_that_are_not_json_are_refused_and_leave_the_chain_as_it_was(tmp_
             log.record("", {})
         log.record("request", {"token": "bob"})
     assert (verify(path).intact, verify(path).count) == (True, 2)
+
+
+#: Appends a record that the file size limit cuts short, then one that fits, in a process of its own.
+CUT_SHORT = """import os, resource, signal, sys
+from protolink.errors import AuditLogError
+from protolink.sandbox.service.audit import AuditLog
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+log = AuditLog(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(sys.argv[1]) + 100, resource.RLIM_INFINITY))
+try:
+    log.record("file.written", {"path": "/work/big", "data": "x" * 1000})
+except AuditLogError as error:
+    print(error)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+log.record("request", {"after": "the failed write"})
+log.close()
+"""
+
+
+def test_a_record_the_disk_refuses_is_cut_back_and_the_chain_goes_on(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    _log(path, 2)
+    done = subprocess.run([sys.executable, "-c", CUT_SHORT, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"cannot write to the audit log {path}: only 100 of ")
+    report = verify(path)
+    assert (report.intact, report.count) == (True, 3), report.problems
+    assert json.loads(path.read_bytes().splitlines()[-1])["fields"] == {"after": "the failed write"}
 
 
 def test_a_log_others_can_read_or_in_an_open_directory_is_refused(tmp_path):
