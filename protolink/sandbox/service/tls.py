@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import fcntl
 import hashlib
 import hmac
 import ipaddress
@@ -66,9 +67,14 @@ def ensure_certificate(directory: Path | str) -> ServiceCertificate:
     """
     directory = owner_only_dir(Path(directory), "the service's state directory", "the service's certificate directory")
     certificate_path, key_path = directory / CERTIFICATE_FILE, directory / KEY_FILE
-    if not certificate_path.exists():  # the certificate is written last: without it, start over
-        _generate(certificate_path, key_path)
-    certificate_pem, key_pem = _read_private(certificate_path), _read_private(key_path)
+    lock = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two services starting at once make one pair
+        if not certificate_path.exists():  # the certificate is written last: without it, start over
+            _generate(certificate_path, key_path)
+        certificate_pem, key_pem = _read_private(certificate_path), _read_private(key_path)
+    finally:
+        os.close(lock)
     _check_pair(certificate_pem, key_pem, certificate_path, key_path)
     return ServiceCertificate(certificate_pem, key_pem, certificate_path, key_path, fingerprint_of(certificate_pem))
 

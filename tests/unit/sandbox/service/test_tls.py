@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import socket
 import stat
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -59,6 +60,23 @@ def test_a_certificate_is_made_once_then_kept_with_a_private_key(tmp_path):
     second = ensure_certificate(tmp_path / "state")
     assert (second.fingerprint, second.key_pem) == (first.fingerprint, first.key_pem)
     assert "key_pem" not in repr(second)
+
+
+def test_services_starting_at_once_make_one_certificate(tmp_path):
+    starters, start = 6, threading.Barrier(6)
+    made: list[str] = []
+
+    def ensure() -> None:
+        start.wait(timeout=60)
+        made.append(ensure_certificate(tmp_path / "state").fingerprint)
+
+    threads = [threading.Thread(target=ensure) for _ in range(starters)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(made) == starters and len(set(made)) == 1
+    assert sorted(path.name for path in (tmp_path / "state").iterdir()) == ["service-cert.pem", "service-key.pem"]
 
 
 def test_the_certificate_names_localhost_its_address_and_this_host(tmp_path):
