@@ -24,7 +24,9 @@
         ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
         ├── SandboxAuthenticationError             the token is missing or wrong
         ├── SandboxLimitError                      a supervised worker hit a hard limit and was killed
-        └── RepositoryError                        a CI job's repository cannot be fetched or copied
+        ├── RepositoryError                        a CI job's repository cannot be fetched or copied
+        ├── CertificateMismatchError               the service's TLS certificate is not the pinned one
+        └── AuditLogError                          the audit log cannot be read, continued or written
 
 Leaves also subclass the builtin a caller would naturally catch. Tools raise the spec's
 documented builtins (``ValueError``, ``RuntimeError``) directly where the spec names them.
@@ -133,3 +135,12 @@ class SandboxLimitError(SandboxError):
 
 class RepositoryError(SandboxError):
     """A CI job's repository could not be fetched (cloned) or copied into its workspace."""
+
+
+class CertificateMismatchError(SandboxError):
+    """The service presented a TLS certificate whose fingerprint is not the one the client pins."""
+
+
+class AuditLogError(SandboxError):
+    """The service's audit log cannot be read, continued (its last line is not a valid record)
+    or written; the message names the file."""

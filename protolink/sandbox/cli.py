@@ -7,7 +7,8 @@ and a CI runner.
 answers, and prints the address to connect to; with ``--allow HOST[:PORT]`` its commands reach
 those hosts through a host-side proxy that a detached daemon runs (:mod:`.egress.daemon`).
 ``down`` removes it (and its daemon), ``status`` shows it, ``exec`` runs one command in it,
-``egress`` changes its allow-list live or shows its decisions.
+``egress`` changes its allow-list live or shows its decisions. ``audit verify`` checks the
+service's audit log (:mod:`.service.audit`).
 """
 
 from __future__ import annotations
@@ -342,6 +343,7 @@ def _parser() -> argparse.ArgumentParser:
                          "CIDR[:PORT] for addresses) through a host-side proxy; repeatable. Without: no network")
     _add_exec(commands)
     _add_ci(commands)
+    _add_audit(commands)
     commands.add_parser("down", help="remove the appliance")
     commands.add_parser("status", help="show the appliance, whether it answers, and its egress")
     egress = commands.add_parser("egress", help="change the appliance's egress live, or show its decisions",
@@ -355,7 +357,7 @@ def _parser() -> argparse.ArgumentParser:
     egress.add_argument("--follow", action="store_true", help="with --log: keep printing them as they come")
     egress.add_argument("--lines", type=int, default=50, help="with --log: how many recent decisions (default 50)")
     for verb, sub in commands.choices.items():
-        if verb != "ci":  # a job's sandbox is its own, not the appliance
+        if verb not in ("ci", "audit"):  # a CI job has a sandbox of its own; audit reads a file
             _add_name(sub)
     return parser
 
@@ -390,6 +392,35 @@ def _add_ci(commands: Any) -> None:
                                            "with a report", description=_CI_DESCRIPTION))
 
 
+def _add_audit(commands: Any) -> None:
+    audit = commands.add_parser("audit", help="check the service's audit log").add_subparsers(dest="action",
+                                                                                            required=True)
+    verify = audit.add_parser("verify", help="check every record's hash and link; exit 1 with a line per problem")
+    verify.add_argument("path", nargs="?", default=None,
+                        help="default: service-audit.jsonl in the runtime directory (PROTOLINK_RUNTIME_DIR)")
+    verify.add_argument("--head", default=None, metavar="sha256:HEX",
+                        help="a head printed earlier and kept elsewhere: it must still be in the file (finds the "
+                             "last records removed, or the file rewritten)")
+
+
+def _audit(args: argparse.Namespace) -> int:
+    """``audit verify``: the count and head hash of an intact log, or a line per problem."""
+    from .hostdirs import runtime_dir
+    from .service.audit import verify
+
+    try:
+        report = verify(args.path or runtime_dir() / "service-audit.jsonl", kept_head=args.head)
+    except (SandboxError, ValueError) as error:  # no log there, no runtime directory, not a head
+        _say(str(error))
+        return 1
+    if report.intact:
+        print(f"{report.path}: intact, {report.count} records, head sha256:{report.head}")
+        return 0
+    for problem in report.problems:
+        print(f"{report.path}: {problem}")
+    return 1
+
+
 def _add_name(verb: argparse.ArgumentParser) -> None:
     verb.add_argument("--name", default=DEFAULT_NAME, type=_name)
 
@@ -410,6 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _parser().error("exec needs a command: protolink-sandbox exec -- COMMAND [ARG...]")
     if args.verb == "egress" and args.follow and not args.log:
         _parser().error("--follow goes with --log")
+    if args.verb == "audit":
+        return _audit(args)
     if args.verb == "ci":
         import logging
 
