@@ -132,14 +132,14 @@ build_base() {
 }
 
 # The requirements the server needs inside the image: the project's dependencies and its
-# `documents` and `sandbox` extras, less the docker SDK and hpack, which only the host uses.
+# `documents` and `sandbox` extras, less the docker SDK, hpack and cryptography, which only the host uses.
 runtime_requirements() {
     python3 - "$ROOT/pyproject.toml" <<'PY'
 import re, sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
 extras = project["optional-dependencies"]
 for req in [*project["dependencies"], *extras["documents"], *extras["sandbox"]]:
-    if re.match(r"(docker|hpack)\b", req) is None:
+    if re.match(r"(docker|hpack|cryptography)\b", req) is None:
         print(req)
 PY
 }
