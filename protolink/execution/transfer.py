@@ -143,7 +143,9 @@ def receive(destination: str, roots: Sequence[str], kind: Kind, chunks: Iterable
             return _receive_file(parent_fd, target, chunks, overwrite, FILE_MODE if mode is None else mode, limits)
         extraction = _Extraction(target.path, keep_outside_symlinks, limits)
         with _temporary_directory(parent_fd) as (temp_name, temp_fd):
-            result = extraction.run(_ChunkReader(chunks, limits.max_archive_bytes), temp_fd)
+            stream = _ChunkReader(chunks, limits.max_archive_bytes)
+            result = extraction.run(stream, temp_fd)
+            stream.drain()  # what follows the archive's end, so a stream that fails after it fails the transfer
             _replace(parent_fd, temp_name, target, overwrite)
         return result
 
@@ -451,6 +453,11 @@ class _ChunkReader:
             wanted -= len(piece)
         return b"".join(pieces)
 
+    def drain(self) -> None:
+        """Read to the end, within the limit."""
+        while self.read(CHUNK_BYTES):
+            pass
+
 
 # Reading ----------------------------------------------------------------------------------
 
@@ -466,7 +473,29 @@ class Source:
         self._chunks = chunks
 
     def __iter__(self) -> Iterator[bytes]:
-        self.result = yield from self._chunks
+        """The bytes, in pieces of about :data:`CHUNK_BYTES` (a tree's small headers and files
+        joined), so a message or a frame carries more than a few hundred bytes."""
+        pending: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                piece = next(self._chunks)
+            except StopIteration as stop:
+                self.result = stop.value
+                break
+            if len(piece) >= CHUNK_BYTES:
+                if pending:
+                    yield b"".join(pending)
+                    pending, size = [], 0
+                yield piece
+                continue
+            pending.append(piece)
+            size += len(piece)
+            if size >= CHUNK_BYTES:
+                yield b"".join(pending)
+                pending, size = [], 0
+        if pending:
+            yield b"".join(pending)
 
 
 @contextmanager

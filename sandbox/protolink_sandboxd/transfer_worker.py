@@ -1,0 +1,135 @@
+"""A transfer process: writes one upload, or reads one download, as the command user.
+
+The server starts one per ``Upload`` or ``Download`` call (``python -I -m
+protolink_sandboxd.transfer_worker``); like a worker (:mod:`protolink_sandboxd.worker`) it sets its
+limits, becomes non-dumpable and takes the command uid/gid as its file-system ids for good, so
+the files it writes belong to the command user and it opens only what that user may open. It
+reads one request frame (:mod:`protolink_sandboxd.frames`) and then:
+
+- ``Upload``: one ``DATA`` frame per ``UploadChunk`` of the call, up to its ``end``. An empty
+  frame (the call's stream ended) or the end of input before it means the upload was abandoned:
+  nothing of it is kept. One reply frame answers: the ``TransferSummary``, or the ``Error``.
+- ``Download``: one ``DATA`` frame per ``DownloadChunk`` (the kind, then the data), then an
+  ``OK`` frame with the summary chunk, or an ``ERROR`` frame.
+
+The rules themselves are :mod:`protolink.execution.transfer`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import sys
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from protolink.errors import SandboxLimitError
+from protolink.execution.transfer import DEFAULT_LIMITS, TransferLimits, open_source, receive
+from protolink.wire import convert
+from protolink.wire import transfer as wire
+from protolink.wire._pb import transfer_pb2
+from protolink.wire.status import to_status
+
+from . import frames
+from .privileges import (
+    OOM_HELPER,
+    die_with_parent,
+    drop_to_shielded,
+    helper_arguments,
+    limit,
+    make_non_dumpable,
+    set_oom_score_adj,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = helper_arguments("python -m protolink_sandboxd.transfer_worker", argv, "--memory-bytes",
+                            "--max-request-bytes")
+    make_non_dumpable()
+    limit(resource.RLIMIT_AS, args.memory_bytes)
+    limit(resource.RLIMIT_CORE, 0)
+    os.umask(0o022)
+    os.chdir("/")
+    set_oom_score_adj(OOM_HELPER)
+    drop_to_shielded(args.uid, args.gid)
+    die_with_parent(args.server)  # after the drop, which clears the parent-death signal
+    source, sink = os.fdopen(0, "rb"), os.fdopen(1, "wb", buffering=0)
+    sys.stdout = sys.stderr  # stdout carries frames only
+    header = source.read(frames.REQUEST.size)
+    if len(header) < frames.REQUEST.size:
+        return 1
+    name_length, payload_length, cpu_seconds = frames.REQUEST.unpack(header)
+    if payload_length > args.max_request_bytes:
+        return 1
+    method, request = source.read(name_length).decode("ascii", "replace"), source.read(payload_length)
+    limit(resource.RLIMIT_CPU, math.ceil(cpu_seconds) + 1)
+    try:
+        if method == "Upload":
+            reply = _upload(request, _data(source, args.max_request_bytes))
+        elif method == "Download":
+            reply = _download(request, sink)
+        else:
+            raise ValueError(f"unknown transfer {method!r}")
+        sink.write(frames.reply_frame(frames.OK, reply))
+    except MemoryError:
+        sink.write(frames.reply_frame(frames.ERROR, _error(SandboxLimitError(
+            f"the {method.lower()} exceeded its process's memory limit and was stopped"))))
+    except Exception as error:  # every failure becomes a typed wire error
+        sink.write(frames.reply_frame(frames.ERROR, _error(error)))
+    return 0
+
+
+def _upload(request: bytes, data: Iterator[bytes]) -> bytes:
+    start = convert.parse(transfer_pb2.UploadChunk, request).start
+    result = receive(start.destination, list(start.roots), wire.kind(start.kind), data, overwrite=start.overwrite,
+                     mode=start.mode if start.HasField("mode") else None,
+                     keep_outside_symlinks=start.keep_outside_symlinks, limits=_limits(start))
+    return wire.summary_message(result).SerializeToString()
+
+
+def _download(request: bytes, sink: BinaryIO) -> bytes:
+    message = convert.parse(transfer_pb2.DownloadRequest, request)
+    with open_source(message.path, list(message.roots), limits=_limits(message)) as source:
+        sink.write(_data_frame(transfer_pb2.DownloadChunk(kind=wire.KIND_NUMBERS[source.kind])))
+        for chunk in source:
+            sink.write(_data_frame(transfer_pb2.DownloadChunk(data=chunk)))
+    assert source.result is not None  # the source was read to its end
+    return transfer_pb2.DownloadChunk(summary=wire.summary_message(source.result)).SerializeToString()
+
+
+def _data(source: BinaryIO, max_bytes: int) -> Iterator[bytes]:
+    """The data of an upload's chunks, up to its ``end``; ConnectionError when the call's stream
+    or the input ends first (the upload was abandoned)."""
+    received = 0
+    while len(header := source.read(frames.REPLY.size)) == frames.REPLY.size:
+        status, length = frames.REPLY.unpack(header)
+        if status != frames.DATA or length > max_bytes:
+            raise ValueError("a malformed upload frame")
+        if not length:
+            break
+        chunk = convert.parse(transfer_pb2.UploadChunk, source.read(length))
+        item = chunk.WhichOneof("item")
+        if item == "end":
+            convert.require(chunk.end.bytes == received, f"the upload sent {chunk.end.bytes} bytes; {received} arrived")
+            return
+        convert.require(item == "data", "an upload's chunks after the first carry data, then its end")
+        received += len(chunk.data)
+        yield chunk.data
+    raise ConnectionError("the upload ended before its data did; nothing of it was kept")
+
+
+def _limits(message: transfer_pb2.UploadStart | transfer_pb2.DownloadRequest) -> TransferLimits:
+    return wire.limits(message.limits).within(DEFAULT_LIMITS) if message.HasField("limits") else DEFAULT_LIMITS
+
+
+def _data_frame(chunk: transfer_pb2.DownloadChunk) -> bytes:
+    return frames.reply_frame(frames.DATA, chunk.SerializeToString())
+
+
+def _error(error: BaseException) -> bytes:
+    return to_status(error)[1].SerializeToString()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
