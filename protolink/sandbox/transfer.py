@@ -59,9 +59,11 @@ async def upload(backend: SandboxBackend, source: str | os.PathLike[str], destin
             while True:
                 try:
                     piece = await asyncio.to_thread(next, pieces, None)
-                except Exception as error:  # gRPC reports only that the call was canceled
+                except Exception as error:
+                    # Ended without its end, the stream is abandoned by the sandbox, which
+                    # keeps nothing of it; the call fails, and this error is the reason.
                     failures.append(error)
-                    raise
+                    return
                 if piece is None:
                     break
                 sent += len(piece)
@@ -70,13 +72,8 @@ async def upload(backend: SandboxBackend, source: str | os.PathLike[str], destin
 
         try:
             response = await backend.stream_method("Upload")(messages(), timeout=timeout)
-        except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
-            # A local failure cancels the call; the call then raises CancelledError, or the status.
-            if failures and not _cancelling():
-                raise failures[0] from None
-            if isinstance(error, asyncio.CancelledError):
-                raise
-            raise from_rpc_error(error) from None
+        except grpc.aio.AioRpcError as error:
+            raise (failures[0] if failures else from_rpc_error(error)) from None
     return checked_answer(wire.summary, parsed_answer(response), path=target, limits=limits)
 
 
@@ -130,11 +127,6 @@ async def _next(call: Any) -> transfer_pb2.DownloadChunk:
         raise from_rpc_error(error) from None
     _require(message is not grpc.aio.EOF and message is not None, "the sandbox ended a download before its summary")
     return message
-
-
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 def _roots(backend: SandboxBackend, roots: Sequence[str] | None, *, writable: bool) -> list[str]:

@@ -17,6 +17,8 @@ The rules themselves are :mod:`protolink.execution.transfer`'s.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
 import os
 import resource
@@ -26,7 +28,7 @@ from typing import BinaryIO
 
 from protolink.errors import SandboxLimitError
 from protolink.execution.transfer import DEFAULT_LIMITS, TransferLimits, open_source, receive
-from protolink.wire import convert
+from protolink.wire import convert, protowire
 from protolink.wire import transfer as wire
 from protolink.wire._pb import transfer_pb2
 from protolink.wire.status import to_status
@@ -42,6 +44,14 @@ from .privileges import (
     set_oom_score_adj,
 )
 
+#: The field number of ``data`` in both UploadChunk and DownloadChunk.
+_DATA_FIELD = 2
+#: The capacity asked of the pipes to and from the server: a whole chunk
+#: (:data:`~protolink.execution.transfer.CHUNK_BYTES`) passes in one write and one read, not in 16
+#: of the default 64 KiB, each a wake-up of both sides. The most an unprivileged process may ask
+#: (/proc/sys/fs/pipe-max-size).
+PIPE_BYTES = 1 << 20
+
 
 def main(argv: list[str] | None = None) -> int:
     args = helper_arguments("python -m protolink_sandboxd.transfer_worker", argv, "--memory-bytes",
@@ -51,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     limit(resource.RLIMIT_CORE, 0)
     os.umask(0o022)
     os.chdir("/")
+    for pipe in (0, 1):
+        with contextlib.suppress(OSError):  # a kernel that refuses (gVisor may) keeps its own size
+            fcntl.fcntl(pipe, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     set_oom_score_adj(OOM_HELPER)
     drop_to_shielded(args.uid, args.gid)
     die_with_parent(args.server)  # after the drop, which clears the parent-death signal
@@ -91,9 +104,11 @@ def _upload(request: bytes, data: Iterator[bytes]) -> bytes:
 def _download(request: bytes, sink: BinaryIO) -> bytes:
     message = convert.parse(transfer_pb2.DownloadRequest, request)
     with open_source(message.path, list(message.roots), limits=_limits(message)) as source:
-        sink.write(_data_frame(transfer_pb2.DownloadChunk(kind=wire.KIND_NUMBERS[source.kind])))
+        kind = transfer_pb2.DownloadChunk(kind=wire.KIND_NUMBERS[source.kind]).SerializeToString()
+        sink.write(frames.reply_frame(frames.DATA, kind))
         for chunk in source:
-            sink.write(_data_frame(transfer_pb2.DownloadChunk(data=chunk)))
+            sink.write(data_frame_head(len(chunk)))
+            sink.write(chunk)  # not copied into a message
     assert source.result is not None  # the source was read to its end
     return transfer_pb2.DownloadChunk(summary=wire.summary_message(source.result)).SerializeToString()
 
@@ -108,14 +123,15 @@ def _data(source: BinaryIO, max_bytes: int) -> Iterator[bytes]:
             raise ValueError("a malformed upload frame")
         if not length:
             break
-        chunk = convert.parse(transfer_pb2.UploadChunk, source.read(length))
-        item = chunk.WhichOneof("item")
-        if item == "end":
-            convert.require(chunk.end.bytes == received, f"the upload sent {chunk.end.bytes} bytes; {received} arrived")
-            return
-        convert.require(item == "data", "an upload's chunks after the first carry data, then its end")
-        received += len(chunk.data)
-        yield chunk.data
+        payload = source.read(length)
+        if (data := data_field(payload)) is not None:
+            received += len(data)
+            yield data
+            continue
+        chunk = convert.parse(transfer_pb2.UploadChunk, payload)
+        convert.require(chunk.WhichOneof("item") == "end", "an upload's chunks after the first carry data, then its end")
+        convert.require(chunk.end.bytes == received, f"the upload sent {chunk.end.bytes} bytes; {received} arrived")
+        return
     raise ConnectionError("the upload ended before its data did; nothing of it was kept")
 
 
@@ -123,8 +139,23 @@ def _limits(message: transfer_pb2.UploadStart | transfer_pb2.DownloadRequest) ->
     return wire.limits(message.limits).within(DEFAULT_LIMITS) if message.HasField("limits") else DEFAULT_LIMITS
 
 
-def _data_frame(chunk: transfer_pb2.DownloadChunk) -> bytes:
-    return frames.reply_frame(frames.DATA, chunk.SerializeToString())
+def data_frame_head(size: int) -> bytes:
+    """What goes before ``size`` bytes of data to make them a ``DATA`` frame holding a
+    DownloadChunk whose one field is that data."""
+    field = protowire.key(_DATA_FIELD, protowire.LENGTH) + protowire.varint(size)
+    return frames.REPLY.pack(frames.DATA, len(field) + size) + field
+
+
+def data_field(payload: bytes) -> memoryview | None:
+    """The data of an UploadChunk that holds data and nothing else, as a view of ``payload``
+    (no copy); None for any other message."""
+    try:
+        found = list(protowire.fields(memoryview(payload)))
+    except ValueError:
+        return None
+    if len(found) == 1 and found[0][:2] == (_DATA_FIELD, protowire.LENGTH):
+        return found[0][2]  # type: ignore[return-value]
+    return None
 
 
 def _error(error: BaseException) -> bytes:

@@ -61,14 +61,14 @@ class Transfer:
         self._max_message_bytes = max_message_bytes
 
     async def send(self, message: bytes) -> bool:
-        """Pass one message of the call on (an empty one ends the data); False once the process
-        takes no more input (it has answered)."""
-        return await self.write(frames.reply_frame(frames.DATA, message))
+        """Pass one message of the call on (an empty one: the call's stream ended); False once
+        the process takes no more input (it has answered)."""
+        return await self.write(frames.REPLY.pack(frames.DATA, len(message)), message)
 
-    async def write(self, frame: bytes) -> bool:
+    async def write(self, *pieces: bytes) -> bool:
         assert self._process.stdin is not None
         try:
-            self._process.stdin.write(frame)
+            self._process.stdin.writelines(pieces)
             await self._process.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             return False
