@@ -1,7 +1,8 @@
 """Conversions between the transfer messages and :mod:`protolink.execution.transfer`'s types.
 
-Decoding raises ValueError (:mod:`.convert`): the server answers a malformed request with
-``INVALID_ARGUMENT``, the host reports a malformed answer as a protocol fault.
+Decoding raises ValueError, as :mod:`.convert` does: the server answers a malformed request with
+``INVALID_ARGUMENT``, the host reports a malformed answer as a protocol fault. Not built on
+:mod:`.convert`, whose imports would double the start of every transfer process.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from dataclasses import fields
 from protolink.execution.transfer import Kind, TransferLimits, TransferResult
 
 from ._pb import transfer_pb2 as transfer
-from .convert import require
 
 KINDS: dict[int, Kind] = {transfer.TRANSFER_KIND_FILE: "file", transfer.TRANSFER_KIND_TAR: "tar"}
 KIND_NUMBERS = {name: number for number, name in KINDS.items()}
 
 
 def kind(number: int) -> Kind:
-    require(number in KINDS, f"unknown transfer kind {number}")
+    if number not in KINDS:
+        raise ValueError(f"unknown transfer kind {number}")
     return KINDS[number]
 
 
@@ -39,11 +40,14 @@ def summary_message(result: TransferResult) -> transfer.TransferSummary:
 
 def summary(message: transfer.TransferSummary, *, path: str, limits: TransferLimits) -> TransferResult:
     """What the sandbox says it moved at ``path``, checked against what was asked and ``limits``."""
-    require(message.path == path, "the sandbox reported a transfer of another path")
     counts = (message.files, message.directories, message.symlinks, len(message.skipped))
-    require(all(0 <= count <= limits.max_entries for count in counts), "the sandbox reported an invalid count")
-    require(0 <= message.bytes <= limits.max_total_bytes, "the sandbox reported an invalid size")
-    require(all(0 < len(name) <= limits.max_path_chars for name in message.skipped),
-            "the sandbox reported an invalid skipped path")
+    for valid, problem in (
+        (message.path == path, "a transfer of another path"),
+        (all(0 <= count <= limits.max_entries for count in counts), "an invalid count"),
+        (0 <= message.bytes <= limits.max_total_bytes, "an invalid size"),
+        (all(0 < len(name) <= limits.max_path_chars for name in message.skipped), "an invalid skipped path"),
+    ):
+        if not valid:
+            raise ValueError(f"the sandbox reported {problem}")
     return TransferResult(message.path, kind(message.kind), files=message.files, directories=message.directories,
                           symlinks=message.symlinks, bytes=message.bytes, skipped=tuple(message.skipped))

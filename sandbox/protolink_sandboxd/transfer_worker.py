@@ -28,7 +28,9 @@ from typing import BinaryIO
 
 from protolink.errors import SandboxLimitError
 from protolink.execution.transfer import DEFAULT_LIMITS, TransferLimits, open_source, receive
-from protolink.wire import convert, protowire
+from google.protobuf.message import DecodeError
+
+from protolink.wire import protowire
 from protolink.wire import transfer as wire
 from protolink.wire._pb import transfer_pb2
 from protolink.wire.status import to_status
@@ -85,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise ValueError(f"unknown transfer {method!r}")
         sink.write(frames.reply_frame(frames.OK, reply))
+    except DecodeError:
+        sink.write(frames.reply_frame(frames.ERROR, _error(ValueError(f"a malformed {method} message"))))
     except MemoryError:
         sink.write(frames.reply_frame(frames.ERROR, _error(SandboxLimitError(
             f"the {method.lower()} exceeded its process's memory limit and was stopped"))))
@@ -94,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _upload(request: bytes, data: Iterator[bytes]) -> bytes:
-    start = convert.parse(transfer_pb2.UploadChunk, request).start
+    start = transfer_pb2.UploadChunk.FromString(request).start
     result = receive(start.destination, list(start.roots), wire.kind(start.kind), data, overwrite=start.overwrite,
                      mode=start.mode if start.HasField("mode") else None,
                      keep_outside_symlinks=start.keep_outside_symlinks, limits=_limits(start))
@@ -102,7 +106,7 @@ def _upload(request: bytes, data: Iterator[bytes]) -> bytes:
 
 
 def _download(request: bytes, sink: BinaryIO) -> bytes:
-    message = convert.parse(transfer_pb2.DownloadRequest, request)
+    message = transfer_pb2.DownloadRequest.FromString(request)
     with open_source(message.path, list(message.roots), limits=_limits(message)) as source:
         kind = transfer_pb2.DownloadChunk(kind=wire.KIND_NUMBERS[source.kind]).SerializeToString()
         sink.write(frames.reply_frame(frames.DATA, kind))
@@ -128,9 +132,11 @@ def _data(source: BinaryIO, max_bytes: int) -> Iterator[bytes]:
             received += len(data)
             yield data
             continue
-        chunk = convert.parse(transfer_pb2.UploadChunk, payload)
-        convert.require(chunk.WhichOneof("item") == "end", "an upload's chunks after the first carry data, then its end")
-        convert.require(chunk.end.bytes == received, f"the upload sent {chunk.end.bytes} bytes; {received} arrived")
+        chunk = transfer_pb2.UploadChunk.FromString(payload)
+        if chunk.WhichOneof("item") != "end":
+            raise ValueError("an upload's chunks after the first carry data, then its end")
+        if chunk.end.bytes != received:
+            raise ValueError(f"the upload sent {chunk.end.bytes} bytes; {received} arrived")
         return
     raise ConnectionError("the upload ended before its data did; nothing of it was kept")
 

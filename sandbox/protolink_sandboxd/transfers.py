@@ -16,6 +16,7 @@ import sys
 from collections.abc import AsyncIterator
 
 from protolink.errors import SandboxLimitError
+from protolink.execution.transfer import CHUNK_BYTES
 
 from . import frames
 from .worker_pool import failed_operation
@@ -42,9 +43,10 @@ class TransferProcesses:
     async def start(self, method: str, request: bytes) -> AsyncIterator[Transfer]:
         """A transfer process performing ``method`` (``Upload`` or ``Download``) for ``request``."""
         async with self._slots:
+            # limit: a whole chunk's frame is buffered without pausing the pipe at 128 KiB.
             process = await asyncio.create_subprocess_exec(
                 *self._command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd="/",
-                env={"PATH": os.defpath}, start_new_session=True)
+                env={"PATH": os.defpath}, start_new_session=True, limit=2 * CHUNK_BYTES)
             transfer = Transfer(process, self._max_message_bytes)
             try:
                 await transfer.write(frames.request_frame(method, request, self._cpu_seconds))
