@@ -118,14 +118,15 @@ def hostile(*members: tuple[str, bytes, str]) -> bytes:
     return buffer.getvalue()
 
 
-async def send_raw(backend, destination: str, data: bytes, **start: object) -> None:
-    """An upload of ``data`` as it stands, as a hostile client would send it."""
+async def send_raw(backend, destination: str, data: bytes, *, sent: int | None = None, **start: object) -> None:
+    """An upload of ``data`` as it stands, as a hostile client would send it, whose end says
+    ``sent`` bytes were sent (by default, as many as there are)."""
     async def messages():
         yield transfer_pb2.UploadChunk(start=transfer_pb2.UploadStart(
             destination=destination, roots=[str(Path(destination).parent)], kind=transfer_pb2.TRANSFER_KIND_TAR,
             **start))
         yield transfer_pb2.UploadChunk(data=data)
-        yield transfer_pb2.UploadChunk(end=transfer_pb2.UploadEnd(bytes=len(data)))
+        yield transfer_pb2.UploadChunk(end=transfer_pb2.UploadEnd(bytes=len(data) if sent is None else sent))
 
     try:
         await backend.stream_method("Upload")(messages(), timeout=HANG_GUARD)
@@ -160,6 +161,8 @@ async def test_refused_paths_and_limits_leave_nothing(box: SandboxBackend, work:
         await send_raw(box, str(work / "big"), hostile(("a", tarfile.REGTYPE, ""), ("b", tarfile.REGTYPE, "")),
                        limits=transfer_pb2.TransferLimits(max_total_bytes=10, max_file_bytes=10, max_entries=1,
                                                           max_path_chars=100, max_depth=4))
+    with pytest.raises(ValueError, match="arrived"):  # an end that does not match the data
+        await send_raw(box, str(work / "short"), hostile(("a", tarfile.REGTYPE, "")), sent=1)
     with pytest.raises(TransferLimitError):
         await asyncio.wait_for(upload(box, tree, str(work / "tree"),
                                       limits=TransferLimits(max_file_bytes=1024 * 1024)), HANG_GUARD)
