@@ -18,6 +18,7 @@ The rules themselves are :mod:`protolink.execution.transfer`'s.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import math
 import os
@@ -142,7 +143,14 @@ def _data(source: BinaryIO, max_bytes: int) -> Iterator[bytes]:
 
 
 def _limits(message: transfer_pb2.UploadStart | transfer_pb2.DownloadRequest) -> TransferLimits:
-    return wire.limits(message.limits).within(DEFAULT_LIMITS) if message.HasField("limits") else DEFAULT_LIMITS
+    """The request's limits within this sandbox's: :data:`DEFAULT_LIMITS`, and no more bytes than
+    the largest file this process may write (``RLIMIT_FSIZE``, a sandbox's disk budget), so an
+    upload that could not land stops at that size with TransferLimitError."""
+    own = DEFAULT_LIMITS
+    largest, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if largest != resource.RLIM_INFINITY:
+        own = own.within(dataclasses.replace(own, max_total_bytes=max(largest, 1), max_file_bytes=max(largest, 1)))
+    return wire.limits(message.limits).within(own) if message.HasField("limits") else own
 
 
 def data_frame_head(size: int) -> bytes:

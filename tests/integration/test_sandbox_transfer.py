@@ -187,3 +187,11 @@ async def test_an_abandoned_upload_leaves_nothing(box: SandboxBackend, work: Pat
     call.cancel()
     emptied = await run(box, ["/bin/sh", "-c", f"while ls -A {work} | grep -q .; do :; done"])
     assert emptied.exit_code == 0 and os.listdir(work) == []
+
+
+async def test_an_upload_past_the_disk_budget_is_refused(sandbox_image: str, work: Path, tmp_path: Path) -> None:
+    tree = local_tree(tmp_path)  # 3 MiB in one file
+    async with DockerSandbox([], writable=[work], image=sandbox_image, disk_bytes=2 * 1024 * 1024) as backend:
+        with pytest.raises(TransferLimitError):
+            await asyncio.wait_for(upload(backend, tree, str(work / "tree")), HANG_GUARD)
+        assert os.listdir(work) == []
