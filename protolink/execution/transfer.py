@@ -153,20 +153,15 @@ def receive(destination: str, roots: Sequence[str], kind: Kind, chunks: Iterable
 def _receive_file(parent_fd: int, target: WorkspacePath, chunks: Iterable[bytes], overwrite: bool, mode: int,
                   limits: TransferLimits) -> TransferResult:
     name = _temporary_name()
-    fd = os.open(name, _NEW_FILE_FLAGS, 0o600, dir_fd=parent_fd)
     try:
-        with os.fdopen(fd, "wb", buffering=0, closefd=False) as file:
+        with open(os.open(name, _NEW_FILE_FLAGS, 0o600, dir_fd=parent_fd), "wb", buffering=0) as file:
             size = _copy(chunks, file, min(limits.max_file_bytes, limits.max_total_bytes), target.path)
-        os.fchmod(fd, mode)
-        os.close(fd)
-        fd = -1
+            os.fchmod(file.fileno(), mode)
         if overwrite:
             os.rename(name, target.name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
-        else:
+        else:  # a link, unlike a rename, refuses a name that appeared meanwhile
             os.link(name, target.name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd, follow_symlinks=False)
     finally:
-        if fd >= 0:
-            os.close(fd)
         with suppress(FileNotFoundError):
             os.unlink(name, dir_fd=parent_fd)
     return TransferResult(target.path, "file", files=1, bytes=size)
