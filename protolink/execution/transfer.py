@@ -305,12 +305,14 @@ class _Directories:
     def _child(self, parent: int, parts: tuple[str, ...], create: bool) -> int:
         name, where = parts[-1], "/".join(parts)
         if create:
-            with suppress(FileExistsError):
+            # Something there already: a directory, or what is refused below. gVisor answers
+            # ENOENT, not EEXIST, for a symlink to nothing.
+            with suppress(FileExistsError, FileNotFoundError):
                 os.mkdir(name, 0o700, dir_fd=parent)
                 self.created.append(parts)
         try:
             return open_child_directory(parent, name, f"{self._path}/{where}")
-        except (ValueError, NotADirectoryError):
+        except (ValueError, NotADirectoryError, FileNotFoundError):
             raise ArchiveError(f"{where!r} is not a directory the archive made (a symlink or a file); "
                                "nothing is written through it") from None
 
