@@ -195,3 +195,16 @@ async def test_an_upload_past_the_disk_budget_is_refused(sandbox_image: str, wor
         with pytest.raises(TransferLimitError):
             await asyncio.wait_for(upload(backend, tree, str(work / "tree")), HANG_GUARD)
         assert os.listdir(work) == []
+
+
+async def test_links_out_of_an_uploaded_tree_are_refused_unless_kept(box: SandboxBackend, work: Path,
+                                                                     tmp_path: Path, run) -> None:
+    tree = tmp_path / "venv"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin" / "python").symlink_to("/usr/bin/python3")
+    with pytest.raises(ArchiveError, match="outside"):  # refused by the sandbox
+        await asyncio.wait_for(upload(box, tree, str(work / "venv")), HANG_GUARD)
+    assert os.listdir(work) == []
+    kept = await asyncio.wait_for(upload(box, tree, str(work / "venv"), keep_outside_symlinks=True), HANG_GUARD)
+    assert kept.symlinks == 1
+    assert os.readlink(work / "venv" / "bin" / "python") == "/usr/bin/python3"
