@@ -63,7 +63,7 @@ sandbox-down: install
 
 ## bench: every benchmark, one after another (figures are ratios printed side by side)
 bench: install image ci-image
-	for script in bench/process.py bench/search.py bench/documents.py bench/sandbox.py bench/cli.py bench/egress.py bench/ci.py; do \
+	for script in bench/process.py bench/search.py bench/documents.py bench/sandbox.py bench/transfer.py bench/cli.py bench/egress.py bench/ci.py; do \
 		$(BIN)/python $$script || exit 1; done
 
 clean:

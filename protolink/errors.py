@@ -16,6 +16,8 @@
     ├── SerializationError       (ValueError)    a configuration cannot be (de)serialized
     ├── StorageError             (RuntimeError)  storage is unreadable or corrupt
     ├── DocumentError            (ValueError)    a document cannot be extracted
+    ├── ArchiveError             (ValueError)    a transferred tree holds an unsafe entry
+    ├── TransferLimitError       (ValueError)    a transfer goes past one of its limits
     └── SandboxError             (RuntimeError)  the sandbox failed, or refused the call
         ├── SandboxUnavailableError                dead, unreachable or unresponsive
         │   ├── SandboxNotReachedError             no connection: the call never left the host
@@ -92,6 +94,17 @@ class StorageError(ProtoLinkError, RuntimeError):
 
 class DocumentError(ProtoLinkError, ValueError):
     """A document cannot be extracted: unsupported, encrypted, malformed, or over a limit."""
+
+
+class ArchiveError(ProtoLinkError, ValueError):
+    """A transferred tree holds an entry that is never written: an absolute or ``..`` name, a
+    link out of the destination, a hard link, a special file, set-id bits, or a write through a
+    symlink. Nothing of the transfer is left behind."""
+
+
+class TransferLimitError(ProtoLinkError, ValueError):
+    """A transfer goes past one of its limits (bytes, files, path length, depth); nothing of it
+    is left behind."""
 
 
 class SandboxError(ProtoLinkError, RuntimeError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -229,6 +230,12 @@ class SandboxBackend(Operations):
         response = await self._unary(getattr(self._stub, operation.name), request, seconds)
         result: R = checked_answer(row.answer, response, **arguments)
         return result
+
+    def stream_method(self, name: str) -> Callable[..., Any]:
+        """The streaming RPC ``name`` of the Sandbox service (``Upload``, ``Download``) with this
+        backend's credentials, for :mod:`protolink.sandbox.transfer`."""
+        self._check_open()
+        return functools.partial(getattr(self._stub, name), metadata=self._metadata)
 
     # Plumbing ----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from protolink.errors import (
+    ArchiveError,
     DocumentError,
     ResourceConflictError,
     ResourceUnchangedError,
@@ -26,6 +27,7 @@ from protolink.errors import (
     SandboxProtocolError,
     SandboxUnavailableError,
     ToolExecutionError,
+    TransferLimitError,
 )
 
 from ._pb import errors_pb2
@@ -54,6 +56,8 @@ KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
     Kind.ERROR_KIND_TOOL_EXECUTION: (grpc.StatusCode.FAILED_PRECONDITION, ToolExecutionError),
     Kind.ERROR_KIND_DOCUMENT: (grpc.StatusCode.INVALID_ARGUMENT, DocumentError),
     Kind.ERROR_KIND_RESOURCE_UNCHANGED: (grpc.StatusCode.FAILED_PRECONDITION, ResourceUnchangedError),
+    Kind.ERROR_KIND_UNSAFE_ARCHIVE: (grpc.StatusCode.INVALID_ARGUMENT, ArchiveError),
+    Kind.ERROR_KIND_TRANSFER_LIMIT: (grpc.StatusCode.OUT_OF_RANGE, TransferLimitError),
 }
 
 #: What a status without a (valid) error kind means: a transport or server fault.
@@ -85,6 +89,8 @@ _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
     (ResourceUnchangedError, Kind.ERROR_KIND_RESOURCE_UNCHANGED),
     (ToolExecutionError, Kind.ERROR_KIND_TOOL_EXECUTION),
     (DocumentError, Kind.ERROR_KIND_DOCUMENT),
+    (ArchiveError, Kind.ERROR_KIND_UNSAFE_ARCHIVE),
+    (TransferLimitError, Kind.ERROR_KIND_TRANSFER_LIMIT),
     (FileNotFoundError, Kind.ERROR_KIND_NOT_FOUND),
     (FileExistsError, Kind.ERROR_KIND_ALREADY_EXISTS),
     (PermissionError, Kind.ERROR_KIND_PERMISSION_DENIED),

@@ -1,6 +1,7 @@
 """The Sandbox service: a thin adapter from RPCs to :mod:`protolink.execution`.
 
-``Execute`` calls run processes (:mod:`protolink_sandboxd.execute`); ``ResolveCommand`` is answered by
+``Execute`` calls run processes (:mod:`protolink_sandboxd.execute`); ``Upload`` and ``Download`` run
+in a transfer process each (:mod:`protolink_sandboxd.transfers`); ``ResolveCommand`` is answered by
 the spawner (:mod:`protolink_sandboxd.spawner_client`), with the command user's permissions. Workspace and
 document operations run in worker processes (:mod:`protolink_sandboxd.worker_pool`) after the requested roots
 are checked against the mounted ones. Requests arrive as bytes and are parsed here, so a
@@ -14,22 +15,25 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 from google.protobuf.message import Message
 
 import protolink
 from protolink.wire import convert
-from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
+from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
 from protolink.wire.operations import WIRE_OPERATIONS
 from protolink.wire.status import ERROR_METADATA_KEY, KINDS, to_status
 
+from . import frames
 from .activity import Activity
 from .config import ServerConfig
 from .egress_relay import proxy_environment
 from .execute import ProcessCall, Runner
 from .spawner_client import SpawnerClient
 from .strays import StraySweeper
+from .transfers import TransferProcesses
 from .worker_pool import OperationFailed, WorkerPool
 
 SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].full_name
@@ -50,6 +54,10 @@ class SandboxService:
         self._runner = Runner(spawner, sweeper, self.activity, max_concurrency=config.max_concurrency,
                               max_output_bytes=config.max_output_bytes,
                               environment=proxy_environment(config.egress_port) if config.egress_port else None)
+        self._transfers = TransferProcesses(
+            uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
+            max_processes=config.max_workers, max_message_bytes=config.max_message_bytes,
+            cpu_seconds=config.operation_seconds)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """Every method of the Sandbox service, taking and returning raw bytes."""
@@ -57,6 +65,8 @@ class SandboxService:
             "Info": grpc.unary_unary_rpc_method_handler(self._guarded(self.info)),
             "Execute": grpc.stream_stream_rpc_method_handler(self._guarded_stream(self.execute)),
             "ResolveCommand": grpc.unary_unary_rpc_method_handler(self._guarded(self.resolve_command)),
+            "Upload": grpc.stream_unary_rpc_method_handler(self._guarded(self.upload)),
+            "Download": grpc.unary_stream_rpc_method_handler(self._guarded_stream(self.download)),
         }
         for name in WIRE_OPERATIONS:
             methods[name] = grpc.unary_unary_rpc_method_handler(self._guarded(functools.partial(self.perform, name)))
@@ -98,10 +108,33 @@ class SandboxService:
             seconds = min(limits.timeout_seconds, self._config.max_document_seconds)
         return await self._workers.call(method, request, seconds=seconds, what=row.operation.what)
 
+    async def upload(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+        messages = aiter(requests)
+        first = await anext(messages, b"")
+        start = convert.parse(transfer_pb2.UploadChunk, first)
+        convert.require(start.HasField("start"), "an upload starts with its destination")
+        self._check_roots(start.start)
+        async with self._transfers.start("Upload", first) as transfer:
+            async for message in messages:
+                if message and not await transfer.send(message):
+                    break  # it has answered already
+            else:
+                await transfer.send(b"")  # the stream ended: after the upload's end, or instead of it
+            return (await transfer.receive())[1]
+
+    async def download(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        self._check_roots(convert.parse(transfer_pb2.DownloadRequest, request))
+        async with self._transfers.start("Download", request) as transfer:
+            while True:
+                status, chunk = await transfer.receive()
+                yield chunk
+                if status != frames.DATA:
+                    return
+
     def _guarded(
-        self, handler: Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]],
-    ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
-        async def run(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        self, handler: Callable[[Any, grpc.aio.ServicerContext], Awaitable[bytes]],
+    ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[bytes]]:
+        async def run(request: Any, context: grpc.aio.ServicerContext) -> bytes:
             with self.activity.call():
                 try:
                     return await handler(request, context)
@@ -114,11 +147,11 @@ class SandboxService:
         return run
 
     def _guarded_stream(
-        self, handler: Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]],
-    ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+        self, handler: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[bytes]],
+    ) -> Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
         """A streaming ``handler`` whose failure ends its call with a status and a typed wire error."""
 
-        async def run(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        async def run(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
             try:
                 async for item in handler(requests, context):
                     yield item
@@ -134,10 +167,12 @@ class SandboxService:
         mounted = [root.path for root in self._config.roots]
         for root in getattr(message, "roots", ()):
             convert.require(convert.beneath(root, mounted), f"root {root!r} is not mounted in this sandbox")
-        if isinstance(message, workspace_pb2.ReplaceFileRequest):
+        written = (message.expected.resource_id if isinstance(message, workspace_pb2.ReplaceFileRequest)
+                   else message.destination if isinstance(message, transfer_pb2.UploadStart) else None)
+        if written is not None:
             writable = [root.path for root in self._config.roots if root.writable]
-            if not convert.beneath(message.expected.resource_id, writable):
-                raise PermissionError(f"{message.expected.resource_id} is in a read-only root of this sandbox")
+            if not convert.beneath(written, writable):
+                raise PermissionError(f"{written} is in a read-only root of this sandbox")
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:

@@ -124,7 +124,7 @@ class WorkerPool:
         healthy = False
         try:
             status, reply = await asyncio.wait_for(worker.ask(frame, self._max_message_bytes), seconds)
-            failure = _failure(reply) if status == frames.ERROR else None
+            failure = failed_operation(reply) if status == frames.ERROR else None
             # A worker that ran out of memory answers, then exits: it is not reused.
             healthy = failure is None or failure.error.kind != errors_pb2.ERROR_KIND_LIMIT_EXCEEDED
         except TimeoutError:
@@ -225,7 +225,8 @@ def resident_bytes(pid: int) -> int:
     return 0
 
 
-def _failure(reply: bytes) -> OperationFailed:
+def failed_operation(reply: bytes) -> OperationFailed:
+    """The OperationFailed a worker's ERROR reply stands for."""
     error = errors_pb2.Error.FromString(reply)
     if error.kind not in KINDS:
         raise _Broken(f"an error of unknown kind {error.kind}")

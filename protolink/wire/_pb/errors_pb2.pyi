@@ -21,6 +21,8 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_TOOL_EXECUTION: _ClassVar[ErrorKind]
     ERROR_KIND_DOCUMENT: _ClassVar[ErrorKind]
     ERROR_KIND_RESOURCE_UNCHANGED: _ClassVar[ErrorKind]
+    ERROR_KIND_UNSAFE_ARCHIVE: _ClassVar[ErrorKind]
+    ERROR_KIND_TRANSFER_LIMIT: _ClassVar[ErrorKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
 ERROR_KIND_NOT_FOUND: ErrorKind
@@ -35,6 +37,8 @@ ERROR_KIND_OS_ERROR: ErrorKind
 ERROR_KIND_TOOL_EXECUTION: ErrorKind
 ERROR_KIND_DOCUMENT: ErrorKind
 ERROR_KIND_RESOURCE_UNCHANGED: ErrorKind
+ERROR_KIND_UNSAFE_ARCHIVE: ErrorKind
+ERROR_KIND_TRANSFER_LIMIT: ErrorKind
 
 class Error(_message.Message):
     __slots__ = ("kind", "message", "errno")

@@ -24,24 +24,25 @@ _sym_db = _symbol_database.Default()
 
 from protolink.wire._pb import documents_pb2 as protolink_dot_sandbox_dot_v1_dot_documents__pb2
 from protolink.wire._pb import process_pb2 as protolink_dot_sandbox_dot_v1_dot_process__pb2
+from protolink.wire._pb import transfer_pb2 as protolink_dot_sandbox_dot_v1_dot_transfer__pb2
 from protolink.wire._pb import workspace_pb2 as protolink_dot_sandbox_dot_v1_dot_workspace__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protolink/sandbox/v1/sandbox.proto\x12\x14protolink.sandbox.v1\x1a$protolink/sandbox/v1/documents.proto\x1a\"protolink/sandbox/v1/process.proto\x1a$protolink/sandbox/v1/workspace.proto\"\r\n\x0bInfoRequest\"\x91\x01\n\x0cInfoResponse\x12\x10\n\x08\x62oundary\x18\x01 \x01(\t\x12\x16\n\x0eserver_version\x18\x02 \x01(\t\x12,\n\x06limits\x18\x03 \x01(\x0b\x32\x1c.protolink.sandbox.v1.Limits\x12)\n\x05roots\x18\x04 \x03(\x0b\x32\x1a.protolink.sandbox.v1.Root\"\xb6\x01\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_concurrency\x18\x02 \x01(\x03\x12\x1c\n\x14max_document_seconds\x18\x03 \x01(\x01\x12!\n\x19max_document_memory_bytes\x18\x04 \x01(\x03\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x03\x12\x1d\n\x15max_operation_seconds\x18\x06 \x01(\x01\"&\n\x04Root\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08writable\x18\x02 \x01(\x08\x32\xda\x07\n\x07Sandbox\x12M\n\x04Info\x12!.protolink.sandbox.v1.InfoRequest\x1a\".protolink.sandbox.v1.InfoResponse\x12W\n\x07\x45xecute\x12$.protolink.sandbox.v1.ExecuteRequest\x1a\".protolink.sandbox.v1.ExecuteEvent(\x01\x30\x01\x12k\n\x0eResolveCommand\x12+.protolink.sandbox.v1.ResolveCommandRequest\x1a,.protolink.sandbox.v1.ResolveCommandResponse\x12Y\n\x08ReadText\x12%.protolink.sandbox.v1.ReadTextRequest\x1a&.protolink.sandbox.v1.ReadTextResponse\x12\\\n\tListFiles\x12&.protolink.sandbox.v1.ListFilesRequest\x1a\'.protolink.sandbox.v1.ListFilesResponse\x12\x62\n\x0bSearchFiles\x12(.protolink.sandbox.v1.SearchFilesRequest\x1a).protolink.sandbox.v1.SearchFilesResponse\x12\x65\n\x0cSnapshotFile\x12).protolink.sandbox.v1.SnapshotFileRequest\x1a*.protolink.sandbox.v1.SnapshotFileResponse\x12\x62\n\x0bReplaceFile\x12(.protolink.sandbox.v1.ReplaceFileRequest\x1a).protolink.sandbox.v1.ReplaceFileResponse\x12\x65\n\x0cReadDocument\x12).protolink.sandbox.v1.ReadDocumentRequest\x1a*.protolink.sandbox.v1.ReadDocumentResponse\x12k\n\x0eSearchDocument\x12+.protolink.sandbox.v1.SearchDocumentRequest\x1a,.protolink.sandbox.v1.SearchDocumentResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protolink/sandbox/v1/sandbox.proto\x12\x14protolink.sandbox.v1\x1a$protolink/sandbox/v1/documents.proto\x1a\"protolink/sandbox/v1/process.proto\x1a#protolink/sandbox/v1/transfer.proto\x1a$protolink/sandbox/v1/workspace.proto\"\r\n\x0bInfoRequest\"\x91\x01\n\x0cInfoResponse\x12\x10\n\x08\x62oundary\x18\x01 \x01(\t\x12\x16\n\x0eserver_version\x18\x02 \x01(\t\x12,\n\x06limits\x18\x03 \x01(\x0b\x32\x1c.protolink.sandbox.v1.Limits\x12)\n\x05roots\x18\x04 \x03(\x0b\x32\x1a.protolink.sandbox.v1.Root\"\xb6\x01\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_concurrency\x18\x02 \x01(\x03\x12\x1c\n\x14max_document_seconds\x18\x03 \x01(\x01\x12!\n\x19max_document_memory_bytes\x18\x04 \x01(\x03\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x03\x12\x1d\n\x15max_operation_seconds\x18\x06 \x01(\x01\"&\n\x04Root\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08writable\x18\x02 \x01(\x08\x32\x8a\t\n\x07Sandbox\x12M\n\x04Info\x12!.protolink.sandbox.v1.InfoRequest\x1a\".protolink.sandbox.v1.InfoResponse\x12W\n\x07\x45xecute\x12$.protolink.sandbox.v1.ExecuteRequest\x1a\".protolink.sandbox.v1.ExecuteEvent(\x01\x30\x01\x12k\n\x0eResolveCommand\x12+.protolink.sandbox.v1.ResolveCommandRequest\x1a,.protolink.sandbox.v1.ResolveCommandResponse\x12Y\n\x08ReadText\x12%.protolink.sandbox.v1.ReadTextRequest\x1a&.protolink.sandbox.v1.ReadTextResponse\x12\\\n\tListFiles\x12&.protolink.sandbox.v1.ListFilesRequest\x1a\'.protolink.sandbox.v1.ListFilesResponse\x12\x62\n\x0bSearchFiles\x12(.protolink.sandbox.v1.SearchFilesRequest\x1a).protolink.sandbox.v1.SearchFilesResponse\x12\x65\n\x0cSnapshotFile\x12).protolink.sandbox.v1.SnapshotFileRequest\x1a*.protolink.sandbox.v1.SnapshotFileResponse\x12\x62\n\x0bReplaceFile\x12(.protolink.sandbox.v1.ReplaceFileRequest\x1a).protolink.sandbox.v1.ReplaceFileResponse\x12\x65\n\x0cReadDocument\x12).protolink.sandbox.v1.ReadDocumentRequest\x1a*.protolink.sandbox.v1.ReadDocumentResponse\x12k\n\x0eSearchDocument\x12+.protolink.sandbox.v1.SearchDocumentRequest\x1a,.protolink.sandbox.v1.SearchDocumentResponse\x12T\n\x06Upload\x12!.protolink.sandbox.v1.UploadChunk\x1a%.protolink.sandbox.v1.TransferSummary(\x01\x12X\n\x08\x44ownload\x12%.protolink.sandbox.v1.DownloadRequest\x1a#.protolink.sandbox.v1.DownloadChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protolink.wire._pb.sandbox_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_INFOREQUEST']._serialized_start=172
-  _globals['_INFOREQUEST']._serialized_end=185
-  _globals['_INFORESPONSE']._serialized_start=188
-  _globals['_INFORESPONSE']._serialized_end=333
-  _globals['_LIMITS']._serialized_start=336
-  _globals['_LIMITS']._serialized_end=518
-  _globals['_ROOT']._serialized_start=520
-  _globals['_ROOT']._serialized_end=558
-  _globals['_SANDBOX']._serialized_start=561
-  _globals['_SANDBOX']._serialized_end=1547
+  _globals['_INFOREQUEST']._serialized_start=209
+  _globals['_INFOREQUEST']._serialized_end=222
+  _globals['_INFORESPONSE']._serialized_start=225
+  _globals['_INFORESPONSE']._serialized_end=370
+  _globals['_LIMITS']._serialized_start=373
+  _globals['_LIMITS']._serialized_end=555
+  _globals['_ROOT']._serialized_start=557
+  _globals['_ROOT']._serialized_end=595
+  _globals['_SANDBOX']._serialized_start=598
+  _globals['_SANDBOX']._serialized_end=1760
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 from protolink.wire._pb import documents_pb2 as _documents_pb2
 from protolink.wire._pb import process_pb2 as _process_pb2
+from protolink.wire._pb import transfer_pb2 as _transfer_pb2
 from protolink.wire._pb import workspace_pb2 as _workspace_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor

@@ -6,6 +6,7 @@ import warnings
 from protolink.wire._pb import documents_pb2 as protolink_dot_sandbox_dot_v1_dot_documents__pb2
 from protolink.wire._pb import process_pb2 as protolink_dot_sandbox_dot_v1_dot_process__pb2
 from protolink.wire._pb import sandbox_pb2 as protolink_dot_sandbox_dot_v1_dot_sandbox__pb2
+from protolink.wire._pb import transfer_pb2 as protolink_dot_sandbox_dot_v1_dot_transfer__pb2
 from protolink.wire._pb import workspace_pb2 as protolink_dot_sandbox_dot_v1_dot_workspace__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -89,6 +90,16 @@ class SandboxStub:
                 request_serializer=protolink_dot_sandbox_dot_v1_dot_documents__pb2.SearchDocumentRequest.SerializeToString,
                 response_deserializer=protolink_dot_sandbox_dot_v1_dot_documents__pb2.SearchDocumentResponse.FromString,
                 _registered_method=True)
+        self.Upload = channel.stream_unary(
+                '/protolink.sandbox.v1.Sandbox/Upload',
+                request_serializer=protolink_dot_sandbox_dot_v1_dot_transfer__pb2.UploadChunk.SerializeToString,
+                response_deserializer=protolink_dot_sandbox_dot_v1_dot_transfer__pb2.TransferSummary.FromString,
+                _registered_method=True)
+        self.Download = channel.unary_stream(
+                '/protolink.sandbox.v1.Sandbox/Download',
+                request_serializer=protolink_dot_sandbox_dot_v1_dot_transfer__pb2.DownloadRequest.SerializeToString,
+                response_deserializer=protolink_dot_sandbox_dot_v1_dot_transfer__pb2.DownloadChunk.FromString,
+                _registered_method=True)
 
 
 class SandboxServicer:
@@ -162,6 +173,21 @@ class SandboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Upload(self, request_iterator, context):
+        """Write a file, or a directory sent as tar, beneath a writable root, as the command user;
+        nothing is left of a refused or interrupted upload.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Download(self, request, context):
+        """Read a file, or a directory as tar (symlinks as symlinks, special files skipped).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -214,6 +240,16 @@ def add_SandboxServicer_to_server(servicer, server):
                     servicer.SearchDocument,
                     request_deserializer=protolink_dot_sandbox_dot_v1_dot_documents__pb2.SearchDocumentRequest.FromString,
                     response_serializer=protolink_dot_sandbox_dot_v1_dot_documents__pb2.SearchDocumentResponse.SerializeToString,
+            ),
+            'Upload': grpc.stream_unary_rpc_method_handler(
+                    servicer.Upload,
+                    request_deserializer=protolink_dot_sandbox_dot_v1_dot_transfer__pb2.UploadChunk.FromString,
+                    response_serializer=protolink_dot_sandbox_dot_v1_dot_transfer__pb2.TransferSummary.SerializeToString,
+            ),
+            'Download': grpc.unary_stream_rpc_method_handler(
+                    servicer.Download,
+                    request_deserializer=protolink_dot_sandbox_dot_v1_dot_transfer__pb2.DownloadRequest.FromString,
+                    response_serializer=protolink_dot_sandbox_dot_v1_dot_transfer__pb2.DownloadChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -488,6 +524,60 @@ class Sandbox:
             '/protolink.sandbox.v1.Sandbox/SearchDocument',
             protolink_dot_sandbox_dot_v1_dot_documents__pb2.SearchDocumentRequest.SerializeToString,
             protolink_dot_sandbox_dot_v1_dot_documents__pb2.SearchDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Upload(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/protolink.sandbox.v1.Sandbox/Upload',
+            protolink_dot_sandbox_dot_v1_dot_transfer__pb2.UploadChunk.SerializeToString,
+            protolink_dot_sandbox_dot_v1_dot_transfer__pb2.TransferSummary.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Download(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/protolink.sandbox.v1.Sandbox/Download',
+            protolink_dot_sandbox_dot_v1_dot_transfer__pb2.DownloadRequest.SerializeToString,
+            protolink_dot_sandbox_dot_v1_dot_transfer__pb2.DownloadChunk.FromString,
             options,
             channel_credentials,
             insecure,

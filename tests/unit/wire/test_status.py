@@ -8,6 +8,7 @@ import grpc
 import pytest
 
 from protolink.errors import (
+    ArchiveError,
     DocumentError,
     ResourceConflictError,
     ResourceUnchangedError,
@@ -17,6 +18,7 @@ from protolink.errors import (
     SandboxProtocolError,
     SandboxUnavailableError,
     ToolExecutionError,
+    TransferLimitError,
 )
 from protolink.wire._pb import errors_pb2
 from protolink.wire.status import (
@@ -70,6 +72,8 @@ def test_transport_faults_become_sandbox_errors():
         RuntimeError("xlsx extraction requires openpyxl"),
         ToolExecutionError("could not start '/bin/nope': No such file or directory"),
         DocumentError("/ws/a.pdf: encrypted documents are unsupported"),
+        ArchiveError("'../x' contains '..'"),
+        TransferLimitError("/ws/big is 2048 bytes; the limit is 1024"),
         SandboxLimitError("document extraction was stopped"),
         OSError(errno.EIO, "input/output error"),
     ],
