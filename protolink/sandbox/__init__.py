@@ -19,6 +19,7 @@ _EXPORTS = {
     "SandboxConfig": "protolink.sandbox.config",
     "Root": "protolink.wire.roots",
     "reap": "protolink.sandbox.leftovers",
+    **dict.fromkeys(["upload", "download", "TransferLimits", "TransferResult"], "protolink.sandbox.transfer"),
 }
 
 __all__ = sorted(_EXPORTS)
