@@ -159,6 +159,10 @@ class ServiceClient:
         answer = await self._call("List", service_pb2.ListRequest(), timeout=timeout, wait_for_ready=wait_for_ready)
         return [SandboxStatus.of(item) for item in answer.sandboxes]
 
+    async def pool_ready(self) -> dict[str, int]:
+        """How many never-used sandboxes each template's pool holds now."""
+        return dict((await self._call("List", service_pb2.ListRequest())).pool_ready)
+
     async def get(self, sandbox_id: str) -> SandboxStatus:
         return SandboxStatus.of(await self._call("Get", service_pb2.GetRequest(id=sandbox_id)))
 

@@ -101,7 +101,8 @@ class Control(service_pb2_grpc.SandboxServiceServicer):
 
     async def List(self, request: service_pb2.ListRequest, context: grpc.aio.ServicerContext) -> Any:
         tenant = await self.gate.tenant(context, "List")
-        return service_pb2.ListResponse(sandboxes=[status(placed) for placed in self.manager.listing(tenant)])
+        return service_pb2.ListResponse(sandboxes=[status(placed) for placed in self.manager.listing(tenant)],
+                                        pool_ready={name: len(pool) for name, pool in self.manager.pools.items()})
 
     async def Get(self, request: service_pb2.GetRequest, context: grpc.aio.ServicerContext) -> Any:
         tenant = await self.gate.tenant(context, "Get")

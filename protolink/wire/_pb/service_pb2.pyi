@@ -91,10 +91,19 @@ class ListRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListResponse(_message.Message):
-    __slots__ = ("sandboxes",)
+    __slots__ = ("sandboxes", "pool_ready")
+    class PoolReadyEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    POOL_READY_FIELD_NUMBER: _ClassVar[int]
     sandboxes: _containers.RepeatedCompositeFieldContainer[SandboxStatus]
-    def __init__(self, sandboxes: _Optional[_Iterable[_Union[SandboxStatus, _Mapping]]] = ...) -> None: ...
+    pool_ready: _containers.ScalarMap[str, int]
+    def __init__(self, sandboxes: _Optional[_Iterable[_Union[SandboxStatus, _Mapping]]] = ..., pool_ready: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("id",)
