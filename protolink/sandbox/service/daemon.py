@@ -59,6 +59,8 @@ async def serve(name: str, config: ServiceConfig, *, tcp: str | None = None,
         log.warning("service %s serving at %s", name, ", ".join(server.addresses))
         await stop.wait()
     finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
         await server.stop()
         await manager.close()
         files.socket.unlink(missing_ok=True)
