@@ -192,6 +192,7 @@ async def start(service: str, placed: Placed, overrides: Overrides, events: Even
     placed.docker = container
     placed.address = container.address or ""
     placed.container_id = container.container_id or ""
+    await placed.channel().channel_ready()  # the first forwarded call finds the connection made
     placed.state = "running"
 
 
