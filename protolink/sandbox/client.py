@@ -113,11 +113,13 @@ async def attach(
     timeout: float = 5.0,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     owns_channel: bool = False,
+    info: sandbox_pb2.InfoResponse | None = None,
 ) -> SandboxBackend:
     """A backend over an open ``channel`` whose every call carries ``metadata`` (a sandbox
-    service's channel, say), once the server answers ``Info`` within ``timeout`` seconds.
-    Closing the backend closes the channel only when it ``owns_channel``."""
-    response = await _call(
+    service's channel, say), once the server answers ``Info`` within ``timeout`` seconds (or
+    at once with its ``info``, already at hand). Closing the backend closes the channel only
+    when it ``owns_channel``."""
+    response = info if info is not None else await _call(
         sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
         metadata=tuple(metadata), timeout=timeout, wait_for_ready=True,
     )

@@ -27,7 +27,7 @@ from protolink.errors import (
     SandboxPermissionError,
     SandboxUnavailableError,
 )
-from protolink.wire._pb import service_pb2, service_pb2_grpc
+from protolink.wire._pb import sandbox_pb2, service_pb2, service_pb2_grpc
 from protolink.wire.roots import Root
 from protolink.wire.status import from_rpc_error
 
@@ -64,12 +64,13 @@ class SandboxStatus:
     workspace: str
     pooled: bool
     state: str
+    info: bytes = field(default=b"", repr=False, compare=False)
 
     @classmethod
     def of(cls, message: service_pb2.SandboxStatus) -> SandboxStatus:
         return cls(message.id, message.template, message.image, message.memory_bytes, message.cpus, message.pids,
                    dict(message.labels), message.created, message.expires, message.idle_expires, message.workspace,
-                   message.pooled, message.state)
+                   message.pooled, message.state, message.info)
 
 
 def _raised(error: grpc.aio.AioRpcError) -> Exception:
@@ -195,8 +196,9 @@ class Sandbox:
 
     @classmethod
     async def open(cls, client: ServiceClient, status: SandboxStatus) -> Sandbox:
+        info = sandbox_pb2.InfoResponse.FromString(status.info) if status.info else None
         try:
-            backend = await attach(client.channel, client.metadata(status.id), timeout=CALL_SECONDS)
+            backend = await attach(client.channel, client.metadata(status.id), timeout=CALL_SECONDS, info=info)
         except SandboxUnavailableError:
             raise
         except SandboxError as error:

@@ -1,6 +1,7 @@
 """What a service's sandbox container records about itself, so that a restarted service adopts it.
 
-The labels hold the service's name, the template, the limits, the time to live and idle timeout
+The labels hold the service's name, when the sandbox was asked for (its time to live counts
+from then), the template, the limits, the time to live and idle timeout
 (seconds), the egress rules, the managed workspace and the client's own labels. The owner
 (a tenant id, never a token) is in the container's name, ``SERVICE.TENANT.ID``: a pooled
 sandbox is started as ``SERVICE.pool.ID`` and renamed when a tenant claims it, and a
@@ -13,6 +14,7 @@ import json
 
 SERVICE = "io.protolink.service"
 TEMPLATE = "io.protolink.service.template"
+CREATED = "io.protolink.service.created"
 LIMITS = "io.protolink.service.limits"
 TTL = "io.protolink.service.ttl"
 IDLE = "io.protolink.service.idle"

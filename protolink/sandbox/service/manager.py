@@ -107,7 +107,7 @@ class Manager:
         now = time.time()
         if overrides.none and self.pools[base.name]:
             placed = self.pools[base.name].pop()
-            placed.claim(tenant.id, now)
+            placed.hand_to(tenant.id, now, pooled=True)
             self.sandboxes[placed.id] = placed
             self._refill.set()
             self._spawn(self._rename(placed))
@@ -115,7 +115,7 @@ class Manager:
                              pooled=True, seconds=time.time() - now)
             return placed
         placed = sandboxes.new_placed(secrets.token_hex(8), tenant.id, template, overrides)
-        placed.renew(None, now)
+        placed.hand_to(tenant.id, now, pooled=False)
         self.sandboxes[placed.id] = placed  # holds its share of the quota while it starts
         try:
             if overrides.workspace:
@@ -127,7 +127,7 @@ class Manager:
             if placed.workspace:
                 await asyncio.to_thread(shutil.rmtree, placed.workspace, True)
             raise
-        placed.renew(None, time.time())
+        placed.last_used = time.time()
         self.events.emit("sandbox.created", tenant.id, placed.id, template=base.name, image=template.image,
                          pooled=False, seconds=time.time() - now)
         return placed

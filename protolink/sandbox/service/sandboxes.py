@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from protolink.wire._pb import sandbox_pb2
 from protolink.wire.roots import Root
 
 from ..appliance import ADDRESS_LABEL
@@ -36,6 +37,9 @@ from .config import Overrides, Template
 from .events import Events
 
 log = logging.getLogger(__name__)
+
+INFO = "/protolink.sandbox.v1.Sandbox/Info"
+INFO_SECONDS = 10.0
 
 
 class ServiceContainer(DockerSandbox):
@@ -72,6 +76,7 @@ class Placed:
     container_labels: dict[str, str] = field(default_factory=dict)
     docker: ServiceContainer | None = None
     egress: EgressService | None = None
+    info: bytes = b""
     _channel: grpc.aio.Channel | None = None
 
     @property
@@ -89,10 +94,10 @@ class Placed:
             return "idle"
         return None
 
-    def claim(self, tenant: str, now: float) -> None:
-        """Hand this sandbox to ``tenant``: its time to live starts now."""
+    def hand_to(self, tenant: str, now: float, *, pooled: bool) -> None:
+        """Give this sandbox to ``tenant`` (from the pool, or as it starts): its time to live starts now."""
         self.tenant = tenant
-        self.pooled = True
+        self.pooled = pooled
         self.created = self.last_used = now
         self.expires = now + self.template.ttl_seconds if self.template.ttl_seconds else 0.0
 
@@ -113,14 +118,14 @@ class Placed:
                 "memory_bytes": self.template.memory_bytes, "cpus": self.template.cpus, "pids": self.template.pids,
                 "labels": dict(self.labels), "created": self.created, "expires": self.expires,
                 "idle_expires": self.idle_expires, "workspace": self.workspace, "pooled": self.pooled,
-                "state": self.state}
+                "state": self.state, "info": self.info}
 
 
 def container_labels(service: str, placed: Placed) -> dict[str, str]:
     """The labels a container of ``placed`` carries (see :mod:`.labels`)."""
     template = placed.template
     found = {
-        labels.SERVICE: service, labels.TEMPLATE: template.name,
+        labels.SERVICE: service, labels.TEMPLATE: template.name, labels.CREATED: repr(placed.created),
         labels.LIMITS: json.dumps({"image": template.image, "memory_bytes": template.memory_bytes,
                                    "cpus": template.cpus, "pids": template.pids}),
         labels.TTL: labels.seconds(template.ttl_seconds), labels.IDLE: labels.seconds(template.idle_seconds),
@@ -148,7 +153,7 @@ def adopted(service: str, name: str, container: dict[str, Any], now: float) -> P
                         ttl_seconds=labels.seconds_from(found.get(labels.TTL)),
                         idle_seconds=labels.seconds_from(found.get(labels.IDLE)),
                         allow=labels.rules_from(found.get(labels.EGRESS)))
-    created = float(found.get(CREATED_LABEL, now))
+    created = float(found.get(labels.CREATED) or found.get(CREATED_LABEL) or now)
     user = {key.removeprefix(labels.USER_PREFIX): value for key, value in found.items()
             if key.startswith(labels.USER_PREFIX)}
     placed = Placed(id=owner[1], tenant=owner[0], template=template, labels=user,
@@ -192,7 +197,9 @@ async def start(service: str, placed: Placed, overrides: Overrides, events: Even
     placed.docker = container
     placed.address = container.address or ""
     placed.container_id = container.container_id or ""
-    await placed.channel().channel_ready()  # the first forwarded call finds the connection made
+    # The connection is made and the server's Info kept: a client's first call is its own.
+    placed.info = await placed.channel().unary_unary(INFO)(sandbox_pb2.InfoRequest().SerializeToString(),
+                                                          timeout=INFO_SECONDS, wait_for_ready=True)
     placed.state = "running"
 
 

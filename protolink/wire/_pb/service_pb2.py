@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protolink/sandbox/v1/service.proto\x12\x14protolink.sandbox.v1\"\xd2\x03\n\rCreateRequest\x12\x10\n\x08template\x18\x01 \x01(\t\x12\x12\n\x05image\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x19\n\x0cmemory_bytes\x18\x03 \x01(\x03H\x01\x88\x01\x01\x12\x11\n\x04\x63pus\x18\x04 \x01(\x01H\x02\x88\x01\x01\x12\x11\n\x04pids\x18\x05 \x01(\x03H\x03\x88\x01\x01\x12\r\n\x05\x61llow\x18\x06 \x03(\t\x12\x0e\n\x06\x65gress\x18\x07 \x01(\x08\x12\x18\n\x0bttl_seconds\x18\x08 \x01(\x01H\x04\x88\x01\x01\x12\x19\n\x0cidle_seconds\x18\t \x01(\x01H\x05\x88\x01\x01\x12?\n\x06labels\x18\n \x03(\x0b\x32/.protolink.sandbox.v1.CreateRequest.LabelsEntry\x12-\n\x05roots\x18\x0b \x03(\x0b\x32\x1e.protolink.sandbox.v1.HostRoot\x12\x19\n\x11managed_workspace\x18\x0c \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x08\n\x06_imageB\x0f\n\r_memory_bytesB\x07\n\x05_cpusB\x07\n\x05_pidsB\x0e\n\x0c_ttl_secondsB\x0f\n\r_idle_seconds\"*\n\x08HostRoot\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08writable\x18\x02 \x01(\x08\"\xc8\x02\n\rSandboxStatus\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08template\x18\x02 \x01(\t\x12\r\n\x05image\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x0c\n\x04\x63pus\x18\x05 \x01(\x01\x12\x0c\n\x04pids\x18\x06 \x01(\x03\x12?\n\x06labels\x18\x07 \x03(\x0b\x32/.protolink.sandbox.v1.SandboxStatus.LabelsEntry\x12\x0f\n\x07\x63reated\x18\x08 \x01(\x01\x12\x0f\n\x07\x65xpires\x18\t \x01(\x01\x12\x14\n\x0cidle_expires\x18\n \x01(\x01\x12\x11\n\tworkspace\x18\x0b \x01(\t\x12\x0e\n\x06pooled\x18\x0c \x01(\x08\x12\r\n\x05state\x18\r \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\r\n\x0bListRequest\"\xbf\x01\n\x0cListResponse\x12\x36\n\tsandboxes\x18\x01 \x03(\x0b\x32#.protolink.sandbox.v1.SandboxStatus\x12\x45\n\npool_ready\x18\x02 \x03(\x0b\x32\x31.protolink.sandbox.v1.ListResponse.PoolReadyEntry\x1a\x30\n\x0ePoolReadyEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\x18\n\nGetRequest\x12\n\n\x02id\x18\x01 \x01(\t\"/\n\x0cRenewRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x01\"\x1b\n\rDeleteRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x10\n\x0e\x44\x65leteResponse2\xa8\x03\n\x0eSandboxService\x12R\n\x06\x43reate\x12#.protolink.sandbox.v1.CreateRequest\x1a#.protolink.sandbox.v1.SandboxStatus\x12M\n\x04List\x12!.protolink.sandbox.v1.ListRequest\x1a\".protolink.sandbox.v1.ListResponse\x12L\n\x03Get\x12 .protolink.sandbox.v1.GetRequest\x1a#.protolink.sandbox.v1.SandboxStatus\x12P\n\x05Renew\x12\".protolink.sandbox.v1.RenewRequest\x1a#.protolink.sandbox.v1.SandboxStatus\x12S\n\x06\x44\x65lete\x12#.protolink.sandbox.v1.DeleteRequest\x1a$.protolink.sandbox.v1.DeleteResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protolink/sandbox/v1/service.proto\x12\x14protolink.sandbox.v1\"\xd2\x03\n\rCreateRequest\x12\x10\n\x08template\x18\x01 \x01(\t\x12\x12\n\x05image\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x19\n\x0cmemory_bytes\x18\x03 \x01(\x03H\x01\x88\x01\x01\x12\x11\n\x04\x63pus\x18\x04 \x01(\x01H\x02\x88\x01\x01\x12\x11\n\x04pids\x18\x05 \x01(\x03H\x03\x88\x01\x01\x12\r\n\x05\x61llow\x18\x06 \x03(\t\x12\x0e\n\x06\x65gress\x18\x07 \x01(\x08\x12\x18\n\x0bttl_seconds\x18\x08 \x01(\x01H\x04\x88\x01\x01\x12\x19\n\x0cidle_seconds\x18\t \x01(\x01H\x05\x88\x01\x01\x12?\n\x06labels\x18\n \x03(\x0b\x32/.protolink.sandbox.v1.CreateRequest.LabelsEntry\x12-\n\x05roots\x18\x0b \x03(\x0b\x32\x1e.protolink.sandbox.v1.HostRoot\x12\x19\n\x11managed_workspace\x18\x0c \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x08\n\x06_imageB\x0f\n\r_memory_bytesB\x07\n\x05_cpusB\x07\n\x05_pidsB\x0e\n\x0c_ttl_secondsB\x0f\n\r_idle_seconds\"*\n\x08HostRoot\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08writable\x18\x02 \x01(\x08\"\xd6\x02\n\rSandboxStatus\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08template\x18\x02 \x01(\t\x12\r\n\x05image\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x0c\n\x04\x63pus\x18\x05 \x01(\x01\x12\x0c\n\x04pids\x18\x06 \x01(\x03\x12?\n\x06labels\x18\x07 \x03(\x0b\x32/.protolink.sandbox.v1.SandboxStatus.LabelsEntry\x12\x0f\n\x07\x63reated\x18\x08 \x01(\x01\x12\x0f\n\x07\x65xpires\x18\t \x01(\x01\x12\x14\n\x0cidle_expires\x18\n \x01(\x01\x12\x11\n\tworkspace\x18\x0b \x01(\t\x12\x0e\n\x06pooled\x18\x0c \x01(\x08\x12\r\n\x05state\x18\r \x01(\t\x12\x0c\n\x04info\x18\x0e \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\r\n\x0bListRequest\"\xbf\x01\n\x0cListResponse\x12\x36\n\tsandboxes\x18\x01 \x03(\x0b\x32#.protolink.sandbox.v1.SandboxStatus\x12\x45\n\npool_ready\x18\x02 \x03(\x0b\x32\x31.protolink.sandbox.v1.ListResponse.PoolReadyEntry\x1a\x30\n\x0ePoolReadyEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\x18\n\nGetRequest\x12\n\n\x02id\x18\x01 \x01(\t\"/\n\x0cRenewRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x01\"\x1b\n\rDeleteRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x10\n\x0e\x44\x65leteResponse2\xa8\x03\n\x0eSandboxService\x12R\n\x06\x43reate\x12#.protolink.sandbox.v1.CreateRequest\x1a#.protolink.sandbox.v1.SandboxStatus\x12M\n\x04List\x12!.protolink.sandbox.v1.ListRequest\x1a\".protolink.sandbox.v1.ListResponse\x12L\n\x03Get\x12 .protolink.sandbox.v1.GetRequest\x1a#.protolink.sandbox.v1.SandboxStatus\x12P\n\x05Renew\x12\".protolink.sandbox.v1.RenewRequest\x1a#.protolink.sandbox.v1.SandboxStatus\x12S\n\x06\x44\x65lete\x12#.protolink.sandbox.v1.DeleteRequest\x1a$.protolink.sandbox.v1.DeleteResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,23 +44,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HOSTROOT']._serialized_start=529
   _globals['_HOSTROOT']._serialized_end=571
   _globals['_SANDBOXSTATUS']._serialized_start=574
-  _globals['_SANDBOXSTATUS']._serialized_end=902
+  _globals['_SANDBOXSTATUS']._serialized_end=916
   _globals['_SANDBOXSTATUS_LABELSENTRY']._serialized_start=404
   _globals['_SANDBOXSTATUS_LABELSENTRY']._serialized_end=449
-  _globals['_LISTREQUEST']._serialized_start=904
-  _globals['_LISTREQUEST']._serialized_end=917
-  _globals['_LISTRESPONSE']._serialized_start=920
-  _globals['_LISTRESPONSE']._serialized_end=1111
-  _globals['_LISTRESPONSE_POOLREADYENTRY']._serialized_start=1063
-  _globals['_LISTRESPONSE_POOLREADYENTRY']._serialized_end=1111
-  _globals['_GETREQUEST']._serialized_start=1113
-  _globals['_GETREQUEST']._serialized_end=1137
-  _globals['_RENEWREQUEST']._serialized_start=1139
-  _globals['_RENEWREQUEST']._serialized_end=1186
-  _globals['_DELETEREQUEST']._serialized_start=1188
-  _globals['_DELETEREQUEST']._serialized_end=1215
-  _globals['_DELETERESPONSE']._serialized_start=1217
-  _globals['_DELETERESPONSE']._serialized_end=1233
-  _globals['_SANDBOXSERVICE']._serialized_start=1236
-  _globals['_SANDBOXSERVICE']._serialized_end=1660
+  _globals['_LISTREQUEST']._serialized_start=918
+  _globals['_LISTREQUEST']._serialized_end=931
+  _globals['_LISTRESPONSE']._serialized_start=934
+  _globals['_LISTRESPONSE']._serialized_end=1125
+  _globals['_LISTRESPONSE_POOLREADYENTRY']._serialized_start=1077
+  _globals['_LISTRESPONSE_POOLREADYENTRY']._serialized_end=1125
+  _globals['_GETREQUEST']._serialized_start=1127
+  _globals['_GETREQUEST']._serialized_end=1151
+  _globals['_RENEWREQUEST']._serialized_start=1153
+  _globals['_RENEWREQUEST']._serialized_end=1200
+  _globals['_DELETEREQUEST']._serialized_start=1202
+  _globals['_DELETEREQUEST']._serialized_end=1229
+  _globals['_DELETERESPONSE']._serialized_start=1231
+  _globals['_DELETERESPONSE']._serialized_end=1247
+  _globals['_SANDBOXSERVICE']._serialized_start=1250
+  _globals['_SANDBOXSERVICE']._serialized_end=1674
 # @@protoc_insertion_point(module_scope)

@@ -50,7 +50,7 @@ class HostRoot(_message.Message):
     def __init__(self, path: _Optional[str] = ..., writable: _Optional[bool] = ...) -> None: ...
 
 class SandboxStatus(_message.Message):
-    __slots__ = ("id", "template", "image", "memory_bytes", "cpus", "pids", "labels", "created", "expires", "idle_expires", "workspace", "pooled", "state")
+    __slots__ = ("id", "template", "image", "memory_bytes", "cpus", "pids", "labels", "created", "expires", "idle_expires", "workspace", "pooled", "state", "info")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class SandboxStatus(_message.Message):
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     POOLED_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
     id: str
     template: str
     image: str
@@ -84,7 +85,8 @@ class SandboxStatus(_message.Message):
     workspace: str
     pooled: bool
     state: str
-    def __init__(self, id: _Optional[str] = ..., template: _Optional[str] = ..., image: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., cpus: _Optional[float] = ..., pids: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., created: _Optional[float] = ..., expires: _Optional[float] = ..., idle_expires: _Optional[float] = ..., workspace: _Optional[str] = ..., pooled: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
+    info: bytes
+    def __init__(self, id: _Optional[str] = ..., template: _Optional[str] = ..., image: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., cpus: _Optional[float] = ..., pids: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., created: _Optional[float] = ..., expires: _Optional[float] = ..., idle_expires: _Optional[float] = ..., workspace: _Optional[str] = ..., pooled: _Optional[bool] = ..., state: _Optional[str] = ..., info: _Optional[bytes] = ...) -> None: ...
 
 class ListRequest(_message.Message):
     __slots__ = ()

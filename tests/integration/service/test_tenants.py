@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from protolink.errors import QuotaExceededError, SandboxAuthenticationError, SandboxNotFoundError
-from protolink.sandbox.service.client import Sandbox, ServiceClient
+from protolink.errors import QuotaExceededError, SandboxAuthenticationError, SandboxError, SandboxNotFoundError
+from protolink.sandbox.service.client import Sandbox, SandboxStatus, ServiceClient
 
 pytestmark = pytest.mark.docker
 
@@ -21,6 +23,17 @@ async def refusals(client: ServiceClient, sandbox_id: str) -> list[str]:
     return seen
 
 
+async def forwarded_refusal(client: ServiceClient, status: SandboxStatus, run) -> str:
+    """What a command in ``status``'s sandbox raises, through ``client``."""
+    intruder = await Sandbox.open(client, status)  # the server's info is at hand: no call yet
+    try:
+        with pytest.raises(SandboxError) as raised:
+            await run(intruder.backend, ["/bin/true"])
+    finally:
+        await intruder.backend.aclose()
+    return f"{type(raised.value).__name__}: {raised.value}".replace(status.id, "ID")
+
+
 async def test_a_token_sees_and_reaches_only_its_own_sandboxes(service, run):
     alice = await service.client(service.token("alice"))
     bob = await service.client(service.token("bob"))
@@ -29,13 +42,15 @@ async def test_a_token_sees_and_reaches_only_its_own_sandboxes(service, run):
         assert await bob.list() == []
         # another token's sandbox looks exactly like one that does not exist
         assert await refusals(bob, mine.id) == await refusals(bob, "0123456789abcdef")
-        with pytest.raises(SandboxNotFoundError):
-            await Sandbox.open(bob, mine.status)  # forwarding with bob's token
+        with pytest.raises(SandboxNotFoundError):  # a forwarded call with bob's token
+            await Sandbox.open(bob, replace(mine.status, info=b""))
+        assert await forwarded_refusal(bob, mine.status, run) == await forwarded_refusal(
+            bob, replace(mine.status, id="0123456789abcdef"), run)
         result = await run(mine.backend, ["/bin/echo", "still mine"])
         assert (result.exit_code, result.stdout) == (0, "still mine\n")
 
 
-async def test_a_call_without_a_known_token_is_refused(service):
+async def test_a_call_without_a_known_token_is_refused(service, run):
     with pytest.raises(SandboxAuthenticationError):
         await service.client("not-a-token")
     known = await service.client(service.token("carol"))
@@ -43,8 +58,7 @@ async def test_a_call_without_a_known_token_is_refused(service):
         stranger = ServiceClient(known.channel, "not-a-token", owns_channel=False)
         with pytest.raises(SandboxAuthenticationError):
             await stranger.list()
-        with pytest.raises(SandboxNotFoundError):  # forwarding refused as well
-            await Sandbox.open(stranger, sandbox.status)
+        assert (await forwarded_refusal(stranger, sandbox.status, run)).startswith("SandboxAuthenticationError")
 
 
 async def test_quotas_refuse_at_once_and_free_up_on_delete(service):
