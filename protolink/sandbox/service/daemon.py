@@ -30,6 +30,7 @@ from .config import ServiceConfig
 from .events import Events, EventSink
 from .files import DEFAULT_NAME, ServiceFiles
 from .manager import Manager
+from .process import running
 from .server import ServiceServer
 from .tokens import Tokens, ensure_default
 
@@ -40,6 +41,8 @@ async def serve(name: str, config: ServiceConfig, *, tcp: str | None = None,
                 tcp_credentials: grpc.ServerCredentials | None = None, sinks: Iterable[EventSink] = (),
                 stop: asyncio.Event | None = None) -> None:
     """Run service ``name`` until ``stop`` is set (or SIGTERM, SIGINT); every event goes to ``sinks``."""
+    if (other := running(name)) is not None:
+        raise ValueError(f"service {name} runs already (pid {other['pid']}): stop it first")
     files = ServiceFiles.of(name)
     tokens = Tokens(files.tokens)
     ensure_default(tokens, files.default_token)

@@ -40,7 +40,10 @@ def running(name: str) -> dict[str, Any] | None:
 
 async def start_service(name: str, arguments: Sequence[str] = (), *, timeout: float = 60.0) -> dict[str, Any]:
     """Start service ``name`` detached with the extra command-line ``arguments``; its pid record
-    once it serves. SandboxError with the end of its log when it ends or does not answer in time."""
+    once it serves (the running one's, when it runs already). SandboxError with the end of its
+    log when it ends or does not answer in time."""
+    if (record := running(name)) is not None:
+        return record
     files = ServiceFiles.of(name)
     files.pid.unlink(missing_ok=True)
     log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW, 0o600)
