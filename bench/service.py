@@ -74,9 +74,9 @@ async def first_result(client: ServiceClient, **options: Any) -> tuple[float, Sa
     return took, sandbox
 
 
-async def pool_ready(client: ServiceClient) -> None:
+async def pool_full(client: ServiceClient) -> None:
     deadline = time.monotonic() + 300
-    while (await client.pool_ready()).get("default", 0) < 1:
+    while (await client.pool_ready()).get("default", 0) < POOL:
         if time.monotonic() > deadline:
             raise TimeoutError("the pool did not fill in 300 s")
         await asyncio.sleep(0.05)
@@ -85,7 +85,7 @@ async def pool_ready(client: ServiceClient) -> None:
 async def warm(client: ServiceClient, runs: int) -> float:
     times = []
     for _ in range(runs):
-        await pool_ready(client)
+        await pool_full(client)
         took, sandbox = await first_result(client)
         assert sandbox.status.pooled
         times.append(took)
@@ -172,7 +172,7 @@ async def clients_at_once(address: str, token: str, clients: int, commands: int)
                     started = time.perf_counter()
                     await sandbox.backend.execute(TRUE, _Silent())
                     latencies.append(time.perf_counter() - started)
-                    spans += [started, time.perf_counter()]
+                    spans.extend((started, time.perf_counter()))
         except Exception as error:
             errors += 1
             print(f"  client failed: {type(error).__name__}: {error}", file=sys.stderr)

@@ -37,6 +37,9 @@ TICK_SECONDS = 0.5
 ENDED_KEPT = 100
 #: Pool members started at once per template.
 POOL_STARTS = 1
+#: How long after a claim its pool starts a new member: the claimed sandbox's first calls
+#: do not compete with a container start for the CPU.
+REFILL_DELAY_SECONDS = 1.0
 
 
 class Manager:
@@ -109,8 +112,8 @@ class Manager:
             placed = self.pools[base.name].pop()
             placed.hand_to(tenant.id, now, pooled=True)
             self.sandboxes[placed.id] = placed
-            self._refill.set()
             self._spawn(self._rename(placed))
+            asyncio.get_running_loop().call_later(REFILL_DELAY_SECONDS, self._refill.set)
             self.events.emit("sandbox.created", tenant.id, placed.id, template=base.name, image=template.image,
                              pooled=True, seconds=time.time() - now)
             return placed
