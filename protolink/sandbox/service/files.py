@@ -45,6 +45,10 @@ class ServiceFiles:
         return self._file("token")
 
     @property
+    def renewals(self) -> Path:
+        return self._file("renewals.json")
+
+    @property
     def pid(self) -> Path:
         return self._file("pid")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
 import secrets
 import shutil
@@ -21,6 +22,7 @@ from protolink.errors import QuotaExceededError, SandboxError, SandboxNotFoundEr
 
 from .. import engine
 from ..config import Identity
+from ..hostdirs import write_private
 from ..leftovers import remove_host_dirs
 from . import labels, sandboxes
 from .config import Overrides, ServiceConfig, Template
@@ -136,9 +138,23 @@ class Manager:
         return placed
 
     def renew(self, tenant: Tenant, sandbox_id: str, ttl_seconds: float | None) -> Placed:
+        """Give ``sandbox_id`` ``ttl_seconds`` (None: its own time to live) from now. Container
+        labels cannot change: the new deadline is kept in the renewals file for the next run."""
         placed = self.find(tenant, sandbox_id)
         placed.renew(ttl_seconds, time.time())
+        self._save_renewals()
         return placed
+
+    def _save_renewals(self) -> None:
+        write_private(self.files.renewals, json.dumps({placed.id: placed.expires for placed in self.sandboxes.values()
+                                                       if placed.renewed}))
+
+    def _load_renewals(self) -> dict[str, float]:
+        try:
+            found = json.loads(self.files.renewals.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(key): float(value) for key, value in found.items()} if isinstance(found, dict) else {}
 
     async def delete(self, tenant: Tenant, sandbox_id: str) -> None:
         await self._remove(self.find(tenant, sandbox_id), "deleted")
@@ -160,6 +176,8 @@ class Manager:
         for pool in self.pools.values():
             if placed in pool:
                 pool.remove(placed)
+        if placed.renewed:
+            self._save_renewals()
         try:
             await sandboxes.remove(placed, self._docker)
         finally:
@@ -177,6 +195,7 @@ class Manager:
 
     async def _adopt(self) -> None:
         now = time.time()
+        renewals = self._load_renewals()
         found = await asyncio.to_thread(self._docker.api.containers, all=True,
                                         filters={"label": f"{labels.SERVICE}={self.name}"})
         for container in found:
@@ -186,6 +205,8 @@ class Manager:
                 await asyncio.to_thread(sandboxes.remove_container, self._docker, container["Id"])
                 await asyncio.to_thread(remove_host_dirs, container.get("Labels") or {})
                 continue
+            if placed.id in renewals:
+                placed.expires, placed.renewed = renewals[placed.id], True
             await sandboxes.resume_egress(placed, self.events)
             self.sandboxes[placed.id] = placed
             log.info("adopted sandbox %s of tenant %s", placed.id, placed.tenant)

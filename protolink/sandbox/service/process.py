@@ -93,7 +93,7 @@ def remove_everything(name: str, docker_client: Any) -> int:
             docker_client.api.remove_container(container["Id"], force=True, v=True)
         remove_host_dirs(container.get("Labels") or {})
     shutil.rmtree(files.base / f"{name}.workspaces", ignore_errors=True)
-    for path in (files.socket, files.pid, files.log):
+    for path in (files.socket, files.pid, files.log, files.renewals):
         path.unlink(missing_ok=True)
     return len(found)
 

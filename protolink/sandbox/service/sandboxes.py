@@ -70,6 +70,7 @@ class Placed:
     expires: float = 0.0
     last_used: float = field(default_factory=time.time)
     active: int = 0
+    renewed: bool = False
     state: str = "starting"
     address: str = ""
     container_id: str = ""
@@ -105,6 +106,7 @@ class Placed:
         ttl = ttl_seconds or self.template.ttl_seconds
         self.expires = now + ttl if ttl else 0.0
         self.last_used = now
+        self.renewed = True
 
     def channel(self) -> grpc.aio.Channel:
         """The channel to this sandbox's own server (opened on first use)."""
