@@ -76,10 +76,16 @@ class Forwarder(grpc.GenericRpcHandler):
 
     def _streams(self, method: str) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
         async def forward(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            # The first request is read before a refusal: a call ended while the caller's first
+            # message is still on its way may reach the caller as INTERNAL instead of the refusal.
+            try:
+                first = await anext(aiter(requests))
+            except StopAsyncIteration:
+                return
             tenant, placed = await self.resolve(context, method)
             watch = Commands(self.events, tenant, placed.id) if method == EXECUTE else None
             placed.active += 1
-            call = placed.channel().stream_stream(method)(_watched(requests, watch), metadata=_passed(context),
+            call = placed.channel().stream_stream(method)(_watched(first, requests, watch), metadata=_passed(context),
                                                           timeout=context.time_remaining())
             try:
                 async for response in call:
@@ -152,7 +158,10 @@ class Commands:
                 timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
 
 
-async def _watched(requests: AsyncIterator[bytes], watch: Commands | None) -> AsyncIterator[bytes]:
+async def _watched(first: bytes, requests: AsyncIterator[bytes], watch: Commands | None) -> AsyncIterator[bytes]:
+    if watch is not None:
+        watch.request(first)
+    yield first
     async for request in requests:
         if watch is not None:
             watch.request(request)
