@@ -26,6 +26,9 @@
         ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
         ├── SandboxAuthenticationError             the token is missing or wrong
         ├── SandboxLimitError                      a supervised worker hit a hard limit and was killed
+        ├── SandboxNotFoundError   (LookupError)   the service has no such sandbox for this token
+        ├── SandboxPermissionError (PermissionError) the service's configuration does not allow it
+        ├── QuotaExceededError                     a token's quota of sandboxes, memory or CPUs is spent
         ├── RepositoryError                        a CI job's repository cannot be fetched or copied
         ├── CertificateMismatchError               the service's TLS certificate is not the pinned one
         └── AuditLogError                          the audit log cannot be read, continued or written
@@ -144,6 +147,18 @@ class SandboxAuthenticationError(SandboxError):
 
 class SandboxLimitError(SandboxError):
     """A supervised worker exceeded a hard limit (memory, CPU time) and was killed."""
+
+
+class SandboxNotFoundError(SandboxError, LookupError):
+    """The sandbox service has no such sandbox for this token (one another token owns looks the same)."""
+
+
+class SandboxPermissionError(SandboxError, PermissionError):
+    """The sandbox service's configuration does not allow what was asked (a host root, say)."""
+
+
+class QuotaExceededError(SandboxError):
+    """A token's quota (concurrent sandboxes, total memory, total CPUs) would be exceeded; refused at once."""
 
 
 class RepositoryError(SandboxError):

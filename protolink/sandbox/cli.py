@@ -1,5 +1,5 @@
-"""``protolink-sandbox up | down | status | exec | egress | ci``: a long-running sandbox appliance,
-and a CI runner.
+"""``protolink-sandbox up | down | status | exec | egress | ci | serve | service | token``: a
+long-running sandbox appliance and its sandbox service, and a CI runner.
 
 ``up`` makes a Docker Engine answer (scripts/engine-up.sh), builds the images when needed
 (scripts/build-images.sh), starts the appliance with the roots given as ``--root PATH[:rw]`` or in
@@ -7,8 +7,10 @@ and a CI runner.
 answers, and prints the address to connect to; with ``--allow HOST[:PORT]`` its commands reach
 those hosts through a host-side proxy that a detached daemon runs (:mod:`.egress.daemon`).
 ``down`` removes it (and its daemon), ``status`` shows it, ``exec`` runs one command in it,
-``egress`` changes its allow-list live or shows its decisions. ``audit verify`` checks the
-service's audit log (:mod:`.service.audit`).
+``egress`` changes its allow-list live or shows its decisions. ``up`` also starts the sandbox
+service (:mod:`.service`; a sandbox per request), which ``down`` stops, removing every sandbox it
+made; ``serve`` runs the service in the foreground, ``service`` shows it, ``token add`` adds a token,
+``audit verify`` checks the service's audit log (:mod:`.service.audit`).
 """
 
 from __future__ import annotations
@@ -102,9 +104,15 @@ async def _up(args: argparse.Namespace) -> int:
             raise
         _say(f"egress: {_allowed(daemon)} (daemon pid {daemon['pid']}; decisions: "
              f"`protolink-sandbox egress --name {args.name} --log`)")
+    try:
+        service = await _start_service(args, image)
+    except BaseException:
+        await _down(args)
+        raise
     for root in sandbox.roots:
         _say(f"root {root.path} ({'read-write' if root.writable else 'read-only'})")
     print(f"{args.name} is up at {address}")
+    print(service)
     if workspace is not None:
         print(f"workspace: {workspace} (read-write; commands run as uid {identity.uid})")
     token_file = str(records.token_path(args.name)) if sandbox.token is not None else None
@@ -112,6 +120,20 @@ async def _up(args: argparse.Namespace) -> int:
         print(f"token: {token_file}")
     print(_snippet(address, token_file))
     return 0
+
+
+async def _start_service(args: argparse.Namespace, image: str) -> str:
+    """Start the sandbox service of appliance ``args.name``; the line that says where it is."""
+    from .service.files import ServiceFiles
+    from .service.process import start_service
+
+    arguments = ["--image", image, "--pool", str(args.pool)]
+    if args.service_config is not None:
+        arguments += ["--config", args.service_config]
+    record = await start_service(args.name, arguments)
+    files = ServiceFiles.of(args.name)
+    return (f"service: {', '.join(record['addresses'])} (pid {record['pid']}; default token {files.default_token}): "
+            f"from protolink.sandbox.service import connect; service = await connect(name={args.name!r})")
 
 
 async def _start_egress(name: str, container_id: str, address: str, allow: list[str]) -> dict[str, Any]:
@@ -148,6 +170,7 @@ async def _down(args: argparse.Namespace) -> int:
 
     if await stop_daemon(args.name):
         _say(f"stopped the egress daemon of {args.name}")
+    await _down_service(args.name)
     container = await asyncio.to_thread(find, args.name)
     record = records.load(args.name)
     records.forget(args.name)
@@ -159,6 +182,56 @@ async def _down(args: argparse.Namespace) -> int:
     await asyncio.to_thread(container.remove, force=True)
     remove_host_dirs(container.labels)
     print(f"{args.name} removed")
+    return 0
+
+
+async def _down_service(name: str) -> None:
+    """Stop the sandbox service of appliance ``name`` and remove every sandbox it made."""
+    import asyncio
+
+    from . import engine
+    from .service.process import remove_everything, stop_service
+
+    stopped = await stop_service(name)
+    client = await asyncio.to_thread(engine.client)
+    try:
+        removed = await asyncio.to_thread(remove_everything, name, client)
+    finally:
+        client.close()
+    if stopped or removed:
+        _say(f"stopped the sandbox service of {name}; removed {removed} sandbox(es)")
+
+
+async def _service(args: argparse.Namespace) -> int:
+    """Print the service's state and the default token's sandboxes; 3 when it is not up."""
+    from .service.client import connect
+    from .service.process import running
+
+    record = running(args.name)
+    if record is None:
+        print(f"service {args.name}: not up")
+        return 3
+    print(f"service {args.name}: serving at {', '.join(record['addresses'])} (pid {record['pid']})")
+    client = await connect(name=args.name)
+    try:
+        listed = await client.list()
+    finally:
+        await client.aclose()
+    now = time.time()
+    for status in listed:
+        ends = [f"{what} {when(int(at), now)}" for what, at in (("expires", status.expires),
+                                                                 ("idle after", status.idle_expires)) if at]
+        print(f"{status.id}: {status.state}, template {status.template}{' (pooled)' if status.pooled else ''}, "
+              f"created {when(int(status.created), now)}" + "".join(f", {end}" for end in ends if status.state == "running"))
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from .service.files import ServiceFiles
+    from .service.tokens import Quota, Tokens
+
+    quota = Quota(args.sandboxes, None if args.memory_mib is None else args.memory_mib << 20, args.cpus)
+    print(Tokens(ServiceFiles.of(args.name).tokens).add(args.token_name, quota))
     return 0
 
 
@@ -341,10 +414,14 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--allow", action="append", default=[], metavar="HOST[:PORT]",
                     help="let commands reach HOST (ports 80 and 443, or PORT; *.suffix matches names under suffix; "
                          "CIDR[:PORT] for addresses) through a host-side proxy; repeatable. Without: no network")
+    up.add_argument("--pool", type=int, default=0, help="warm sandboxes the service keeps of its default template")
+    up.add_argument("--service-config", default=None, metavar="FILE",
+                    help="the sandbox service's TOML file (templates, allowed roots): docs/service.md")
     _add_exec(commands)
     _add_ci(commands)
+    _add_service(commands)
     _add_audit(commands)
-    commands.add_parser("down", help="remove the appliance")
+    commands.add_parser("down", help="remove the appliance, its sandbox service and every sandbox it made")
     commands.add_parser("status", help="show the appliance, whether it answers, and its egress")
     egress = commands.add_parser("egress", help="change the appliance's egress live, or show its decisions",
                                  description="Without options: show the allow-list.")
@@ -357,7 +434,7 @@ def _parser() -> argparse.ArgumentParser:
     egress.add_argument("--follow", action="store_true", help="with --log: keep printing them as they come")
     egress.add_argument("--lines", type=int, default=50, help="with --log: how many recent decisions (default 50)")
     for verb, sub in commands.choices.items():
-        if verb not in ("ci", "audit"):  # a CI job has a sandbox of its own; audit reads a file
+        if verb not in ("ci", "serve", "audit"):  # a CI job has a sandbox of its own; serve its own name
             _add_name(sub)
     return parser
 
@@ -390,6 +467,19 @@ def _add_ci(commands: Any) -> None:
     add_arguments(commands.add_parser("ci", usage="%(prog)s REPO [options] -- TEST_CMD [ARG...]",
                                       help="run an untrusted repository's setup and tests in a sandbox of its own, "
                                            "with a report", description=_CI_DESCRIPTION))
+
+
+def _add_service(commands: Any) -> None:
+    from .service.daemon import add_arguments
+
+    add_arguments(commands.add_parser("serve", help="run the sandbox service in the foreground"))
+    commands.add_parser("service", help="show the sandbox service and the default token's sandboxes")
+    token = commands.add_parser("token", help="add a token of the sandbox service (printed once)")
+    token.add_argument("action", choices=["add"])
+    token.add_argument("token_name", metavar="NAME")
+    token.add_argument("--sandboxes", type=int, default=None, help="most sandboxes at once (default: no bound)")
+    token.add_argument("--memory-mib", type=int, default=None, help="most memory in all its sandboxes")
+    token.add_argument("--cpus", type=float, default=None, help="most CPUs in all its sandboxes")
 
 
 def _add_audit(commands: Any) -> None:
@@ -451,15 +541,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(format="protolink-sandbox: %(message)s", level=logging.WARNING)
         with engine_errors("run a CI job"):
             return run_ci(args)
+    if args.verb == "serve":
+        from .service.daemon import run as serve
+
+        return serve(args)
     try:
         with engine_errors(f"{args.verb} appliance {args.name}"):
+            if args.verb == "token":
+                return _token(args)
             if args.verb == "exec":  # no event loop, no logging set up: it is timed (see _exec)
                 return _exec(args)
             import asyncio
             import logging
 
             logging.basicConfig(format="protolink-sandbox: %(message)s", level=logging.WARNING)
-            verb = {"up": _up, "down": _down, "status": _status, "egress": _egress}[args.verb]
+            verb = {"up": _up, "down": _down, "status": _status, "egress": _egress, "service": _service}[args.verb]
             return asyncio.run(verb(args))
     except (SandboxError, ValueError) as error:
         _say(str(error))

@@ -44,7 +44,7 @@ from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 from .process_stream import Output, ProcessStream
 from .resolutions import Resolutions
 
-__all__ = ["SandboxBackend", "SandboxInfo", "connect"]
+__all__ = ["SandboxBackend", "SandboxInfo", "attach", "connect"]
 
 MiB = 1024 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 32 * MiB
@@ -98,18 +98,34 @@ async def connect(
     returns a backend named after the server's boundary. ``token`` is sent with every call
     (required for TCP). Raises SandboxUnavailableError when no server answers in time.
     """
-    channel = grpc.aio.insecure_channel(address.removeprefix("tcp://"), options=_channel_options(max_message_bytes))
+    channel = grpc.aio.insecure_channel(address.removeprefix("tcp://"), options=channel_options(max_message_bytes))
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     try:
-        response = await _call(
-            sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
-            metadata=metadata, timeout=timeout, wait_for_ready=True,
-        )
-        info = _info(response)
+        return await attach(channel, metadata, timeout=timeout, max_message_bytes=max_message_bytes, owns_channel=True)
     except BaseException:
         await channel.close()
         raise
-    return SandboxBackend(channel, info, metadata=metadata, max_message_bytes=max_message_bytes)
+
+
+async def attach(
+    channel: grpc.aio.Channel,
+    metadata: Sequence[tuple[str, str]] = (),
+    *,
+    timeout: float = 5.0,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    owns_channel: bool = False,
+    info: sandbox_pb2.InfoResponse | None = None,
+) -> SandboxBackend:
+    """A backend over an open ``channel`` whose every call carries ``metadata`` (a sandbox
+    service's channel, say), once the server answers ``Info`` within ``timeout`` seconds (or
+    at once with its ``info``, already at hand). Closing the backend closes the channel only
+    when it ``owns_channel``."""
+    response = info if info is not None else await _call(
+        sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
+        metadata=tuple(metadata), timeout=timeout, wait_for_ready=True,
+    )
+    return SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
+                          owns_channel=owns_channel)
 
 
 class SandboxBackend(Operations):
@@ -118,6 +134,7 @@ class SandboxBackend(Operations):
     Create it with :func:`connect` (or ``DockerSandbox``); close it with :meth:`aclose` or
     ``async with``. A closed backend refuses further calls. ``info_at_connect`` is what the
     server reported when the connection was made; ``boundary`` names the sandbox in previews.
+    Closing it closes ``channel`` unless ``owns_channel`` is False (a channel shared with others).
     """
 
     def __init__(
@@ -127,8 +144,10 @@ class SandboxBackend(Operations):
         *,
         metadata: Sequence[tuple[str, str]] = (),
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        owns_channel: bool = True,
     ) -> None:
         self._channel = channel
+        self._owns_channel = owns_channel
         self._stub = sandbox_pb2_grpc.SandboxStub(channel)
         self._health = health_pb2_grpc.HealthStub(channel)
         self._metadata = tuple(metadata)
@@ -152,7 +171,8 @@ class SandboxBackend(Operations):
         if not self._closed:
             self._closed = True
             await self._processes.aclose()
-            await self._channel.close()
+            if self._owns_channel:
+                await self._channel.close()
 
     @property
     def closed(self) -> bool:
@@ -314,7 +334,8 @@ def _roots(roots: Sequence[str]) -> list[str]:
     return list(roots)
 
 
-def _channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    """The options of every channel to a sandbox server: message bounds, frames, keepalives, reconnects."""
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),

@@ -88,8 +88,7 @@ def default_workspace(uid: int, gid: int) -> Path:
     ``$XDG_DATA_HOME/protolink/workspace``; without ``XDG_DATA_HOME``,
     ``~/.local/share/protolink/workspace``, or ``/srv/protolink/workspace`` for root (the image
     keeps ``/root`` private). Created mode 0700 for the host user and the command user
-    ``uid``:``gid`` only: root hands it to that user, any other user grants that user access
-    through an ACL that what is created beneath inherits (the host user keeps access too).
+    ``uid``:``gid`` only (:func:`open_to`).
     """
     path = _workspace_path()
     try:
@@ -97,17 +96,24 @@ def default_workspace(uid: int, gid: int) -> Path:
         path.mkdir(mode=0o700)
     except FileExistsError:
         return path
+    open_to(path, uid, gid, "the default workspace", ", or pass --root PATH:rw")
+    return path
+
+
+def open_to(path: Path, uid: int, gid: int, what: str, alternative: str = "") -> None:
+    """Let the command user ``uid``:``gid`` write the new directory ``path``: root hands it to
+    that user; any other user grants it access through an ACL that what is created beneath
+    inherits (the host user keeps access too). RootNotWritableError where neither works."""
     if os.getuid() == 0:
         os.chown(path, uid, gid)
-        return path
+        return
     try:
         posix_acl.grant(str(path), {uid: 7, os.getuid(): 7})
     except OSError as error:  # a file system without ACLs
         fix = f"sudo chown {uid}:{gid} {shlex.quote(str(path))}"
-        raise RootNotWritableError(f"the default workspace {path} cannot be opened to uid {uid}, the user sandbox "
-                                   f"commands run as ({error.strerror}); fix it with: {fix}, or pass --root PATH:rw",
+        raise RootNotWritableError(f"{what} {path} cannot be opened to uid {uid}, the user sandbox "
+                                   f"commands run as ({error.strerror}); fix it with: {fix}{alternative}",
                                    path=str(path), uid=uid, gid=gid, fix=fix) from None
-    return path
 
 
 def _workspace_path() -> Path:

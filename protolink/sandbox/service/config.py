@@ -1,0 +1,131 @@
+"""What a service offers: its templates, the host roots a sandbox may mount, and what a create
+may change of a template.
+
+The configuration file is TOML::
+
+    default_template = "default"
+    allowed_roots = ["/srv/data"]      # a create's roots must lie beneath one of these
+
+    [templates.default]
+    image = "protolink/sandbox:latest"
+    memory_mib = 512
+    cpus = 1.0
+    pids = 256
+    ttl_seconds = 3600                 # 0: no time to live
+    idle_seconds = 600                 # 0: no idle timeout
+    pool = 2                           # warm, never-used sandboxes kept ready
+    allow = ["pypi.org:443"]           # egress; absent: no network at all
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from protolink.errors import SandboxPermissionError
+from protolink.wire.roots import Root
+
+from ..config import MiB, resolve_roots
+
+DEFAULT_TEMPLATE = "default"
+
+
+@dataclass(frozen=True)
+class Template:
+    """How a sandbox of this template starts unless a create says otherwise; ``pool`` is how
+    many never-used ones are kept started."""
+
+    name: str
+    image: str
+    memory_bytes: int = 512 * MiB
+    cpus: float = 1.0
+    pids: int = 256
+    ttl_seconds: float | None = 3600.0
+    idle_seconds: float | None = 600.0
+    allow: tuple[str, ...] | None = None
+    pool: int = 0
+
+    @classmethod
+    def from_table(cls, name: str, table: dict[str, Any], image: str) -> Template:
+        known = {"image", "memory_mib", "cpus", "pids", "ttl_seconds", "idle_seconds", "allow", "pool"}
+        if unknown := set(table) - known:
+            raise ValueError(f"template {name!r}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+        allow = table.get("allow")
+        return cls(name=name, image=table.get("image", image), memory_bytes=int(table.get("memory_mib", 512)) * MiB,
+                   cpus=float(table.get("cpus", 1.0)), pids=int(table.get("pids", 256)),
+                   ttl_seconds=float(table.get("ttl_seconds", 3600)) or None,
+                   idle_seconds=float(table.get("idle_seconds", 600)) or None,
+                   allow=None if allow is None else tuple(map(str, allow)), pool=int(table.get("pool", 0)))
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What a create changes of its template (None or empty: the template's own)."""
+
+    image: str | None = None
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    allow: tuple[str, ...] | None = None
+    ttl_seconds: float | None = None
+    idle_seconds: float | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    roots: tuple[Root, ...] = ()
+    workspace: bool = False
+
+    @property
+    def none(self) -> bool:
+        """True when nothing is changed: such a create may take a pooled sandbox."""
+        return self == Overrides()
+
+    def applied(self, template: Template) -> Template:
+        """``template`` with these overrides (its pool apart)."""
+        changed = {f.name: getattr(self, f.name) for f in fields(self)
+                   if f.name in {g.name for g in fields(Template)} and getattr(self, f.name) is not None}
+        return replace(template, **changed, pool=0)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Templates by name, the default one, and the host directories sandboxes may mount."""
+
+    templates: dict[str, Template]
+    default_template: str = DEFAULT_TEMPLATE
+    allowed_roots: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.default_template not in self.templates:
+            raise ValueError(f"the default template {self.default_template!r} is not among the templates "
+                             f"({', '.join(sorted(self.templates))})")
+
+    @classmethod
+    def load(cls, path: Path | None, *, image: str, pool: int | None = None) -> ServiceConfig:
+        """The configuration in ``path`` (None: a default template only); ``image`` is a
+        template's image unless it names one; ``pool`` replaces the default template's pool size."""
+        data: dict[str, Any] = tomllib.loads(path.read_text()) if path is not None else {}
+        default = data.get("default_template", DEFAULT_TEMPLATE)
+        tables = data.get("templates") or {default: {}}
+        templates = {name: Template.from_table(name, table, image) for name, table in tables.items()}
+        if pool is not None and default in templates:
+            templates[default] = replace(templates[default], pool=pool)
+        allowed = tuple(os.path.realpath(str(root)) for root in data.get("allowed_roots", ()))
+        return cls(templates, default, allowed)
+
+    def template(self, name: str) -> Template:
+        """The template ``name`` (empty: the default); ValueError naming the known ones."""
+        found = self.templates.get(name or self.default_template)
+        if found is None:
+            raise ValueError(f"no template {name!r}; this service has {', '.join(sorted(self.templates))}")
+        return found
+
+    def checked_roots(self, roots: tuple[Root, ...]) -> tuple[Root, ...]:
+        """``roots`` resolved, each beneath an allowed root; SandboxPermissionError otherwise."""
+        resolved = resolve_roots(roots)
+        for root in resolved:
+            if not any(root.path == allowed or root.path.startswith(allowed.rstrip("/") + "/")
+                       for allowed in self.allowed_roots):
+                raise SandboxPermissionError(f"host root {root.path} is not beneath a root this service allows")
+        return resolved

@@ -1,0 +1,107 @@
+"""The service process: ``python -m protolink.sandbox.service`` (``protolink-sandbox serve``).
+
+::
+
+    python -m protolink.sandbox.service [--name NAME] [--config FILE] [--image IMAGE] [--pool N]
+                                        [--tcp HOST:PORT --tls-cert PEM --tls-key PEM]
+
+It adopts the sandboxes a previous run left, serves until SIGTERM or SIGINT, then removes its
+warm pools and leaves the other sandboxes for the next run (``protolink-sandbox down`` removes
+them: :func:`.process.remove_everything`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import grpc
+
+from ..hostdirs import write_private
+from ..leftovers import process_owner
+from ..provision import DEFAULT_IMAGE
+from .config import ServiceConfig
+from .events import Events, EventSink
+from .files import DEFAULT_NAME, ServiceFiles
+from .manager import Manager
+from .process import running
+from .server import ServiceServer
+from .tokens import Tokens, ensure_default
+
+log = logging.getLogger("protolink.sandbox.service")
+
+
+async def serve(name: str, config: ServiceConfig, *, tcp: str | None = None,
+                tcp_credentials: grpc.ServerCredentials | None = None, sinks: Iterable[EventSink] = (),
+                stop: asyncio.Event | None = None) -> None:
+    """Run service ``name`` until ``stop`` is set (or SIGTERM, SIGINT); every event goes to ``sinks``."""
+    if (other := running(name)) is not None:
+        raise ValueError(f"service {name} runs already (pid {other['pid']}): stop it first")
+    files = ServiceFiles.of(name)
+    tokens = Tokens(files.tokens)
+    ensure_default(tokens, files.default_token)
+    events = Events(sinks)
+    manager = Manager(name, config, files, events)
+    server = ServiceServer(manager, tokens, events, unix_path=str(files.socket), tcp=tcp,
+                           tcp_credentials=tcp_credentials)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await manager.start()
+        await server.start()
+        write_private(files.pid, json.dumps({"pid": os.getpid(), "owner": process_owner(),
+                                             "addresses": list(server.addresses)}))
+        log.warning("service %s serving at %s", name, ", ".join(server.addresses))
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await server.stop()
+        await manager.close()
+        files.socket.unlink(missing_ok=True)
+
+
+def tls_credentials(cert: Path, key: Path) -> grpc.ServerCredentials:
+    """Server credentials from a PEM certificate chain and its private key."""
+    return grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="protolink-sandbox serve", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", default=DEFAULT_NAME)
+    parser.add_argument("--config", type=Path, default=None, help="the service's TOML file: templates, allowed roots")
+    parser.add_argument("--image", default=DEFAULT_IMAGE, help="a template's image unless it names one")
+    parser.add_argument("--pool", type=int, default=None, help="warm sandboxes of the default template")
+    parser.add_argument("--tcp", default=None, metavar="HOST:PORT", help="also listen on TCP (needs --tls-cert, --tls-key)")
+    parser.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain of the TCP listener")
+    parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key of the TCP listener")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve as ``args`` say; 2 for a configuration that cannot be used."""
+    logging.basicConfig(format="%(asctime)s protolink-sandbox service: %(message)s", level=logging.WARNING)
+    try:
+        config = ServiceConfig.load(args.config, image=args.image, pool=args.pool)
+        credentials = tls_credentials(args.tls_cert, args.tls_key) if args.tls_cert and args.tls_key else None
+        asyncio.run(serve(args.name, config, tcp=args.tcp, tcp_credentials=credentials))
+    except (ValueError, OSError) as error:
+        log.error("%s", error)
+        return 2
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(parser().parse_args(argv))

@@ -1,0 +1,62 @@
+"""Where a sandbox service keeps its files: all in this user's runtime directory
+(:func:`~protolink.sandbox.hostdirs.runtime_dir`), named after the service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..hostdirs import owner_only_dir, runtime_dir
+from ..records import checked_name
+
+#: The service ``up`` starts, named after the appliance.
+DEFAULT_NAME = "protolink-appliance"
+
+
+@dataclass(frozen=True)
+class ServiceFiles:
+    """The files of service ``name``: its socket, tokens, default token, pid record, log, and the
+    private directory that holds the managed workspaces."""
+
+    name: str
+    base: Path
+
+    @classmethod
+    def of(cls, name: str) -> ServiceFiles:
+        return cls(checked_name(name), runtime_dir())
+
+    def _file(self, suffix: str) -> Path:
+        return self.base / f"{self.name}.service.{suffix}"
+
+    @property
+    def socket(self) -> Path:
+        return self._file("sock")
+
+    @property
+    def address(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def tokens(self) -> Path:
+        return self._file("tokens.json")
+
+    @property
+    def default_token(self) -> Path:
+        return self._file("token")
+
+    @property
+    def renewals(self) -> Path:
+        return self._file("renewals.json")
+
+    @property
+    def pid(self) -> Path:
+        return self._file("pid")
+
+    @property
+    def log(self) -> Path:
+        return self._file("log")
+
+    def workspaces(self) -> Path:
+        """The 0700 directory of the managed workspaces, created when missing."""
+        return owner_only_dir(self.base / f"{self.name}.workspaces", "PROTOLINK_RUNTIME_DIR",
+                              "the service's workspace directory")

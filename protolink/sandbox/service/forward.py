@@ -1,0 +1,187 @@
+"""Forwarding: every ``/protolink.sandbox.v1.Sandbox/*`` call (and the health check) that names a
+sandbox goes, as the bytes that came, to that sandbox's own server.
+
+Nothing is parsed on the way but what the events need: each Execute request and event (argv,
+directory, exit, duration, output bytes) and each ReplaceFile request (the path written). The
+other side's status and trailing metadata (the wire's typed errors) come back unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from protolink.wire._pb import process_pb2, sandbox_pb2, workspace_pb2
+
+from .events import Events
+from .sandboxes import Placed
+
+#: The metadata key that names the sandbox a forwarded call is for.
+SANDBOX_KEY = "protolink-sandbox-id"
+_SANDBOX = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"]
+#: Every forwarded method: whether it streams requests, and responses.
+FORWARDED: dict[str, tuple[bool, bool]] = {
+    **{f"/{_SANDBOX.full_name}/{method.name}": (method.client_streaming, method.server_streaming)
+       for method in _SANDBOX.methods},
+    "/grpc.health.v1.Health/Check": (False, False),
+}
+EXECUTE = f"/{_SANDBOX.full_name}/Execute"
+REPLACE_FILE = f"/{_SANDBOX.full_name}/ReplaceFile"
+#: Metadata the sandbox's server never sees: the service's own.
+_HELD_BACK = frozenset({"authorization", SANDBOX_KEY})
+
+#: Finds the caller's sandbox for a call (aborting the call when there is none): its tenant id and record.
+Resolve = Callable[[grpc.aio.ServicerContext, str], Awaitable[tuple[str, Placed]]]
+
+
+class Forwarder(grpc.GenericRpcHandler):
+    """The generic handler of the forwarded methods (:data:`FORWARDED`)."""
+
+    def __init__(self, resolve: Resolve, events: Events) -> None:
+        self.resolve = resolve
+        self.events = events
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        shape = FORWARDED.get(method)
+        if shape is None:
+            return None
+        if shape == (False, False):
+            return grpc.unary_unary_rpc_method_handler(self._unary(method))
+        if shape == (True, True):
+            return grpc.stream_stream_rpc_method_handler(self._streams(method))
+        raise NotImplementedError(f"forwarding {method}: no handler for this shape {shape}")
+
+    def _unary(self, method: str) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+        async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            tenant, placed = await self.resolve(context, method)
+            placed.active += 1
+            try:
+                call = placed.channel().unary_unary(method)
+                response = await _relayed(context, call(request, metadata=_passed(context),
+                                                        timeout=context.time_remaining()))
+            finally:
+                placed.active -= 1
+                placed.last_used = time.time()
+            if method == REPLACE_FILE:
+                self._file_written(tenant, placed, request)
+            return response
+
+        return forward
+
+    def _streams(self, method: str) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+        async def forward(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            # The first request is read before a refusal: a call ended while the caller's first
+            # message is still on its way may reach the caller as INTERNAL instead of the refusal.
+            try:
+                first = await anext(aiter(requests))
+            except StopAsyncIteration:
+                return
+            tenant, placed = await self.resolve(context, method)
+            watch = Commands(self.events, tenant, placed.id) if method == EXECUTE else None
+            placed.active += 1
+            call = placed.channel().stream_stream(method)(_watched(first, requests, watch), metadata=_passed(context),
+                                                          timeout=context.time_remaining())
+            try:
+                async for response in call:
+                    if watch is not None:
+                        watch.event(response)
+                    yield response
+                _pass_trailing(context, await call.trailing_metadata())
+            except grpc.aio.AioRpcError as error:
+                await context.abort(error.code(), error.details() or "", error.trailing_metadata() or ())
+            finally:
+                call.cancel()
+                placed.active -= 1
+                placed.last_used = time.time()
+
+        return forward
+
+    def _file_written(self, tenant: str, placed: Placed, request: bytes) -> None:
+        try:
+            parsed = workspace_pb2.ReplaceFileRequest.FromString(request)
+        except DecodeError:
+            return
+        size = len(parsed.data) if parsed.HasField("data") else None
+        self.events.emit("file.written", tenant, placed.id, path=parsed.expected.resource_id, bytes=size)
+
+
+@dataclass
+class _Running:
+    argv: list[str]
+    cwd: str
+    started: float = field(default_factory=time.monotonic)
+    output_bytes: int = 0
+
+
+class Commands:
+    """The processes of one forwarded Execute call, followed from their requests to their end."""
+
+    def __init__(self, events: Events, tenant: str, sandbox: str) -> None:
+        self.events, self.tenant, self.sandbox = events, tenant, sandbox
+        self.running: dict[int, _Running] = {}
+
+    def request(self, data: bytes) -> None:
+        try:
+            request = process_pb2.ExecuteRequest.FromString(data)
+        except DecodeError:
+            return
+        if request.cancel:
+            return
+        self.running[request.id] = _Running(list(request.argv), request.cwd)
+        self.events.emit("command.started", self.tenant, self.sandbox, id=request.id, argv=list(request.argv),
+                         cwd=request.cwd)
+
+    def event(self, data: bytes) -> None:
+        try:
+            event = process_pb2.ExecuteEvent.FromString(data)
+        except DecodeError:
+            return
+        running = self.running.get(event.id)
+        if running is None:
+            return
+        which = event.WhichOneof("event")
+        if which == "output":
+            running.output_bytes += len(event.output.data)
+        elif which in ("finished", "error"):
+            del self.running[event.id]
+            finished = event.finished
+            self.events.emit(
+                "command.ended", self.tenant, self.sandbox, id=event.id, argv=running.argv, cwd=running.cwd,
+                exit_code=finished.exit_code if which == "finished" and finished.HasField("exit_code") else None,
+                duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
+                timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
+
+
+async def _watched(first: bytes, requests: AsyncIterator[bytes], watch: Commands | None) -> AsyncIterator[bytes]:
+    if watch is not None:
+        watch.request(first)
+    yield first
+    async for request in requests:
+        if watch is not None:
+            watch.request(request)
+        yield request
+
+
+def _passed(context: grpc.aio.ServicerContext) -> tuple[tuple[str, Any], ...]:
+    return tuple((key, value) for key, value in context.invocation_metadata() or () if key not in _HELD_BACK)
+
+
+async def _relayed(context: grpc.aio.ServicerContext, call: Any) -> Any:
+    """``call``'s answer, or its failure passed on as the caller's status and trailing metadata."""
+    try:
+        response = await call
+    except grpc.aio.AioRpcError as error:
+        await context.abort(error.code(), error.details() or "", error.trailing_metadata() or ())
+    _pass_trailing(context, await call.trailing_metadata())
+    return response
+
+
+def _pass_trailing(context: grpc.aio.ServicerContext, trailing: Any) -> None:
+    if trailing:
+        context.set_trailing_metadata(tuple(trailing))

@@ -1,0 +1,254 @@
+"""The service's bookkeeping: which tenant holds which sandbox, quotas, pools, deadlines.
+
+:class:`Manager` creates sandboxes (from a template's warm pool when nothing is changed, else
+cold), finds them for their owner only (another tenant's looks absent), renews and removes
+them, removes the ones whose time to live or idle timeout passed, and, at start, adopts the
+containers a previous run of the service left (:func:`.sandboxes.adopted`) and removes pool
+leftovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import secrets
+import shutil
+import time
+from typing import Any
+
+from protolink.errors import QuotaExceededError, SandboxError, SandboxNotFoundError
+
+from .. import engine
+from ..config import Identity
+from ..hostdirs import write_private
+from ..leftovers import remove_host_dirs
+from . import labels, sandboxes
+from .config import Overrides, ServiceConfig, Template
+from .events import Events
+from .files import ServiceFiles
+from .sandboxes import Placed
+from .tokens import Tenant
+
+log = logging.getLogger(__name__)
+
+#: How often deadlines are looked at.
+TICK_SECONDS = 0.5
+#: How many ended sandboxes a listing still shows.
+ENDED_KEPT = 100
+#: Pool members started at once per template.
+POOL_STARTS = 1
+#: How long after a claim its pool starts a new member: the claimed sandbox's first calls
+#: do not compete with a container start for the CPU.
+REFILL_DELAY_SECONDS = 1.0
+
+
+class Manager:
+    """The sandboxes of service ``name``; see the module."""
+
+    def __init__(self, name: str, config: ServiceConfig, files: ServiceFiles, events: Events) -> None:
+        self.name = name
+        self.config = config
+        self.files = files
+        self.events = events
+        self.identity = Identity.of()
+        self.sandboxes: dict[str, Placed] = {}
+        self.ended: collections.deque[Placed] = collections.deque(maxlen=ENDED_KEPT)
+        self.pools: dict[str, list[Placed]] = {name: [] for name in config.templates}
+        self._starting: dict[str, int] = dict.fromkeys(config.templates, 0)
+        self._refill = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._docker: Any = None
+
+    async def start(self) -> None:
+        """Adopt what a previous run left, then keep deadlines and pools."""
+        self._docker = await asyncio.to_thread(engine.client)
+        await self._adopt()
+        self._spawn(self._watch_deadlines())
+        self._spawn(self._keep_pools())
+        self._refill.set()
+
+    async def close(self, *, remove_all: bool = False) -> None:
+        """Stop the background work and remove the pools (and every sandbox with ``remove_all``);
+        the others stay for the next run to adopt."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        doomed = [member for pool in self.pools.values() for member in pool]
+        if remove_all:
+            doomed += list(self.sandboxes.values())
+        await asyncio.gather(*(self._remove(placed, "down") for placed in doomed), return_exceptions=True)
+        for placed in self.sandboxes.values():  # kept: drop the connections of this run
+            if placed._channel is not None:
+                await placed._channel.close()
+            if placed.egress is not None:
+                await placed.egress.aclose()
+        if self._docker is not None:
+            await asyncio.to_thread(self._docker.close)
+
+    # What tenants ask --------------------------------------------------------------------
+
+    def find(self, tenant: Tenant, sandbox_id: str) -> Placed:
+        """``tenant``'s running sandbox ``sandbox_id``; SandboxNotFoundError for any other."""
+        placed = self.sandboxes.get(sandbox_id)
+        if placed is None or placed.tenant != tenant.id or placed.state != "running":
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}")
+        return placed
+
+    def listing(self, tenant: Tenant) -> list[Placed]:
+        """``tenant``'s sandboxes that run, then those that ended lately."""
+        running = [placed for placed in self.sandboxes.values() if placed.tenant == tenant.id]
+        return running + [placed for placed in self.ended if placed.tenant == tenant.id]
+
+    async def create(self, tenant: Tenant, template_name: str, overrides: Overrides) -> Placed:
+        """A new sandbox for ``tenant``: a pooled one when ``overrides`` change nothing and the
+        pool has one, else one started now. QuotaExceededError, SandboxPermissionError (a root
+        the configuration does not allow) and ValueError refuse at once."""
+        base = self.config.template(template_name)
+        template = overrides.applied(base)
+        roots = self.config.checked_roots(overrides.roots)
+        self._check_quota(tenant, template)
+        now = time.time()
+        if overrides.none and self.pools[base.name]:
+            placed = self.pools[base.name].pop()
+            placed.hand_to(tenant.id, now, pooled=True)
+            self.sandboxes[placed.id] = placed
+            self._spawn(self._rename(placed))
+            asyncio.get_running_loop().call_later(REFILL_DELAY_SECONDS, self._refill.set)
+            self.events.emit("sandbox.created", tenant.id, placed.id, template=base.name, image=template.image,
+                             pooled=True, seconds=time.time() - now)
+            return placed
+        placed = sandboxes.new_placed(secrets.token_hex(8), tenant.id, template, overrides)
+        placed.hand_to(tenant.id, now, pooled=False)
+        self.sandboxes[placed.id] = placed  # holds its share of the quota while it starts
+        try:
+            if overrides.workspace:
+                placed.workspace = await asyncio.to_thread(sandboxes.make_workspace, self.files.workspaces(),
+                                                           placed.id, self.identity)
+            await sandboxes.start(self.name, placed, Overrides(roots=roots), self.events)
+        except BaseException:
+            del self.sandboxes[placed.id]
+            if placed.workspace:
+                await asyncio.to_thread(shutil.rmtree, placed.workspace, True)
+            raise
+        placed.last_used = time.time()
+        self.events.emit("sandbox.created", tenant.id, placed.id, template=base.name, image=template.image,
+                         pooled=False, seconds=time.time() - now)
+        return placed
+
+    def renew(self, tenant: Tenant, sandbox_id: str, ttl_seconds: float | None) -> Placed:
+        """Give ``sandbox_id`` ``ttl_seconds`` (None: its own time to live) from now. Container
+        labels cannot change: the new deadline is kept in the renewals file for the next run."""
+        placed = self.find(tenant, sandbox_id)
+        placed.renew(ttl_seconds, time.time())
+        self._save_renewals()
+        return placed
+
+    def _save_renewals(self) -> None:
+        write_private(self.files.renewals, json.dumps({placed.id: placed.expires for placed in self.sandboxes.values()
+                                                       if placed.renewed}))
+
+    def _load_renewals(self) -> dict[str, float]:
+        try:
+            found = json.loads(self.files.renewals.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(key): float(value) for key, value in found.items()} if isinstance(found, dict) else {}
+
+    async def delete(self, tenant: Tenant, sandbox_id: str) -> None:
+        await self._remove(self.find(tenant, sandbox_id), "deleted")
+
+    # Inside ------------------------------------------------------------------------------
+
+    def _check_quota(self, tenant: Tenant, template: Template) -> None:
+        held = [placed.template for placed in self.sandboxes.values() if placed.tenant == tenant.id]
+        why = tenant.quota.refusal(len(held) + 1, sum(t.memory_bytes for t in held) + template.memory_bytes,
+                                   sum(t.cpus for t in held) + template.cpus)
+        if why is not None:
+            raise QuotaExceededError(f"quota of token {tenant.name!r} exceeded: {why}")
+
+    async def _remove(self, placed: Placed, reason: str) -> None:
+        if placed.state in ("deleted", "expired", "idle", "down", "lost"):
+            return
+        placed.state = reason
+        self.sandboxes.pop(placed.id, None)
+        for pool in self.pools.values():
+            if placed in pool:
+                pool.remove(placed)
+        if placed.renewed:
+            self._save_renewals()
+        try:
+            await sandboxes.remove(placed, self._docker)
+        finally:
+            if placed.tenant:
+                self.ended.append(placed)
+                self.events.emit("sandbox.removed", placed.tenant, placed.id, reason=reason)
+
+    async def _rename(self, placed: Placed) -> None:
+        """Record the new owner of a claimed pool member in its container's name."""
+        new = labels.container_name(self.name, placed.tenant, placed.id)
+        try:
+            await asyncio.to_thread(self._docker.api.rename, placed.container_id, new)
+        except Exception as error:
+            log.warning("could not rename claimed sandbox %s: %s", placed.id, error)
+
+    async def _adopt(self) -> None:
+        now = time.time()
+        renewals = self._load_renewals()
+        found = await asyncio.to_thread(self._docker.api.containers, all=True,
+                                        filters={"label": f"{labels.SERVICE}={self.name}"})
+        for container in found:
+            name = (container.get("Names") or ["/"])[0].lstrip("/")
+            placed = sandboxes.adopted(self.name, name, container, now)
+            if placed is None or container.get("State") != "running":
+                await asyncio.to_thread(sandboxes.remove_container, self._docker, container["Id"])
+                await asyncio.to_thread(remove_host_dirs, container.get("Labels") or {})
+                continue
+            if placed.id in renewals:
+                placed.expires, placed.renewed = renewals[placed.id], True
+            await sandboxes.resume_egress(placed, self.events)
+            self.sandboxes[placed.id] = placed
+            log.info("adopted sandbox %s of tenant %s", placed.id, placed.tenant)
+
+    async def _watch_deadlines(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            now = time.time()
+            for placed in list(self.sandboxes.values()):
+                reason = placed.due(now)
+                if reason is not None:
+                    self._spawn(self._remove(placed, reason))
+
+    async def _keep_pools(self) -> None:
+        while True:
+            await self._refill.wait()
+            self._refill.clear()
+            for template in self.config.templates.values():
+                while len(self.pools[template.name]) + self._starting[template.name] < template.pool \
+                        and self._starting[template.name] < POOL_STARTS:
+                    self._starting[template.name] += 1
+                    self._spawn(self._pool_one(template))
+
+    async def _pool_one(self, template: Template) -> None:
+        placed = Placed(id=secrets.token_hex(8), tenant="", template=template)
+        try:
+            await sandboxes.start(self.name, placed, Overrides(), self.events)
+        except SandboxError as error:
+            log.warning("could not start a pooled sandbox of template %s: %s", template.name, error)
+            await asyncio.sleep(5.0)  # an engine that refuses is not asked again at once
+        else:
+            self.pools[template.name].append(placed)
+        finally:
+            self._starting[template.name] -= 1
+            self._refill.set()
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("service task failed", exc_info=task.exception())

@@ -1,0 +1,244 @@
+"""The service's sandboxes: one record per sandbox, and the container it runs in.
+
+A :class:`Placed` sandbox is what the service knows of one sandbox: its owner, template,
+limits, deadlines and address. It is started here (a :class:`ServiceContainer`, a
+DockerSandbox whose container carries the labels of :mod:`.labels`), rebuilt from those labels
+when a restarted service adopts it, and removed here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from protolink.wire._pb import sandbox_pb2
+from protolink.wire.roots import Root
+
+from ..appliance import ADDRESS_LABEL
+from ..client import channel_options
+from ..config import Identity, Lease, Limits, SandboxConfig
+from ..docker import DockerSandbox
+from ..egress.policy import parse_policy
+from ..egress.service import EgressService
+from ..leftovers import CREATED_LABEL, remove_host_dirs
+from ..placements.docker import ContainerSpec, EngineFacts, HostFacts, unix_address
+from ..writable_roots import open_to
+from . import labels
+from .config import Overrides, Template
+from .events import Events
+
+log = logging.getLogger(__name__)
+
+INFO = "/protolink.sandbox.v1.Sandbox/Info"
+INFO_SECONDS = 10.0
+
+
+class ServiceContainer(DockerSandbox):
+    """A DockerSandbox whose container also carries ``extra_labels`` and its socket's address."""
+
+    def __init__(self, *, extra_labels: dict[str, str], **options: Any) -> None:
+        super().__init__(**options)
+        self.extra_labels = extra_labels
+
+    def _spec(self, engine_facts: EngineFacts, host: HostFacts) -> ContainerSpec:
+        spec = super()._spec(engine_facts, host)
+        return replace(spec, labels={**spec.labels, **self.extra_labels, ADDRESS_LABEL: unix_address(host.channel_dir)})
+
+
+@dataclass
+class Placed:
+    """One sandbox of the service. ``tenant`` is its owner's id (empty while it waits in the
+    pool); ``expires`` and the idle clock (``last_used`` + ``idle_seconds``, stopped while calls
+    are in flight) say when it ends; ``state`` is ``starting``, ``running``, or how it ended."""
+
+    id: str
+    tenant: str
+    template: Template
+    labels: dict[str, str] = field(default_factory=dict)
+    workspace: str = ""
+    pooled: bool = False
+    created: float = field(default_factory=time.time)
+    expires: float = 0.0
+    last_used: float = field(default_factory=time.time)
+    active: int = 0
+    renewed: bool = False
+    state: str = "starting"
+    address: str = ""
+    container_id: str = ""
+    container_labels: dict[str, str] = field(default_factory=dict)
+    docker: ServiceContainer | None = None
+    egress: EgressService | None = None
+    info: bytes = b""
+    _channel: grpc.aio.Channel | None = None
+
+    @property
+    def idle_expires(self) -> float:
+        idle = self.template.idle_seconds
+        return 0.0 if idle is None or self.active else self.last_used + idle
+
+    def due(self, now: float) -> str | None:
+        """Why the sandbox ends now (``expired``, ``idle``); None while it may run on."""
+        if self.state != "running":
+            return None
+        if self.expires and now >= self.expires:
+            return "expired"
+        if self.idle_expires and now >= self.idle_expires:
+            return "idle"
+        return None
+
+    def hand_to(self, tenant: str, now: float, *, pooled: bool) -> None:
+        """Give this sandbox to ``tenant`` (from the pool, or as it starts): its time to live starts now."""
+        self.tenant = tenant
+        self.pooled = pooled
+        self.created = self.last_used = now
+        self.expires = now + self.template.ttl_seconds if self.template.ttl_seconds else 0.0
+
+    def renew(self, ttl_seconds: float | None, now: float) -> None:
+        ttl = ttl_seconds or self.template.ttl_seconds
+        self.expires = now + ttl if ttl else 0.0
+        self.last_used = now
+        self.renewed = True
+
+    def channel(self) -> grpc.aio.Channel:
+        """The channel to this sandbox's own server (opened on first use)."""
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=channel_options())
+        return self._channel
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a status shows (and the ``state`` of one that ended)."""
+        return {"id": self.id, "template": self.template.name, "image": self.template.image,
+                "memory_bytes": self.template.memory_bytes, "cpus": self.template.cpus, "pids": self.template.pids,
+                "labels": dict(self.labels), "created": self.created, "expires": self.expires,
+                "idle_expires": self.idle_expires, "workspace": self.workspace, "pooled": self.pooled,
+                "state": self.state, "info": self.info}
+
+
+def container_labels(service: str, placed: Placed) -> dict[str, str]:
+    """The labels a container of ``placed`` carries (see :mod:`.labels`)."""
+    template = placed.template
+    found = {
+        labels.SERVICE: service, labels.TEMPLATE: template.name, labels.CREATED: repr(placed.created),
+        labels.LIMITS: json.dumps({"image": template.image, "memory_bytes": template.memory_bytes,
+                                   "cpus": template.cpus, "pids": template.pids}),
+        labels.TTL: labels.seconds(template.ttl_seconds), labels.IDLE: labels.seconds(template.idle_seconds),
+        labels.WORKSPACE: placed.workspace,
+        **{labels.USER_PREFIX + key: value for key, value in placed.labels.items()},
+    }
+    if template.allow is not None:
+        found[labels.EGRESS] = labels.rules(template.allow) or "[]"
+    if placed.tenant == "":
+        found[labels.POOLED] = "1"
+    return found
+
+
+def adopted(service: str, name: str, container: dict[str, Any], now: float) -> Placed | None:
+    """The sandbox a container of ``service`` (an engine listing's entry) holds; None for a pool
+    leftover or a container that is not one of its sandboxes."""
+    found = container.get("Labels") or {}
+    owner = labels.owner_of(name, service)
+    if owner is None or owner[0] == labels.POOL_OWNER:
+        return None
+    limits = json.loads(found.get(labels.LIMITS, "{}"))
+    template = Template(name=found.get(labels.TEMPLATE, ""), image=str(limits.get("image", "")),
+                        memory_bytes=int(limits.get("memory_bytes", Limits.memory)),
+                        cpus=float(limits.get("cpus", Limits.cpus)), pids=int(limits.get("pids", Limits.pids)),
+                        ttl_seconds=labels.seconds_from(found.get(labels.TTL)),
+                        idle_seconds=labels.seconds_from(found.get(labels.IDLE)),
+                        allow=labels.rules_from(found.get(labels.EGRESS)))
+    created = float(found.get(labels.CREATED) or found.get(CREATED_LABEL) or now)
+    user = {key.removeprefix(labels.USER_PREFIX): value for key, value in found.items()
+            if key.startswith(labels.USER_PREFIX)}
+    placed = Placed(id=owner[1], tenant=owner[0], template=template, labels=user,
+                    workspace=found.get(labels.WORKSPACE, ""), pooled=labels.POOLED in found, created=created,
+                    last_used=now, state="running", address=found.get(ADDRESS_LABEL, ""),
+                    container_id=container["Id"], container_labels=found)
+    placed.expires = created + template.ttl_seconds if template.ttl_seconds else 0.0
+    return placed
+
+
+def new_placed(sandbox_id: str, tenant: str, template: Template, overrides: Overrides) -> Placed:
+    return Placed(id=sandbox_id, tenant=tenant, template=template, labels=dict(overrides.labels))
+
+
+def make_workspace(base: Path, sandbox_id: str, identity: Identity) -> str:
+    """An empty directory for one sandbox beneath the private ``base``, writable by the command user."""
+    path = base / sandbox_id
+    path.mkdir(mode=0o700)
+    open_to(path, identity.uid, identity.gid, "the managed workspace")
+    return str(path)
+
+
+async def start(service: str, placed: Placed, overrides: Overrides, events: Events) -> None:
+    """Start ``placed``'s container and wait until its server answers; on failure nothing is left."""
+    roots = overrides.roots + ((Root(placed.workspace, writable=True),) if placed.workspace else ())
+    template = placed.template
+    config = SandboxConfig(
+        roots=roots, image=template.image,
+        limits=Limits(memory=template.memory_bytes, cpus=template.cpus, pids=template.pids),
+        lease=Lease(owner=f"service:{service}", session=placed.id, expiry_seconds=None),
+        name=labels.container_name(service, placed.tenant, placed.id),
+        egress=None if template.allow is None else parse_policy(template.allow),
+    )
+
+    def on_egress(event: Any) -> None:
+        events.emit("egress", placed.tenant, placed.id, **asdict(event))
+
+    container = ServiceContainer(config=config, extra_labels=container_labels(service, placed),
+                                 on_egress_event=on_egress)
+    await container.start()
+    placed.docker = container
+    placed.address = container.address or ""
+    placed.container_id = container.container_id or ""
+    # The connection is made and the server's Info kept: a client's first call is its own.
+    placed.info = await placed.channel().unary_unary(INFO)(sandbox_pb2.InfoRequest().SerializeToString(),
+                                                          timeout=INFO_SECONDS, wait_for_ready=True)
+    placed.state = "running"
+
+
+async def resume_egress(placed: Placed, events: Events) -> None:
+    """Serve the egress of an adopted sandbox again (its relay waits for a host to dial in)."""
+    if placed.template.allow is None:
+        return
+
+    def on_egress(event: Any) -> None:
+        events.emit("egress", placed.tenant, placed.id, **asdict(event))
+
+    try:
+        placed.egress = await EgressService.start(Path(placed.address.removeprefix("unix://")).parent,
+                                                  parse_policy(placed.template.allow), sandbox=placed.id,
+                                                  on_event=on_egress)
+    except ConnectionError as error:
+        log.warning("sandbox %s: its egress could not be resumed: %s", placed.id, error)
+
+
+async def remove(placed: Placed, docker_client: Any) -> None:
+    """Remove ``placed``'s container, host directories, workspace and connections."""
+    if placed._channel is not None:
+        await placed._channel.close()
+        placed._channel = None
+    if placed.egress is not None:
+        await placed.egress.aclose()
+    if placed.docker is not None:
+        await placed.docker.aclose()
+    elif placed.container_id:
+        await asyncio.to_thread(remove_container, docker_client, placed.container_id)
+        await asyncio.to_thread(remove_host_dirs, placed.container_labels)
+    if placed.workspace:
+        await asyncio.to_thread(shutil.rmtree, placed.workspace, True)
+
+
+def remove_container(docker_client: Any, container_id: str) -> None:
+    import docker.errors
+
+    with contextlib.suppress(docker.errors.NotFound):
+        docker_client.api.remove_container(container_id, force=True, v=True)

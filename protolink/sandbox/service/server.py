@@ -1,0 +1,181 @@
+"""The service's gRPC server: the control API (service.proto) and the forwarded sandbox calls.
+
+It listens on a Unix socket (0600, in this user's runtime directory) and, when asked, on a TCP
+address, which takes TLS credentials (``grpc.ServerCredentials``, e.g. from
+``grpc.ssl_server_credentials``): without them the server refuses to start, since tokens must
+never cross a network in clear. Every call needs ``authorization: Bearer <token>``, on the Unix
+socket too: the token is the tenant.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+import grpc
+
+from protolink.errors import QuotaExceededError, SandboxError, SandboxNotFoundError, SandboxPermissionError
+from protolink.wire._pb import service_pb2, service_pb2_grpc
+from protolink.wire.roots import Root
+
+from .config import Overrides
+from .events import Events
+from .forward import SANDBOX_KEY, Forwarder
+from .manager import Manager
+from .sandboxes import Placed
+from .tokens import Tenant, Tokens
+
+#: How each refusal travels.
+CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (SandboxNotFoundError, grpc.StatusCode.NOT_FOUND),
+    (QuotaExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (SandboxPermissionError, grpc.StatusCode.PERMISSION_DENIED),
+    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+    (SandboxError, grpc.StatusCode.UNAVAILABLE),
+)
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+class Gate:
+    """Who calls: the tenant of the call's bearer token, or the call is refused (UNAUTHENTICATED)."""
+
+    def __init__(self, tokens: Tokens, manager: Manager, events: Events) -> None:
+        self.tokens, self.manager, self.events = tokens, manager, events
+
+    async def tenant(self, context: grpc.aio.ServicerContext, method: str) -> Tenant:
+        metadata = dict(context.invocation_metadata() or ())
+        header = str(metadata.get("authorization", ""))
+        tenant = self.tokens.tenant(header.removeprefix("Bearer ")) if header.startswith("Bearer ") else None
+        if tenant is None:
+            self.events.emit("refused", method=method, code="UNAUTHENTICATED", reason="no known token")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid token is required (authorization: Bearer)")
+        self.events.emit("request", tenant.id, str(metadata.get(SANDBOX_KEY, "")), method=method)
+        return tenant
+
+    async def sandbox(self, context: grpc.aio.ServicerContext, method: str) -> tuple[str, Placed]:
+        """The caller's sandbox that the call's metadata names, for forwarding."""
+        tenant = await self.tenant(context, method)
+        sandbox_id = str(dict(context.invocation_metadata() or ()).get(SANDBOX_KEY, ""))
+        try:
+            return tenant.id, self.manager.find(tenant, sandbox_id)
+        except SandboxNotFoundError as error:
+            await refuse(context, error, self.events, tenant, method)
+
+
+async def refuse(context: grpc.aio.ServicerContext, error: BaseException, events: Events, tenant: Tenant,
+                 method: str) -> NoReturn:
+    code = next(code for kind, code in CODES if isinstance(error, kind))
+    events.emit("refused", tenant.id, method=method, code=code.name, reason=str(error))
+    await context.abort(code, str(error))
+    raise AssertionError("unreachable")  # abort raises
+
+
+def status(placed: Placed) -> service_pb2.SandboxStatus:
+    return service_pb2.SandboxStatus(**placed.to_dict())
+
+
+def overrides(request: service_pb2.CreateRequest) -> Overrides:
+    def given(name: str) -> Any:
+        return getattr(request, name) if request.HasField(name) else None
+
+    return Overrides(image=given("image"), memory_bytes=given("memory_bytes"), cpus=given("cpus"),
+                     pids=given("pids"), allow=tuple(request.allow) if request.egress else None,
+                     ttl_seconds=given("ttl_seconds"), idle_seconds=given("idle_seconds"),
+                     labels=dict(request.labels), roots=tuple(Root(r.path, r.writable) for r in request.roots),
+                     workspace=request.managed_workspace)
+
+
+class Control(service_pb2_grpc.SandboxServiceServicer):
+    """The control API; each call is its caller's alone."""
+
+    def __init__(self, gate: Gate, manager: Manager, events: Events) -> None:
+        self.gate, self.manager, self.events = gate, manager, events
+
+    async def Create(self, request: service_pb2.CreateRequest, context: grpc.aio.ServicerContext) -> Any:
+        tenant = await self.gate.tenant(context, "Create")
+        try:
+            return status(await self.manager.create(tenant, request.template, overrides(request)))
+        except (SandboxError, ValueError) as error:
+            await refuse(context, error, self.events, tenant, "Create")
+
+    async def List(self, request: service_pb2.ListRequest, context: grpc.aio.ServicerContext) -> Any:
+        tenant = await self.gate.tenant(context, "List")
+        return service_pb2.ListResponse(sandboxes=[status(placed) for placed in self.manager.listing(tenant)],
+                                        pool_ready={name: len(pool) for name, pool in self.manager.pools.items()})
+
+    async def Get(self, request: service_pb2.GetRequest, context: grpc.aio.ServicerContext) -> Any:
+        tenant = await self.gate.tenant(context, "Get")
+        try:
+            return status(self.manager.find(tenant, request.id))
+        except SandboxError as error:
+            await refuse(context, error, self.events, tenant, "Get")
+
+    async def Renew(self, request: service_pb2.RenewRequest, context: grpc.aio.ServicerContext) -> Any:
+        tenant = await self.gate.tenant(context, "Renew")
+        try:
+            return status(self.manager.renew(tenant, request.id, request.ttl_seconds or None))
+        except SandboxError as error:
+            await refuse(context, error, self.events, tenant, "Renew")
+
+    async def Delete(self, request: service_pb2.DeleteRequest, context: grpc.aio.ServicerContext) -> Any:
+        tenant = await self.gate.tenant(context, "Delete")
+        try:
+            await self.manager.delete(tenant, request.id)
+        except SandboxError as error:
+            await refuse(context, error, self.events, tenant, "Delete")
+        return service_pb2.DeleteResponse()
+
+
+def control_handler(control: Control) -> grpc.GenericRpcHandler:
+    """The handler of the control API under its name in service.proto (the generated
+    registration names the service after the module it was moved to)."""
+    service = service_pb2.DESCRIPTOR.services_by_name["SandboxService"]
+    return grpc.method_handlers_generic_handler(service.full_name, {
+        method.name: grpc.unary_unary_rpc_method_handler(
+            getattr(control, method.name),
+            request_deserializer=getattr(service_pb2, method.input_type.name).FromString,
+            response_serializer=getattr(service_pb2, method.output_type.name).SerializeToString)
+        for method in service.methods
+    })
+
+
+class ServiceServer:
+    """The server of one service: ``unix_path`` always; ``tcp`` (``HOST:PORT``) only with
+    ``tcp_credentials`` (ValueError otherwise)."""
+
+    def __init__(self, manager: Manager, tokens: Tokens, events: Events, *, unix_path: str,
+                 tcp: str | None = None, tcp_credentials: grpc.ServerCredentials | None = None) -> None:
+        if tcp is not None and tcp_credentials is None:
+            raise ValueError(f"a TCP listener ({tcp}) needs TLS credentials: tokens never cross a network in clear")
+        self.manager, self.events = manager, events
+        self.unix_path, self.tcp, self.tcp_credentials = unix_path, tcp, tcp_credentials
+        self.tcp_port: int | None = None
+        gate = Gate(tokens, manager, events)
+        self._server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                                                ("grpc.so_reuseport", 0)])
+        self._server.add_generic_rpc_handlers((control_handler(Control(gate, manager, events)),
+                                               Forwarder(gate.sandbox, events)))
+
+    @property
+    def addresses(self) -> Iterable[str]:
+        yield f"unix://{self.unix_path}"
+        if self.tcp is not None:
+            yield f"{self.tcp.rpartition(':')[0]}:{self.tcp_port}"
+
+    async def start(self) -> None:
+        if os.path.exists(self.unix_path):
+            os.unlink(self.unix_path)
+        old = os.umask(0o177)  # the socket is born 0600
+        try:
+            self._server.add_insecure_port(f"unix://{self.unix_path}")
+            if self.tcp is not None:
+                assert self.tcp_credentials is not None
+                self.tcp_port = self._server.add_secure_port(self.tcp, self.tcp_credentials)
+            await self._server.start()
+        finally:
+            os.umask(old)
+
+    async def stop(self, grace: float = 2.0) -> None:
+        await self._server.stop(grace)

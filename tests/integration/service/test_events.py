@@ -1,0 +1,80 @@
+"""The service's events, as a sink receives them: requests, refusals, sandboxes, commands, files."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+import pytest
+
+from protolink.errors import SandboxAuthenticationError
+from protolink.sandbox.service.client import connect
+from protolink.sandbox.service.config import ServiceConfig
+from protolink.sandbox.service.daemon import serve
+from protolink.sandbox.service.events import ServiceEvent
+from protolink.sandbox.service.files import ServiceFiles
+from protolink.sandbox.service.process import remove_everything
+from tests.conftest import TEST_NAME_PREFIX
+
+pytestmark = pytest.mark.docker
+
+
+class Collected:
+    """A sink that keeps every event."""
+
+    def __init__(self) -> None:
+        self.events: list[ServiceEvent] = []
+
+    def record(self, event: ServiceEvent) -> None:
+        self.events.append(event)
+
+    def of(self, kind: str) -> list[ServiceEvent]:
+        return [event for event in self.events if event.kind == kind]
+
+
+@contextlib.asynccontextmanager
+async def serving(image: str, sink: Collected, docker_client):
+    name = f"{TEST_NAME_PREFIX}svc-{uuid.uuid4().hex[:8]}"
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(serve(name, ServiceConfig.load(None, image=image), sinks=[sink], stop=stop))
+    files = ServiceFiles.of(name)
+    try:
+        while not files.pid.exists():
+            assert not task.done(), task.exception()
+            await asyncio.sleep(0.02)
+        yield files
+    finally:
+        stop.set()
+        await task
+        remove_everything(name, docker_client)
+
+
+async def test_a_sink_gets_every_request_sandbox_command_and_file(runtime, sandbox_image, docker_client, run):
+    sink = Collected()
+    async with serving(sandbox_image, sink, docker_client) as files:
+        with pytest.raises(SandboxAuthenticationError):
+            await connect(files.address, "wrong", timeout=30.0)
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        async with await client.create(workspace=True) as sandbox:
+            workspace = sandbox.status.workspace
+            result = await run(sandbox.backend, ["/bin/sh", "-c", "printf 12345; exit 3"], cwd=workspace)
+            assert result.exit_code == 3
+            absent = await sandbox.backend.snapshot_file(f"{workspace}/made.txt", roots=[workspace],
+                                                         max_file_bytes=1000)
+            await sandbox.backend.replace_file(absent.revision, b"abc", None, roots=[workspace])
+        await client.aclose()
+    refused = sink.of("refused")[0]
+    assert (refused.tenant, refused.fields["code"]) == ("", "UNAUTHENTICATED")
+    created, removed = sink.of("sandbox.created")[0], sink.of("sandbox.removed")[0]
+    assert created.sandbox == removed.sandbox == sandbox.id and removed.fields["reason"] == "deleted"
+    tenant = created.tenant
+    assert {"Create", "/protolink.sandbox.v1.Sandbox/Execute", "Delete"} <= {
+        event.fields["method"] for event in sink.of("request") if event.tenant == tenant}
+    started, ended = sink.of("command.started")[0], sink.of("command.ended")[0]
+    assert started.fields["argv"] == ["/bin/sh", "-c", "printf 12345; exit 3"] and started.fields["cwd"] == workspace
+    assert (ended.fields["exit_code"], ended.fields["output_bytes"], ended.tenant, ended.sandbox) == (
+        3, 5, tenant, sandbox.id)
+    assert ended.fields["duration_seconds"] > 0
+    written = sink.of("file.written")[0]
+    assert (written.fields["path"], written.fields["bytes"]) == (f"{workspace}/made.txt", 3)

@@ -1,0 +1,96 @@
+"""Warm pools, deadlines, and a service that is killed and started again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from protolink.errors import SandboxNotFoundError
+from protolink.sandbox.service import labels
+
+pytestmark = pytest.mark.docker
+
+#: A hang guard, never a measure.
+WAIT_SECONDS = 120.0
+
+
+async def eventually(check, what: str):
+    """Ask ``check()`` until it answers something true; fails after WAIT_SECONDS."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not (found := await check()):
+        assert time.monotonic() < deadline, f"still not {what} after {WAIT_SECONDS:g} s"
+        await asyncio.sleep(0.1)
+    return found
+
+
+def containers(docker_client, service) -> dict[str, str]:
+    """The service's containers: name -> id."""
+    found = docker_client.containers.list(all=True, filters={"label": f"{labels.SERVICE}={service.name}"})
+    return {container.name: container.id for container in found}
+
+
+async def test_the_pool_serves_a_plain_create_and_refills(make_service, docker_client, run):
+    service = make_service("--pool", "1")
+    client = await service.client()
+
+    async def one_ready():
+        return (await client.pool_ready()).get("default") == 1
+
+    await eventually(one_ready, "one pooled sandbox ready")
+    pooled = await client.create()
+    assert pooled.status.pooled
+    changed = await client.create(memory_mib=256)  # a create that changes something starts cold
+    assert not changed.status.pooled
+    assert (await run(pooled.backend, ["/bin/echo", "warm"])).stdout == "warm\n"
+    await eventually(one_ready, "the pool refilled")
+    await pooled.delete()  # single use: deleted, never returned to the pool
+    await changed.delete()
+    names = containers(docker_client, service)
+    assert not any(pooled.id in name for name in names), names
+    assert len([name for name in names if ".pool." in name]) == 1, names
+
+
+async def test_a_killed_service_adopts_its_sandboxes_and_drops_its_pool(make_service, docker_client, run):
+    service = make_service("--pool", "1")
+    client = await service.client()
+    kept = await client.create(workspace=True, labels={"job": "42"}, ttl_seconds=3600)
+    made = await run(kept.backend, ["/bin/sh", "-c", "echo kept > note.txt"], cwd=kept.status.workspace)
+    assert made.exit_code == 0, made.stderr
+
+    async def pool_member():
+        return [name for name in containers(docker_client, service) if ".pool." in name]
+
+    leftover = (await eventually(pool_member, "a pool member started"))[0]
+    first_expiry = kept.status.expires
+    renewed = await kept.renew(7200)
+    assert renewed.expires > first_expiry + 3000
+    service.kill()
+    service.start()
+    client = await service.client()
+    listed = {status.id: status for status in await client.list()}
+    assert listed[kept.id].labels == {"job": "42"} and listed[kept.id].workspace == kept.status.workspace
+    assert listed[kept.id].expires == pytest.approx(renewed.expires, abs=0.01)  # labels cannot keep a renewal
+    again = await client.open(kept.id)
+    read = await run(again.backend, ["/bin/cat", "note.txt"], cwd=kept.status.workspace)
+    assert (read.exit_code, read.stdout) == (0, "kept\n")
+    assert leftover not in containers(docker_client, service)  # the old pool's member is removed
+    await again.delete()
+
+
+async def test_a_sandbox_past_its_time_to_live_or_idle_timeout_is_removed_and_reported(service, docker_client):
+    client = await service.client()
+    short = await client.create(ttl_seconds=1)
+    idle = await client.create(idle_seconds=1)
+
+    async def ended():
+        states = {status.id: status.state for status in await client.list()}
+        return states if states.get(short.id) == "expired" and states.get(idle.id) == "idle" else None
+
+    await eventually(ended, "expired and idle")
+    for sandbox in (short, idle):
+        with pytest.raises(SandboxNotFoundError):
+            await client.get(sandbox.id)
+        await sandbox.backend.aclose()
+    assert containers(docker_client, service) == {}

@@ -1,0 +1,56 @@
+"""Templates, overrides and the roots a service allows."""
+
+from __future__ import annotations
+
+import pytest
+
+from protolink.errors import SandboxPermissionError
+from protolink.sandbox.service.config import Overrides, ServiceConfig
+from protolink.sandbox.service.labels import container_name, owner_of
+from protolink.wire.roots import Root
+
+
+def test_a_config_file_gives_templates_pools_and_allowed_roots(tmp_path):
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "service.toml"
+    path.write_text(f"""
+allowed_roots = ["{tmp_path / 'data'}"]
+[templates.default]
+memory_mib = 256
+pool = 2
+[templates.web]
+image = "other:1"
+allow = ["pypi.org:443"]
+ttl_seconds = 0
+""")
+    config = ServiceConfig.load(path, image="base:1", pool=3)
+    default, web = config.template(""), config.template("web")
+    assert (default.image, default.memory_bytes, default.pool) == ("base:1", 256 << 20, 3)
+    assert (web.image, web.allow, web.ttl_seconds, web.pool) == ("other:1", ("pypi.org:443",), None, 0)
+    with pytest.raises(ValueError, match="no template 'gpu'"):
+        config.template("gpu")
+    assert config.checked_roots((Root(str(tmp_path / "data"), writable=True),)) == (
+        Root(str(tmp_path / "data"), writable=True),)
+    with pytest.raises(SandboxPermissionError, match="not beneath a root this service allows"):
+        config.checked_roots((Root(str(tmp_path)),))
+
+
+def test_an_unknown_template_key_is_refused(tmp_path):
+    path = tmp_path / "service.toml"
+    path.write_text("[templates.default]\nmemory = 1\n")
+    with pytest.raises(ValueError, match="unknown keys \\['memory'\\]"):
+        ServiceConfig.load(path, image="base:1")
+
+
+def test_only_a_create_that_changes_nothing_may_come_from_the_pool():
+    template = ServiceConfig.load(None, image="base:1", pool=1).template("")
+    assert Overrides().none
+    assert not Overrides(labels={"a": "b"}).none and not Overrides(workspace=True).none
+    changed = Overrides(memory_bytes=128 << 20, allow=()).applied(template)
+    assert (changed.memory_bytes, changed.allow, changed.pool, changed.image) == (128 << 20, (), 0, "base:1")
+
+
+def test_a_container_name_holds_the_owner_and_the_id():
+    assert owner_of(container_name("svc.a", "t1", "abc"), "svc.a") == ("t1", "abc")
+    assert owner_of(container_name("svc", "", "abc"), "svc") == ("pool", "abc")
+    assert owner_of("svc-other.t1.abc", "svc") is None and owner_of("svc.t1.abc.d", "svc") is None
