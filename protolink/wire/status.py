@@ -23,6 +23,7 @@ from protolink.errors import (
     SandboxAuthenticationError,
     SandboxError,
     SandboxLimitError,
+    SandboxNotFoundError,
     SandboxNotReachedError,
     SandboxProtocolError,
     SandboxUnavailableError,
@@ -67,7 +68,9 @@ STATUSES: dict[grpc.StatusCode, type[SandboxError] | None] = {
     grpc.StatusCode.UNKNOWN: SandboxError,
     grpc.StatusCode.INVALID_ARGUMENT: SandboxProtocolError,
     grpc.StatusCode.DEADLINE_EXCEEDED: SandboxUnavailableError,
-    grpc.StatusCode.NOT_FOUND: SandboxProtocolError,
+    # A sandbox's own "not found" travels with its kind; a bare one is the sandbox service's: it
+    # has no such sandbox for the caller.
+    grpc.StatusCode.NOT_FOUND: SandboxNotFoundError,
     grpc.StatusCode.ALREADY_EXISTS: SandboxProtocolError,
     grpc.StatusCode.PERMISSION_DENIED: SandboxProtocolError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: SandboxProtocolError,  # e.g. an oversized answer

@@ -12,6 +12,7 @@ SandboxNotFoundError, QuotaExceededError, SandboxPermissionError, SandboxAuthent
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -31,7 +32,9 @@ from protolink.wire._pb import sandbox_pb2, service_pb2, service_pb2_grpc
 from protolink.wire.roots import Root
 from protolink.wire.status import from_rpc_error
 
+from .. import transfer
 from ..client import SandboxBackend, attach, channel_options
+from ..transfer import TransferResult
 from .files import DEFAULT_NAME, ServiceFiles
 from .forward import SANDBOX_KEY
 
@@ -212,6 +215,16 @@ class Sandbox:
     async def renew(self, ttl_seconds: float | None = None) -> SandboxStatus:
         self.status = await self.client.renew(self.id, ttl_seconds)
         return self.status
+
+    async def upload(self, source: str | os.PathLike[str], destination: str, **options: Any) -> TransferResult:
+        """A local file, or a directory as tar, into the sandbox at ``destination`` (in a writable
+        root, the managed workspace say): :func:`protolink.sandbox.transfer.upload`."""
+        return await transfer.upload(self.backend, source, destination, **options)
+
+    async def download(self, source: str, destination: str | os.PathLike[str], **options: Any) -> TransferResult:
+        """A file or directory of the sandbox to the local ``destination``:
+        :func:`protolink.sandbox.transfer.download`."""
+        return await transfer.download(self.backend, source, destination, **options)
 
     async def delete(self) -> None:
         """Close the backend and delete the sandbox (one already gone is no error)."""

@@ -2,7 +2,8 @@
 sandbox goes, as the bytes that came, to that sandbox's own server.
 
 Nothing is parsed on the way but what the events need: each Execute request and event (argv,
-directory, exit, duration, output bytes) and each ReplaceFile request (the path written). The
+directory, exit, duration, output bytes), each ReplaceFile request and each Upload's summary (the
+path written). The
 other side's status and trailing metadata (the wire's typed errors) come back unchanged.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from protolink.wire._pb import process_pb2, sandbox_pb2, workspace_pb2
+from protolink.wire._pb import process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
 
 from .events import Events
 from .sandboxes import Placed
@@ -32,6 +33,7 @@ FORWARDED: dict[str, tuple[bool, bool]] = {
 }
 EXECUTE = f"/{_SANDBOX.full_name}/Execute"
 REPLACE_FILE = f"/{_SANDBOX.full_name}/ReplaceFile"
+UPLOAD = f"/{_SANDBOX.full_name}/Upload"
 #: Metadata the sandbox's server never sees: the service's own.
 _HELD_BACK = frozenset({"authorization", SANDBOX_KEY})
 
@@ -53,9 +55,11 @@ class Forwarder(grpc.GenericRpcHandler):
             return None
         if shape == (False, False):
             return grpc.unary_unary_rpc_method_handler(self._unary(method))
-        if shape == (True, True):
-            return grpc.stream_stream_rpc_method_handler(self._streams(method))
-        raise NotImplementedError(f"forwarding {method}: no handler for this shape {shape}")
+        if shape == (True, False):
+            return grpc.stream_unary_rpc_method_handler(self._stream_in(method))
+        if shape == (False, True):
+            return grpc.unary_stream_rpc_method_handler(self._stream_out(method))
+        return grpc.stream_stream_rpc_method_handler(self._streams(method))
 
     def _unary(self, method: str) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -74,33 +78,52 @@ class Forwarder(grpc.GenericRpcHandler):
 
         return forward
 
-    def _streams(self, method: str) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
-        async def forward(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-            # The first request is read before a refusal: a call ended while the caller's first
-            # message is still on its way may reach the caller as INTERNAL instead of the refusal.
-            try:
-                first = await anext(aiter(requests))
-            except StopAsyncIteration:
-                return
+    def _stream_in(self, method: str) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], Awaitable[bytes]]:
+        async def forward(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+            first = await _first(requests, context)
             tenant, placed = await self.resolve(context, method)
-            watch = Commands(self.events, tenant, placed.id) if method == EXECUTE else None
             placed.active += 1
-            call = placed.channel().stream_stream(method)(_watched(first, requests, watch), metadata=_passed(context),
-                                                          timeout=context.time_remaining())
             try:
-                async for response in call:
-                    if watch is not None:
-                        watch.event(response)
-                    yield response
-                _pass_trailing(context, await call.trailing_metadata())
-            except grpc.aio.AioRpcError as error:
-                await context.abort(error.code(), error.details() or "", error.trailing_metadata() or ())
+                call = placed.channel().stream_unary(method)
+                response = await _relayed(context, call(_watched(first, requests, None), metadata=_passed(context),
+                                                        timeout=context.time_remaining()))
             finally:
-                call.cancel()
                 placed.active -= 1
                 placed.last_used = time.time()
+            if method == UPLOAD:
+                self._uploaded(tenant, placed, response)
+            return response
 
         return forward
+
+    def _stream_out(self, method: str) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+        async def forward(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            _, placed = await self.resolve(context, method)
+            call = placed.channel().unary_stream(method)(request, metadata=_passed(context),
+                                                         timeout=context.time_remaining())
+            async for response in _relayed_stream(context, placed, call, None):
+                yield response
+
+        return forward
+
+    def _streams(self, method: str) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
+        async def forward(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            first = await _first(requests, context)
+            tenant, placed = await self.resolve(context, method)
+            watch = Commands(self.events, tenant, placed.id) if method == EXECUTE else None
+            call = placed.channel().stream_stream(method)(_watched(first, requests, watch), metadata=_passed(context),
+                                                          timeout=context.time_remaining())
+            async for response in _relayed_stream(context, placed, call, watch):
+                yield response
+
+        return forward
+
+    def _uploaded(self, tenant: str, placed: Placed, response: bytes) -> None:
+        try:
+            summary = transfer_pb2.TransferSummary.FromString(response)
+        except DecodeError:
+            return
+        self.events.emit("file.written", tenant, placed.id, path=summary.path, bytes=summary.bytes)
 
     def _file_written(self, tenant: str, placed: Placed, request: bytes) -> None:
         try:
@@ -158,6 +181,34 @@ class Commands:
                 timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
 
 
+async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+    """A stream's first request, read before any refusal: a call ended while the caller's first
+    message is still on its way may reach the caller as INTERNAL instead of the refusal."""
+    try:
+        return await anext(aiter(requests))
+    except StopAsyncIteration:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call sent no request")
+        raise AssertionError("unreachable") from None  # abort raises
+
+
+async def _relayed_stream(context: grpc.aio.ServicerContext, placed: Placed, call: Any,
+                          watch: Commands | None) -> AsyncIterator[bytes]:
+    """``call``'s answers as they come, then its status and trailing metadata, passed on."""
+    placed.active += 1
+    try:
+        async for response in call:
+            if watch is not None:
+                watch.event(response)
+            yield response
+        _pass_trailing(context, await call.trailing_metadata())
+    except grpc.aio.AioRpcError as error:
+        await _abort_as(context, error)
+    finally:
+        call.cancel()
+        placed.active -= 1
+        placed.last_used = time.time()
+
+
 async def _watched(first: bytes, requests: AsyncIterator[bytes], watch: Commands | None) -> AsyncIterator[bytes]:
     if watch is not None:
         watch.request(first)
@@ -166,6 +217,11 @@ async def _watched(first: bytes, requests: AsyncIterator[bytes], watch: Commands
         if watch is not None:
             watch.request(request)
         yield request
+
+
+async def _abort_as(context: grpc.aio.ServicerContext, error: grpc.aio.AioRpcError) -> None:
+    """End the caller's call as the sandbox ended it: status, details, trailing metadata (the wire's typed error)."""
+    await context.abort(error.code(), error.details() or "", tuple(error.trailing_metadata() or ()))
 
 
 def _passed(context: grpc.aio.ServicerContext) -> tuple[tuple[str, Any], ...]:
@@ -177,7 +233,7 @@ async def _relayed(context: grpc.aio.ServicerContext, call: Any) -> Any:
     try:
         response = await call
     except grpc.aio.AioRpcError as error:
-        await context.abort(error.code(), error.details() or "", error.trailing_metadata() or ())
+        await _abort_as(context, error)
     _pass_trailing(context, await call.trailing_metadata())
     return response
 

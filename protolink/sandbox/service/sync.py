@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from protolink.execution.process_types import ProcessResult, ProcessSpec
 
+from ..transfer import TransferResult
 from .client import Sandbox, SandboxStatus, ServiceClient, connect
 
 T = TypeVar("T")
@@ -77,7 +79,8 @@ class SyncServiceClient:
 
 
 class SyncSandbox:
-    """A sandbox of a :class:`SyncServiceClient`: ``run`` a command, ``renew``, ``delete``; ``with``
+    """A sandbox of a :class:`SyncServiceClient`: ``run`` a command, ``upload`` and ``download``
+    files, ``renew``, ``delete``; ``with``
     it to delete it at the end. ``backend`` is the async backend, for :meth:`SyncServiceClient.call`."""
 
     def __init__(self, client: SyncServiceClient, sandbox: Sandbox) -> None:
@@ -102,6 +105,14 @@ class SyncSandbox:
 
     def renew(self, ttl_seconds: float | None = None) -> SandboxStatus:
         return self._client.call(self._sandbox.renew(ttl_seconds))
+
+    def upload(self, source: str | os.PathLike[str], destination: str, **options: Any) -> TransferResult:
+        """See :meth:`.client.Sandbox.upload`."""
+        return self._client.call(self._sandbox.upload(source, destination, **options))
+
+    def download(self, source: str, destination: str | os.PathLike[str], **options: Any) -> TransferResult:
+        """See :meth:`.client.Sandbox.download`."""
+        return self._client.call(self._sandbox.download(source, destination, **options))
 
     def delete(self) -> None:
         self._client.call(self._sandbox.delete())
