@@ -130,10 +130,17 @@ async def _start_service(args: argparse.Namespace, image: str) -> str:
     arguments = ["--image", image, "--pool", str(args.pool)]
     if args.service_config is not None:
         arguments += ["--config", args.service_config]
+    if args.service_tcp is not None:
+        arguments += ["--tcp", args.service_tcp]
     record = await start_service(args.name, arguments)
     files = ServiceFiles.of(args.name)
-    return (f"service: {', '.join(record['addresses'])} (pid {record['pid']}; default token {files.default_token}): "
-            f"from protolink.sandbox.service import connect; service = await connect(name={args.name!r})")
+    lines = [f"service: {', '.join(record['addresses'])} (pid {record['pid']}; default token {files.default_token}): "
+             f"from protolink.sandbox.service import connect; service = await connect(name={args.name!r})"]
+    if record.get("fingerprint"):
+        tcp = next(where for where in record["addresses"] if not where.startswith("unix://"))
+        lines.append(f"service tls: {record['fingerprint']}: remote clients pin it: "
+                     f"connect({tcp!r}, token=..., fingerprint={record['fingerprint']!r})")
+    return "\n".join(lines)
 
 
 async def _start_egress(name: str, container_id: str, address: str, allow: list[str]) -> dict[str, Any]:
@@ -212,6 +219,8 @@ async def _service(args: argparse.Namespace) -> int:
         print(f"service {args.name}: not up")
         return 3
     print(f"service {args.name}: serving at {', '.join(record['addresses'])} (pid {record['pid']})")
+    if record.get("fingerprint"):
+        print(f"tls: {record['fingerprint']} (the fingerprint TCP clients pin)")
     client = await connect(name=args.name)
     try:
         listed = await client.list()
@@ -415,6 +424,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="let commands reach HOST (ports 80 and 443, or PORT; *.suffix matches names under suffix; "
                          "CIDR[:PORT] for addresses) through a host-side proxy; repeatable. Without: no network")
     up.add_argument("--pool", type=int, default=0, help="warm sandboxes the service keeps of its default template")
+    up.add_argument("--service-tcp", default=None, metavar="HOST:PORT",
+                    help="the sandbox service also listens here, with TLS (a certificate of its own, whose "
+                         "fingerprint is printed) and tokens")
     up.add_argument("--service-config", default=None, metavar="FILE",
                     help="the sandbox service's TOML file (templates, allowed roots): docs/service.md")
     _add_exec(commands)
@@ -434,7 +446,7 @@ def _parser() -> argparse.ArgumentParser:
     egress.add_argument("--follow", action="store_true", help="with --log: keep printing them as they come")
     egress.add_argument("--lines", type=int, default=50, help="with --log: how many recent decisions (default 50)")
     for verb, sub in commands.choices.items():
-        if verb not in ("ci", "serve", "audit"):  # a CI job has a sandbox of its own; serve its own name
+        if verb not in ("ci", "serve", "audit"):  # a CI job's sandbox is its own; the others name it themselves
             _add_name(sub)
     return parser
 
@@ -487,19 +499,21 @@ def _add_audit(commands: Any) -> None:
                                                                                             required=True)
     verify = audit.add_parser("verify", help="check every record's hash and link; exit 1 with a line per problem")
     verify.add_argument("path", nargs="?", default=None,
-                        help="default: service-audit.jsonl in the runtime directory (PROTOLINK_RUNTIME_DIR)")
+                        help="default: the audit log of the service --name (NAME.service.audit.jsonl in the "
+                             "runtime directory, PROTOLINK_RUNTIME_DIR)")
     verify.add_argument("--head", default=None, metavar="sha256:HEX",
                         help="a head printed earlier and kept elsewhere: it must still be in the file (finds the "
                              "last records removed, or the file rewritten)")
+    _add_name(verify)
 
 
 def _audit(args: argparse.Namespace) -> int:
     """``audit verify``: the count and head hash of an intact log, or a line per problem."""
-    from .hostdirs import runtime_dir
     from .service.audit import verify
+    from .service.files import ServiceFiles
 
     try:
-        report = verify(args.path or runtime_dir() / "service-audit.jsonl", kept_head=args.head)
+        report = verify(args.path or ServiceFiles.of(args.name).audit, kept_head=args.head)
     except (SandboxError, ValueError) as error:  # no log there, no runtime directory, not a head
         _say(str(error))
         return 1

@@ -37,6 +37,7 @@ from ..client import SandboxBackend, attach, channel_options
 from ..transfer import TransferResult
 from .files import DEFAULT_NAME, ServiceFiles
 from .forward import SANDBOX_KEY
+from .tls import pinned_channel
 
 #: How each refusal of the service is raised.
 ERRORS: dict[grpc.StatusCode, type[SandboxError]] = {
@@ -82,11 +83,13 @@ def _raised(error: grpc.aio.AioRpcError) -> Exception:
 
 
 async def connect(address: str | None = None, token: str | None = None, *, name: str = DEFAULT_NAME,
-                  channel: grpc.aio.Channel | None = None, credentials: grpc.ChannelCredentials | None = None,
-                  timeout: float = 5.0) -> ServiceClient:
+                  fingerprint: str | None = None, channel: grpc.aio.Channel | None = None,
+                  credentials: grpc.ChannelCredentials | None = None, timeout: float = 5.0) -> ServiceClient:
     """A client of the service at ``address`` (``unix:///path`` or ``host:port``; default: the
     Unix socket of local service ``name``), or over ``channel``. ``token`` defaults to the
-    local service's default token. SandboxUnavailableError when it does not answer in ``timeout``."""
+    local service's default token. A TCP address is always TLS: pin the service's certificate
+    with the ``fingerprint`` that ``up`` printed (CertificateMismatchError when another one
+    answers), or pass ``credentials``. SandboxUnavailableError when it does not answer in ``timeout``."""
     files = ServiceFiles.of(name)
     if token is None:
         try:
@@ -99,8 +102,12 @@ async def connect(address: str | None = None, token: str | None = None, *, name:
         address = address or files.address
         if address.startswith("unix://"):
             channel = grpc.aio.insecure_channel(address, options=channel_options())
+        elif fingerprint is not None:
+            channel = await pinned_channel(address.removeprefix("tcp://"), fingerprint, options=channel_options(),
+                                           connect_seconds=timeout)
         elif credentials is None:
-            raise ValueError(f"{address} is TCP: pass credentials= (TLS) or a channel=; tokens never travel in clear")
+            raise ValueError(f"{address} is TCP: pass fingerprint= (the one `up` printed), credentials= (TLS) or "
+                             "a channel=; tokens never travel in clear")
         else:
             channel = grpc.aio.secure_channel(address.removeprefix("tcp://"), credentials, options=channel_options())
     client = ServiceClient(channel, token, owns_channel=owned)

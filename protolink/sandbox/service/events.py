@@ -17,9 +17,10 @@ Kinds and their fields:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -46,6 +47,24 @@ class EventSink(Protocol):
     """Where events go: ``record`` is called on the service's event loop, and must not block."""
 
     def record(self, event: ServiceEvent) -> None: ...
+
+
+class FieldSink(Protocol):
+    """A sink of ``(kind, fields)``: the audit log, the OpenTelemetry span sink."""
+
+    def record(self, kind: str, fields: Mapping[str, Any]) -> None: ...
+
+
+class Flattened:
+    """An :class:`EventSink` over a :class:`FieldSink`: the tenant and the sandbox join the fields,
+    and every value becomes JSON (an address as its text)."""
+
+    def __init__(self, sink: FieldSink) -> None:
+        self.sink = sink
+
+    def record(self, event: ServiceEvent) -> None:
+        fields = {"tenant": event.tenant, "sandbox": event.sandbox, **event.fields}
+        self.sink.record(event.kind, json.loads(json.dumps(fields, default=str)))
 
 
 class Events:

@@ -56,6 +56,16 @@ class ServiceFiles:
     def log(self) -> Path:
         return self._file("log")
 
+    @property
+    def audit(self) -> Path:
+        """The audit log: every request, sandbox, command, file written and egress decision, chained."""
+        return self._file("audit.jsonl")
+
+    @property
+    def tls(self) -> Path:
+        """The directory of the TCP listener's certificate and key (made at the first TCP start)."""
+        return self._file("tls")
+
     def workspaces(self) -> Path:
         """The 0700 directory of the managed workspaces, created when missing."""
         return owner_only_dir(self.base / f"{self.name}.workspaces", "PROTOLINK_RUNTIME_DIR",

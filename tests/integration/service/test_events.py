@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 
 import pytest
@@ -12,9 +13,11 @@ from protolink.errors import SandboxAuthenticationError
 from protolink.sandbox.service.client import connect
 from protolink.sandbox.service.config import ServiceConfig
 from protolink.sandbox.service.daemon import serve
-from protolink.sandbox.service.events import ServiceEvent
+from protolink.sandbox.service.audit import verify
+from protolink.sandbox.service.events import Flattened, ServiceEvent
 from protolink.sandbox.service.files import ServiceFiles
 from protolink.sandbox.service.process import remove_everything
+from protolink.sandbox.service.telemetry import SpanSink
 from tests.conftest import TEST_NAME_PREFIX
 
 pytestmark = pytest.mark.docker
@@ -34,10 +37,11 @@ class Collected:
 
 
 @contextlib.asynccontextmanager
-async def serving(image: str, sink: Collected, docker_client):
+async def serving(image: str, sink: Collected, docker_client, *more_sinks):
     name = f"{TEST_NAME_PREFIX}svc-{uuid.uuid4().hex[:8]}"
     stop = asyncio.Event()
-    task = asyncio.ensure_future(serve(name, ServiceConfig.load(None, image=image), sinks=[sink], stop=stop))
+    task = asyncio.ensure_future(serve(name, ServiceConfig.load(None, image=image), sinks=[sink, *more_sinks],
+                                       stop=stop))
     files = ServiceFiles.of(name)
     try:
         while not files.pid.exists():
@@ -51,8 +55,15 @@ async def serving(image: str, sink: Collected, docker_client):
 
 
 async def test_a_sink_gets_every_request_sandbox_command_and_file(runtime, sandbox_image, docker_client, run):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     sink = Collected()
-    async with serving(sandbox_image, sink, docker_client) as files:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    async with serving(sandbox_image, sink, docker_client, Flattened(SpanSink(provider))) as files:
         with pytest.raises(SandboxAuthenticationError):
             await connect(files.address, "wrong", timeout=30.0)
         client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
@@ -78,3 +89,16 @@ async def test_a_sink_gets_every_request_sandbox_command_and_file(runtime, sandb
     assert ended.fields["duration_seconds"] > 0
     written = sink.of("file.written")[0]
     assert (written.fields["path"], written.fields["bytes"]) == (f"{workspace}/made.txt", 3)
+
+    # the audit log holds the same events, chained, and verifies
+    report = verify(files.audit)
+    assert report.intact and report.count == len(sink.events), report.problems
+    records = [json.loads(line) for line in files.audit.read_text().splitlines()]
+    assert [record["kind"] for record in records] == [event.kind for event in sink.events]
+    ended_record = next(record for record in records if record["kind"] == "command.ended")
+    assert ended_record["fields"]["exit_code"] == 3 and ended_record["fields"]["sandbox"] == sandbox.id
+
+    # and the span sink made a span of the command, with its attributes
+    command_span = next(span for span in spans.get_finished_spans() if span.name == "command")
+    assert command_span.attributes["protolink.exit_code"] == 3
+    assert command_span.attributes["protolink.sandbox"] == sandbox.id

@@ -10,8 +10,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from protolink.errors import SandboxUnavailableError
+from protolink.errors import CertificateMismatchError, SandboxUnavailableError
 from protolink.sandbox.service.client import ServiceClient, connect
+from protolink.sandbox.service.tls import KEY_FILE
 
 pytestmark = pytest.mark.docker
 
@@ -39,13 +40,39 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-def test_a_tcp_listener_without_tls_is_refused_at_start(make_service):
-    service = make_service("--tcp", "127.0.0.1:0", start=False)
+def test_half_a_tls_configuration_is_refused_at_start(make_service, tmp_path):
+    cert, _ = self_signed(tmp_path)
+    service = make_service("--tcp", "127.0.0.1:0", "--tls-cert", str(cert), start=False)
     ended = subprocess.run(service.command(), capture_output=True, text=True, timeout=120,
                            env={"PROTOLINK_RUNTIME_DIR": str(service.runtime), "PATH": "/usr/bin:/bin"})
     assert ended.returncode == 2
-    assert "needs TLS credentials" in ended.stderr
+    assert "--tls-cert and --tls-key go together" in ended.stderr
     assert not service.files.socket.exists()
+
+
+async def test_a_tcp_service_has_a_certificate_of_its_own_that_clients_pin(make_service):
+    service = make_service("--tcp", "127.0.0.1:0")
+    address = next(where for where in service.record["addresses"] if not where.startswith("unix://"))
+    fingerprint = service.record["fingerprint"]
+    assert fingerprint.startswith("sha256:") and (service.files.tls / KEY_FILE).stat().st_mode & 0o777 == 0o600
+    token = service.token("remote")
+    pinned = await connect(address, token, fingerprint=fingerprint, timeout=30.0)
+    try:
+        assert await pinned.list() == []
+    finally:
+        await pinned.aclose()
+    wrong = "sha256:" + "0" * 64
+    with pytest.raises(CertificateMismatchError):
+        await connect(address, token, fingerprint=wrong, timeout=30.0)
+    plain = ServiceClient(grpc.aio.insecure_channel(address), token)
+    try:
+        with pytest.raises(SandboxUnavailableError):
+            await plain.list()
+    finally:
+        await plain.aclose()
+    service.stop()
+    service.start()  # restarted, it keeps its certificate: the pinned fingerprint still holds
+    assert service.record["fingerprint"] == fingerprint
 
 
 async def test_tls_clients_are_served_and_plaintext_ones_refused(make_service, tmp_path):

@@ -27,9 +27,10 @@ def _write(path: Path, count: int) -> str:
 
 def test_an_intact_log_in_the_runtime_directory_is_verified_by_default(tmp_path):
     runtime = tmp_path / "run"
-    head = _write(runtime / "service-audit.jsonl", 3)
+    path = runtime / "protolink-appliance.service.audit.jsonl"  # the log of the service `up` starts
+    head = _write(path, 3)
     done = _verify(runtime=runtime)
-    assert (done.returncode, done.stdout) == (0, f"{runtime / 'service-audit.jsonl'}: intact, 3 records, "
+    assert (done.returncode, done.stdout) == (0, f"{path}: intact, 3 records, "
                                                  f"head sha256:{head}\n"), done.stderr
 
 
