@@ -54,13 +54,14 @@ class StraySweeper:
     """Sweeps strays of ``uid`` while commands run and once after each command.
 
     ``spawner`` gives the spawner's pid (None while there is none): its children are the
-    commands' keepers. ``workers`` gives the pids of the server's workers. ``subreapers``
-    says whether keepers are subreapers here; without them sweeps remember descent
+    commands' keepers. ``workers`` gives the pids of the server's workers; ``keepers``, those
+    of the keepers of commands that have not ended for the server. ``subreapers`` says
+    whether keepers are subreapers here; without them sweeps remember descent
     (:class:`Origins`).
     """
 
     def __init__(self, uid: int, spawner: Callable[[], int | None], workers: Callable[[], Collection[int]], *,
-                 subreapers: bool = True) -> None:
+                 keepers: Callable[[], Collection[int]] = frozenset, subreapers: bool = True) -> None:
         self._uid = uid
         self._spawner = spawner
         self._workers = workers
@@ -75,7 +76,7 @@ class StraySweeper:
         self._pids = _PidCounter(lambda: self._thread.submit(threading.get_native_id).result())
         #: The last pid handed out at a moment /proc listed only the server's own processes.
         self._quiet: int | None = None
-        self._descent = Descent(uid, spawner, self._pids)
+        self._descent = Descent(uid, spawner, keepers, self._pids)
 
     @contextlib.asynccontextmanager
     async def command(self) -> AsyncIterator[None]:
@@ -164,16 +165,19 @@ class Descent:
     below a keeper is still below the server if the spawner is the same and still runs, neither
     the process's pid nor its keeper's has been handed out again since (the pid counter says
     which were: pids go out in turn, and :data:`DESCENT_SECONDS` is far too short for the
-    counter to come round) and the keeper is still listed. Every other process is read: new
-    ones, those below keepers that have ended (a command's keeper is reaped before its end is
-    known), anything outside a keeper's tree. In a burst of commands, each end then costs a
-    listing of /proc and a few statuses instead of every process's.
+    counter to come round), and the keeper is listed and among ``keepers``: those of commands
+    that have not ended for the server (once a command has, its keeper is reaped, or killed and
+    maybe not yet reaped, its orphans already outside). Every other process is read: new ones,
+    those below keepers of ended commands, anything outside a keeper's tree. In a burst of
+    commands, each end then costs a listing of /proc and a few statuses instead of every
+    process's.
     """
 
-    def __init__(self, uid: int, spawner: Callable[[], int | None], pids: _PidCounter, *,
-                 seconds: float = DESCENT_SECONDS) -> None:
+    def __init__(self, uid: int, spawner: Callable[[], int | None], keepers: Callable[[], Collection[int]],
+                 pids: _PidCounter, *, seconds: float = DESCENT_SECONDS) -> None:
         self._uid = uid
         self._spawner = spawner
+        self._running = keepers
         self._pids = pids
         self._seconds = seconds
         #: From the last look: each process found below a keeper, and that keeper (a keeper's own pid).
@@ -189,7 +193,7 @@ class Descent:
         then_spawner, then_last, then = self._last_look
         trusted = (spawner is not None and spawner == then_spawner and then_last is not None and last is not None
                    and spawner <= then_last <= last and now - then <= self._seconds and _running_child(spawner))
-        look = _Look(self._uid, spawner, listed, helpers, self._keepers if trusted else {},
+        look = _Look(self._uid, spawner, listed, helpers, self._keepers if trusted else {}, set(self._running()),
                      then_last if trusted else -1)
         try:
             return look.clean()
@@ -203,15 +207,16 @@ _NO_KEEPER, _OUTSIDE = -1, -2
 
 class _Look:
     """One look of :class:`Descent`. A ``known`` process whose pid and keeper's pid are at most
-    ``unchanged_up_to`` and whose keeper is listed is taken as below that keeper."""
+    ``unchanged_up_to`` and whose keeper is listed and ``running`` is taken as below that keeper."""
 
     def __init__(self, uid: int, spawner: int | None, listed: set[int], helpers: set[int], known: Mapping[int, int],
-                 unchanged_up_to: int) -> None:
+                 running: set[int], unchanged_up_to: int) -> None:
         self._uid = uid
         self._spawner = spawner
         self._listed = listed
         self._helpers = helpers
         self._known = known
+        self._running = running
         self._unchanged_up_to = unchanged_up_to
         self._root = os.getpid()
         self._places: dict[int, int] = {}
@@ -230,7 +235,8 @@ class _Look:
 
     def _kept(self, pid: int) -> int | None:
         keeper = self._known.get(pid)
-        if keeper is None or max(pid, keeper) > self._unchanged_up_to or keeper not in self._listed:
+        if (keeper is None or max(pid, keeper) > self._unchanged_up_to or keeper not in self._running
+                or keeper not in self._listed):
             return None
         return keeper
 

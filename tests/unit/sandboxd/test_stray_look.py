@@ -153,8 +153,8 @@ def test_no_sweep_runs_once_the_last_command_has_ended():
 def test_a_look_after_a_look_reads_only_what_changed_and_still_finds_what_a_command_left():
     """In a pid namespace of its own, with a spawner whose keepers are child subreapers (as in
     the container): while a command runs, a second look reads none of its processes' statuses;
-    once its keeper has ended and been reaped, the daemon it left is a stray, and so is a
-    process of the uid that no command started."""
+    once the command has ended for the server, the daemon it left is a stray, before its keeper
+    is reaped and after, and so is a process of the uid that no command started."""
     script = textwrap.dedent("""
         import os, subprocess, sys, tempfile, textwrap, time
         from protolink_sandboxd import strays
@@ -196,10 +196,17 @@ def test_a_look_after_a_look_reads_only_what_changed_and_still_finds_what_a_comm
         assert counter.last() is not None, "the pid counter counts here"
         spawner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SPAWNER)], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True)
-        descent = Descent(UID, lambda: spawner.pid, counter, seconds=3600)
+        running = set()  # the keepers of commands that have not ended for the server
+        descent = Descent(UID, lambda: spawner.pid, lambda: running, counter, seconds=3600)
         read = []
         real_read = strays._read
         strays._read = lambda pid: read.append(pid) or real_read(pid)
+
+        def state(pid):
+            try:
+                return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                return None
 
         def look():
             read.clear()
@@ -210,6 +217,7 @@ def test_a_look_after_a_look_reads_only_what_changed_and_still_finds_what_a_comm
         spawner.stdin.write(f"run setsid sleep 60 >/dev/null 2>&1 & echo $! > {daemon_file}; read x < {fifo}\\n")
         spawner.stdin.flush()
         keeper = int(spawner.stdout.readline())
+        running.add(keeper)
         for _ in range(6000):  # a hang guard: the command writes the daemon's pid at once
             if os.path.exists(daemon_file) and open(daemon_file).read().endswith("\\n"):
                 break
@@ -221,19 +229,17 @@ def test_a_look_after_a_look_reads_only_what_changed_and_still_finds_what_a_comm
         assert not {daemon, keeper} & set(read), f"read again: {read}"
         with open(fifo, "w") as release:
             release.write("x\\n")
+        while state(keeper) != "Z":  # the keeper exits with its command; the spawner has not reaped it
+            time.sleep(0.01)
+        running.discard(keeper)  # the command has ended for the server
+        assert not look(), "the daemon its ended command left, beside the keeper not yet reaped"
+        assert daemon in read
         spawner.stdin.write(f"reap {keeper}\\n")
         spawner.stdin.flush()
         assert spawner.stdout.readline() == "reaped\\n"
-        assert not look(), "the daemon its ended command left"
-        assert daemon in read
+        assert not look(), "the daemon, once the keeper is reaped"
         os.kill(daemon, 9)
-        while True:  # orphans come to this namespace's init, which reaps them
-            try:
-                state = open(f"/proc/{daemon}/stat").read().rsplit(")", 1)[1].split()[0]
-            except FileNotFoundError:
-                break
-            if state == "Z":
-                break
+        while state(daemon) not in ("Z", None):  # orphans come to this namespace's init
             time.sleep(0.01)
         assert look(), "the daemon is dead"
         started = subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], user=UID,
