@@ -12,9 +12,7 @@ writing 8 KiB at a time woke the sandbox server some 10,000 times per 100 MB):
   sink gets one piece instead of a few bytes and then the rest (a command writing fast wakes
   the reader with its first write after each read);
 - a pipe found full is enlarged once to :data:`PIPE_BYTES`, so that a pause rarely makes the
-  command wait, and from then on is read a pipeful at a time: a fast writer's output comes out
-  in pieces that need no joining (a mebibyte read in 64 KiB reads and joined cost the sandbox
-  server 15% more CPU);
+  command wait;
 - bytes past the cap are dropped as they are read, so a flood is drained at full speed;
 - kept bytes wait for the sink in order, and what arrives while it is busy is merged into
   pieces of up to :data:`PIECE_BYTES` of one channel; while more than :data:`PENDING_BYTES`
@@ -34,7 +32,7 @@ from collections.abc import Mapping
 
 from .output import Channel, OutputCap, OutputSink
 
-#: The most read from a pipe in one call until it is enlarged (then: its size).
+#: The most read from a pipe in one call.
 READ_CHUNK_BYTES = 64 * 1024
 #: The pause after a read that found little (the event loop's timers are as coarse as 1 ms).
 READ_INTERVAL_SECONDS = 0.001
@@ -150,10 +148,9 @@ class OutputPipes:
     def _read(self, fd: int) -> tuple[int, bool]:
         """Read ``fd`` until it is empty, at most PIPE_BYTES at once: (bytes read, whether it was full)."""
         total = 0
-        chunk = max(READ_CHUNK_BYTES, self._sizes.get(fd, 0)) if fd in self._enlarged else READ_CHUNK_BYTES
         while total < PIPE_BYTES:
             try:
-                data = os.read(fd, chunk)
+                data = os.read(fd, READ_CHUNK_BYTES)
             except BlockingIOError:
                 break
             except OSError:

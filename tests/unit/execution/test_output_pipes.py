@@ -13,7 +13,7 @@ import threading
 
 from protolink.execution.output import OutputCap
 from protolink.execution import output_pipes
-from protolink.execution.output_pipes import PENDING_BYTES, PIECE_BYTES, PIPE_BYTES, READ_CHUNK_BYTES, OutputPipes
+from protolink.execution.output_pipes import PENDING_BYTES, PIECE_BYTES, READ_CHUNK_BYTES, OutputPipes
 
 
 class Sink:
@@ -108,7 +108,7 @@ async def test_a_sink_that_falls_behind_holds_the_writer_back_and_loses_nothing(
     held = Held(data, 10**9)
     await until(lambda: filled(held.out))  # nobody reads it
     read = held.writer.written - waiting_in(held.out)
-    assert read <= PIECE_BYTES + PENDING_BYTES + PIPE_BYTES  # one piece in the sink's hands, the rest waiting, one read
+    assert read <= PIECE_BYTES + PENDING_BYTES + READ_CHUNK_BYTES  # one piece in the sink's hands, the rest waiting
     assert held.writer.is_alive()
     assert await held.release() == data
 
