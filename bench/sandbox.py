@@ -15,10 +15,12 @@ average, since figures move 2-3x with it:
      sandbox's call with this client pinned to the sandbox's CPU and to another;
   2. cold start, DockerSandbox entered -> first command's result, median of 10 (target <= 400 ms);
   3. 200 concurrent commands in one sandbox, and on the host backend: throughput and errors
-     (target >= 400/s, 0 errors);
+     (target >= 400/s, 0 errors), and the CPU time the sandbox's server and this client spent
+     per command;
   4. 10 MB and 100 MB of stdout, all of it kept, through ``execute_command``: sandbox vs local
-     (target: the sandbox's throughput >= 0.8x local's); peak memory growth of the server and of
-     this client with 100 MB kept (target: at most the output's size plus 20 MB each);
+     (target: the sandbox's throughput >= 0.8x local's), and the server's and this client's CPU
+     time per MB; peak memory growth of the server and of this client with 100 MB kept (target:
+     at most the output's size plus 20 MB each);
   5. 1 GiB of stdout under a 64 KiB cap: wall time, peak memory growth of the server and of this
      client (target < 50 MB each);
   6. ``search_files`` over 10,000 files and ``read_document`` of a 200-page PDF: sandbox/local
@@ -179,6 +181,35 @@ async def peak_growth(sandbox: DockerSandbox, call: Callable[[], Awaitable[Any]]
     return server_growth * 1024, (rss_kib("self", "VmHWM") - client_before) * 1024
 
 
+def cpu_seconds(pids: list[str]) -> float:
+    """The CPU time (user and system) the processes ``pids`` have used; one that has exited counts none."""
+    ticks = 0
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """The CPU time the sandbox's server and this client spend in the calls :meth:`of` wraps:
+    less scattered than wall time on a shared machine."""
+
+    def __init__(self, sandbox: DockerSandbox) -> None:
+        self._servers = server_pids(sandbox)
+        self.server = self.client = 0.0
+
+    def of(self, call: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+        async def measured() -> Any:
+            server, client = cpu_seconds(self._servers), time.process_time()
+            try:
+                return await call()
+            finally:
+                self.server += cpu_seconds(self._servers) - server
+                self.client += time.process_time() - client
+        return measured
+
+
 def sandbox_cpus(sandbox: DockerSandbox) -> set[int]:
     """The CPUs of the sandbox's cpuset (empty when it has none)."""
     with container_of(sandbox) as container:
@@ -270,9 +301,12 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 await concurrent_rate(boxed, root)  # warm
                 rates: dict[str, list[float]] = {"sandbox": [], "local": []}
                 errors = 0
+                meter = CpuMeter(sandbox)
+                bursts = (("sandbox", meter.of(lambda: concurrent_rate(boxed, root))),
+                          ("local", lambda: concurrent_rate(local, root)))
                 for _ in range(REPEATS):
-                    for name, agent in (("sandbox", boxed), ("local", local)):
-                        rate, failed = await concurrent_rate(agent, root)
+                    for name, burst in bursts:
+                        rate, failed = await burst()
                         rates[name].append(rate)
                         errors += failed
                 box_rate, local_rate = (statistics.median(rates[name]) for name in ("sandbox", "local"))
@@ -281,6 +315,9 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 row(f"{CONCURRENT} concurrent /bin/true (median of {REPEATS})", "sandbox", "local", "sandbox/local")
                 row("", f"{box_rate:.0f}/s", f"{local_rate:.0f}/s", f"{box_rate / local_rate:.2f}")
                 row("  errors (target 0); target", f"{errors}", "", ">= 400/s")
+                commands = CONCURRENT * REPEATS
+                row("  CPU per command: server, this client", f"{meter.server / commands * 1e3:.2f} ms",
+                    f"{meter.client / commands * 1e3:.2f} ms")
 
             if "kept" in sections:
                 # 4. Memory with 100 MB kept (the server's first large output: what it keeps of its
@@ -294,12 +331,16 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 row("  target", f"<= {(size + 20_000_000) / 1e6:.0f} MB", f"<= {(size + 20_000_000) / 1e6:.0f} MB")
                 row("stdout kept whole via execute_command", "sandbox", "local", "sandbox/local")
                 for size, runs in KEPT:
-                    box_kept, local_kept = await medians_of(runs, lambda: print_kept(boxed, root, size),
+                    meter = CpuMeter(sandbox)
+                    box_kept, local_kept = await medians_of(runs, meter.of(lambda: print_kept(boxed, root, size)),
                                                             lambda: print_kept(local, root, size))
                     row(f"  {size // 1_000_000} MB (median of {runs})", f"{box_kept:.3f} s", f"{local_kept:.3f} s",
                         f"{box_kept / local_kept:.2f}")
                     row("    throughput (target: sandbox >= 0.8x local)", f"{size / 1e6 / box_kept:.0f} MB/s",
                         f"{size / 1e6 / local_kept:.0f} MB/s", f"{local_kept / box_kept:.2f}x")
+                    megabytes = size / 1e6 * (runs + 1)  # the warming call is measured too
+                    row("    CPU per MB: server, this client", f"{meter.server / megabytes * 1e3:.2f} ms",
+                        f"{meter.client / megabytes * 1e3:.2f} ms")
 
             if "flood" in sections:
                 # 5. Flood.

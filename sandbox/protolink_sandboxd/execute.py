@@ -48,8 +48,9 @@ from .strays import StraySweeper
 #: A quiet process still sends an event this often, so either side notices a dead peer.
 KEEPALIVE_SECONDS = 5.0
 #: A process that sends nothing else this soon after it starts gets a ``started`` event: the
-#: client learns that it runs, and a short command does not pay for one more message.
-STARTED_NOTICE_SECONDS = 0.02
+#: client learns that it runs, and a short command does not pay for one more message, also in a
+#: burst, where commands waiting for the CPU take hundreds of milliseconds each.
+STARTED_NOTICE_SECONDS = 1.0
 #: Pauses before a command refused a process for lack of tasks (EAGAIN) is tried again: the
 #: strays a sweep has just killed (a fork bomb's) count against the limits until they are reaped.
 NO_TASK_RETRY_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)

@@ -116,7 +116,8 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, *, subreapers: boo
     workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
                          max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
     spawner.start()
-    sweeper = StraySweeper(config.command_uid, lambda: spawner.pid, lambda: workers.pids, subreapers=subreapers)
+    sweeper = StraySweeper(config.command_uid, lambda: spawner.pid, lambda: workers.pids, keepers=spawner.keepers,
+                           subreapers=subreapers)
     server = grpc.aio.server(
         options=server_options(config),
         interceptors=[TokenCheck(config.token)] if config.token else [],

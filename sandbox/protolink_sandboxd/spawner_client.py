@@ -120,6 +120,10 @@ class SpawnerClient:
         """The running spawner's pid (its children lead the groups of running commands)."""
         return self._current.pid if self._current is not None and self._current.alive else None
 
+    def keepers(self) -> set[int]:
+        """The keepers of the commands the running spawner runs that have not ended for the server."""
+        return self._current.keepers() if self._current is not None and self._current.alive else set()
+
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> _Command:
         """Start ``spec`` (see :meth:`LocalProcesses.launch`); canceled, it is killed once it starts."""
         return await self._connection().launch(spec, stdout, stderr)
@@ -185,18 +189,20 @@ class _Command:
 
     def __init__(self, pid: int, keeper: int, loop: asyncio.AbstractEventLoop) -> None:
         self.pid = pid
+        self.keeper = keeper
         self.exited: asyncio.Future[None] = loop.create_future()
         self.exit_code: int | None = None
-        self._keeper = keeper
+        self.closed = False
 
     def close(self) -> None:
         """The command has ended for the server. A keeper that has not reported its exit yet (a
         fork bomb may starve it) is killed, so that what the command left drops out from under
         the spawner and the stray sweep takes it. Its pid is not free for reuse until the
         spawner has reaped it and reported the exit."""
+        self.closed = True
         if not self.exited.done():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self._keeper, signal.SIGKILL)
+                os.kill(self.keeper, signal.SIGKILL)
 
     def ended(self, code: int | None) -> None:
         if not self.exited.done():
@@ -221,6 +227,10 @@ class SpawnerConnection:
         self._reaped: asyncio.Future[None] = loop.create_future()
         channel.setblocking(False)
         loop.add_reader(channel, self._readable)
+
+    def keepers(self) -> set[int]:
+        """See :meth:`SpawnerClient.keepers`."""
+        return {command.keeper for command in self._commands.values() if not command.closed}
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> _Command:
         """:meth:`SpawnerClient.launch` through this spawner: OSError when the command cannot start,

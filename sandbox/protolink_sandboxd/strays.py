@@ -26,6 +26,7 @@ import errno
 import os
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import NamedTuple
 
@@ -38,6 +39,9 @@ NEW_PIDS_CHECKED = 8
 
 #: Parent links followed up from one process, at most (a pid namespace holds fewer processes).
 MAX_DEPTH = 1 << 16
+#: How long what one look learned serves the next: far too short for the pid counter to come
+#: round to a pid it has handed out (that takes pid_max forks, at least 32,768).
+DESCENT_SECONDS = 0.05
 
 
 class _Process(NamedTuple):
@@ -50,13 +54,14 @@ class StraySweeper:
     """Sweeps strays of ``uid`` while commands run and once after each command.
 
     ``spawner`` gives the spawner's pid (None while there is none): its children are the
-    commands' keepers. ``workers`` gives the pids of the server's workers. ``subreapers``
-    says whether keepers are subreapers here; without them sweeps remember descent
+    commands' keepers. ``workers`` gives the pids of the server's workers; ``keepers``, those
+    of the keepers of commands that have not ended for the server. ``subreapers`` says
+    whether keepers are subreapers here; without them sweeps remember descent
     (:class:`Origins`).
     """
 
     def __init__(self, uid: int, spawner: Callable[[], int | None], workers: Callable[[], Collection[int]], *,
-                 subreapers: bool = True) -> None:
+                 keepers: Callable[[], Collection[int]] = frozenset, subreapers: bool = True) -> None:
         self._uid = uid
         self._spawner = spawner
         self._workers = workers
@@ -71,10 +76,11 @@ class StraySweeper:
         self._pids = _PidCounter(lambda: self._thread.submit(threading.get_native_id).result())
         #: The last pid handed out at a moment /proc listed only the server's own processes.
         self._quiet: int | None = None
+        self._descent = Descent(uid, spawner, keepers, self._pids)
 
     @contextlib.asynccontextmanager
     async def command(self) -> AsyncIterator[None]:
-        """Hold while a command runs; on exit, its strays (and any other) are dead."""
+        """Hold while a command runs; on exit, its strays (and any other the look finds) are dead."""
         self._running += 1
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.create_task(self._tick())
@@ -96,17 +102,25 @@ class StraySweeper:
 
         Quickest: nothing but the server's own processes was left at the last look, and every
         process started since is gone (:meth:`_none_left_since_quiet`). Next: /proc lists only
-        the server's own processes (:func:`_only_ours`). Either needs no process's status.
+        the server's own processes. Either needs no process's status. Else, with subreapers, the
+        statuses of what may have changed since the last look (:class:`Descent`); without, of
+        every process.
         """
         if self._queued is not None or (self._current is not None and not self._current.done()):
             return False
         if self._none_left_since_quiet():
             return True
-        last = self._pids.last()
-        if _only_ours(self._spawner(), self._workers()):
+        last, spawner = self._pids.last(), self._spawner()
+        # Listed first, checked after: a helper not yet reaped when checked was that same
+        # process when listed (a pid is free for reuse only once its process has been reaped).
+        listed = _listed()
+        helpers = _helpers(spawner, self._workers())
+        if listed == _server_and_ancestors() | helpers:
             self._quiet = last  # read before the listing: a process started after it is checked later
             return True
         self._quiet = None
+        if self._origins is None:
+            return self._descent.clean(last, spawner, listed, helpers)
         return not _strays(self._uid, os.getpid(), _processes())
 
     def _none_left_since_quiet(self) -> bool:
@@ -139,6 +153,120 @@ class StraySweeper:
             if not self._running:
                 return
             await self.sweep()
+
+
+class Descent:
+    """Looks for strays that read the status only of processes that may have changed since the
+    last look (where keepers are subreapers).
+
+    A process below a keeper stays below it while that keeper lives, whatever its own parents
+    do: what its tree orphans is reparented to the keeper (or to a subreaper below it). A keeper
+    is the spawner's child for as long as the spawner runs. So a process the last look found
+    below a keeper is still below the server if the spawner is the same and still runs, neither
+    the process's pid nor its keeper's has been handed out again since (the pid counter says
+    which were: pids go out in turn, and :data:`DESCENT_SECONDS` is far too short for the
+    counter to come round), and the keeper is listed and among ``keepers``: those of commands
+    that have not ended for the server (once a command has, its keeper is reaped, or killed and
+    maybe not yet reaped, its orphans already outside). Every other process is read: new ones,
+    those below keepers of ended commands, anything outside a keeper's tree. In a burst of
+    commands, each end then costs a listing of /proc and a few statuses instead of every
+    process's.
+    """
+
+    def __init__(self, uid: int, spawner: Callable[[], int | None], keepers: Callable[[], Collection[int]],
+                 pids: _PidCounter, *, seconds: float = DESCENT_SECONDS) -> None:
+        self._uid = uid
+        self._spawner = spawner
+        self._running = keepers
+        self._pids = pids
+        self._seconds = seconds
+        #: From the last look: each process found below a keeper, and that keeper (a keeper's own pid).
+        self._keepers: dict[int, int] = {}
+        #: The last look's spawner, pid counter (read before /proc was listed) and time.
+        self._last_look: tuple[int | None, int | None, float] = (None, None, -seconds)
+
+    def clean(self, last: int | None, spawner: int | None, listed: set[int], helpers: set[int]) -> bool:
+        """Whether ``listed`` (what /proc listed after the pid counter read ``last``) holds no
+        process of the uid outside the server's tree; ``helpers``: the server's spawner and
+        workers among them."""
+        now = time.monotonic()
+        then_spawner, then_last, then = self._last_look
+        trusted = (spawner is not None and spawner == then_spawner and then_last is not None and last is not None
+                   and spawner <= then_last <= last and now - then <= self._seconds and _running_child(spawner))
+        look = _Look(self._uid, spawner, listed, helpers, self._keepers if trusted else {}, set(self._running()),
+                     then_last if trusted else -1)
+        try:
+            return look.clean()
+        finally:
+            self._keepers, self._last_look = look.keepers, (spawner, last, now)
+
+
+#: A process's place in one look, when not below a keeper: below the server, or outside it.
+_NO_KEEPER, _OUTSIDE = -1, -2
+
+
+class _Look:
+    """One look of :class:`Descent`. A ``known`` process whose pid and keeper's pid are at most
+    ``unchanged_up_to`` and whose keeper is listed and ``running`` is taken as below that keeper."""
+
+    def __init__(self, uid: int, spawner: int | None, listed: set[int], helpers: set[int], known: Mapping[int, int],
+                 running: set[int], unchanged_up_to: int) -> None:
+        self._uid = uid
+        self._spawner = spawner
+        self._listed = listed
+        self._helpers = helpers
+        self._known = known
+        self._running = running
+        self._unchanged_up_to = unchanged_up_to
+        self._root = os.getpid()
+        self._places: dict[int, int] = {}
+        #: What this look found below each keeper, for the next one.
+        self.keepers: dict[int, int] = {}
+
+    def clean(self) -> bool:
+        for pid in self._listed - _server_and_ancestors() - self._helpers:
+            if (keeper := self._kept(pid)) is not None:
+                self.keepers[pid] = keeper
+                continue
+            process = _read(pid)
+            if process is not None and self._uid in process.uids and self._place(process) == _OUTSIDE:
+                return False
+        return True
+
+    def _kept(self, pid: int) -> int | None:
+        keeper = self._known.get(pid)
+        if (keeper is None or max(pid, keeper) > self._unchanged_up_to or keeper not in self._running
+                or keeper not in self._listed):
+            return None
+        return keeper
+
+    def _place(self, process: _Process) -> int:
+        """Where ``process`` is, following its parents (read afresh) up to what this look knows."""
+        chain = [process.pid]
+        place = _OUTSIDE
+        while len(chain) < MAX_DEPTH:
+            if process.ppid == self._spawner:
+                place = process.pid  # a keeper
+                break
+            parent = process.ppid
+            if parent == self._root or parent in self._helpers:
+                place = _NO_KEEPER
+                break
+            if parent in self._places:
+                place = self._places[parent]
+                break
+            if (keeper := self._kept(parent)) is not None:
+                place = keeper
+                break
+            if parent == 0 or (ancestor := _read(parent)) is None:
+                break  # the top of the namespace, or a parent that exited while this looked
+            chain.append(parent)
+            process = ancestor
+        for pid in chain:
+            self._places[pid] = place
+            if place >= 0:
+                self.keepers[pid] = place
+        return place
 
 
 class Origins:
@@ -229,17 +357,19 @@ def _strays(uid: int, root: int | None, processes: Mapping[int, _Process]) -> li
     return [p for p in processes.values() if uid in p.uids and below(p.pid) is None]
 
 
-def _only_ours(spawner: int | None, workers: Collection[int]) -> bool:
-    """Whether /proc lists nothing but this server, its ancestors (the container's init
-    processes) and the spawner and workers, each still this server's unreaped child.
+def _listed() -> set[int]:
+    """The pids /proc lists."""
+    return {int(name) for name in os.listdir("/proc") if name.isdigit()}
 
-    Listed first, checked after: a child that was not yet reaped when checked was that same
-    process when listed (a pid is free for reuse only once its process has been reaped).
-    """
-    listed = {int(name) for name in os.listdir("/proc") if name.isdigit()}
-    ours = {1, os.getppid(), os.getpid()} - {0}  # no parent in this pid namespace: 0
-    ours.update(pid for pid in [spawner, *workers] if pid is not None and _unreaped_child(pid))
-    return listed == ours
+
+def _server_and_ancestors() -> set[int]:
+    """This server and its ancestors (the container's init processes)."""
+    return {1, os.getppid(), os.getpid()} - {0}  # no parent in this pid namespace: 0
+
+
+def _helpers(spawner: int | None, workers: Collection[int]) -> set[int]:
+    """The spawner and workers that are still this server's unreaped children."""
+    return {pid for pid in [spawner, *workers] if pid is not None and _unreaped_child(pid)}
 
 
 class _PidCounter:
@@ -270,6 +400,14 @@ class _PidCounter:
         except (OSError, IndexError):
             return None
         return int(last) if last.isdigit() else None
+
+
+def _running_child(pid: int) -> bool:
+    """``pid`` is a child of this process that has not exited."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except OSError:
+        return False
 
 
 def _unreaped_child(pid: int) -> bool:

@@ -403,7 +403,7 @@ async def test_an_invalid_process_request_gets_an_error_event_and_its_call_goes_
 async def test_a_process_that_says_nothing_for_a_while_is_reported_started(server, roots):
     """``started`` comes first, and only for a process with nothing else to send soon after it
     starts: a silent sleeper gets one; a short command's output and finished say that it ran."""
-    sleeper = process_pb2.ExecuteRequest(id=1, argv=["/bin/sleep", "0.3"], cwd=str(roots[0]), env=ENV,
+    sleeper = process_pb2.ExecuteRequest(id=1, argv=["/bin/sleep", "3"], cwd=str(roots[0]), env=ENV,
                                          timeout_seconds=30, max_output_bytes=1024)
     async with grpc.aio.insecure_channel(server.address) as channel:
         events = await execute_raw(channel, sleeper.SerializeToString())

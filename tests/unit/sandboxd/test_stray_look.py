@@ -37,7 +37,12 @@ def test_only_the_servers_own_processes_listed_is_a_clean_look():
     else running, not clean beside an unknown process, clean when that process is a helper."""
     script = textwrap.dedent("""
         import subprocess
-        from protolink_sandboxd.strays import _only_ours
+        from protolink_sandboxd.strays import _helpers, _listed, _server_and_ancestors
+
+        def _only_ours(spawner, workers):
+            listed = _listed()
+            return listed == _server_and_ancestors() | _helpers(spawner, workers)
+
         assert _only_ours(None, []), "alone"
         other = subprocess.Popen(["sleep", "60"])
         assert not _only_ours(None, []), "an unknown process"
@@ -142,4 +147,110 @@ def test_no_sweep_runs_once_the_last_command_has_ended():
     init = ["sh", "-c", '"$@" & wait', "init", sys.executable, "-c", script]
     done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", *init],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_look_after_a_look_reads_only_what_changed_and_still_finds_what_a_command_left():
+    """In a pid namespace of its own, with a spawner whose keepers are child subreapers (as in
+    the container): while a command runs, a second look reads none of its processes' statuses;
+    once the command has ended for the server, the daemon it left is a stray, before its keeper
+    is reaped and after, and so is a process of the uid that no command started."""
+    script = textwrap.dedent("""
+        import os, subprocess, sys, tempfile, textwrap, time
+        from protolink_sandboxd import strays
+        from protolink_sandboxd.strays import Descent, _PidCounter, _helpers, _listed
+
+        UID = 65533
+        SPAWNER = '''
+        import ctypes, os, sys
+        for line in sys.stdin:
+            verb, argument = line.rstrip("\\\\n").split(" ", 1)
+            if verb == "reap":
+                os.waitpid(int(argument), 0)
+                print("reaped", flush=True)
+                continue
+            keeper = os.fork()
+            if keeper == 0:
+                ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+                command = os.fork()
+                if command == 0:
+                    os.setsid()
+                    os.setuid(%d)
+                    os.execv("/bin/sh", ["sh", "-c", argument])
+                os.waitpid(command, 0)
+                os._exit(0)
+            print(keeper, flush=True)
+        ''' % UID
+
+        directory = tempfile.mkdtemp()
+        os.chmod(directory, 0o777)
+        fifo, daemon_file = os.path.join(directory, "fifo"), os.path.join(directory, "daemon")
+        os.mkfifo(fifo, 0o666)
+
+        def start():
+            started = subprocess.Popen(["true"])
+            started.wait()
+            return started.pid
+
+        counter = _PidCounter(start)
+        assert counter.last() is not None, "the pid counter counts here"
+        spawner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SPAWNER)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True)
+        running = set()  # the keepers of commands that have not ended for the server
+        descent = Descent(UID, lambda: spawner.pid, lambda: running, counter, seconds=3600)
+        read = []
+        real_read = strays._read
+        strays._read = lambda pid: read.append(pid) or real_read(pid)
+
+        def state(pid):
+            try:
+                return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                return None
+
+        def look():
+            read.clear()
+            last = counter.last()
+            return descent.clean(last, spawner.pid, _listed(), _helpers(spawner.pid, []))
+
+        assert look(), "nothing runs"
+        spawner.stdin.write(f"run setsid sleep 60 >/dev/null 2>&1 & echo $! > {daemon_file}; read x < {fifo}\\n")
+        spawner.stdin.flush()
+        keeper = int(spawner.stdout.readline())
+        running.add(keeper)
+        for _ in range(6000):  # a hang guard: the command writes the daemon's pid at once
+            if os.path.exists(daemon_file) and open(daemon_file).read().endswith("\\n"):
+                break
+            time.sleep(0.01)
+        daemon = int(open(daemon_file).read())
+        assert look(), "the command and its daemon are below its keeper"
+        assert daemon in read and keeper in read, "first seen: read"
+        assert look(), "still below"
+        assert not {daemon, keeper} & set(read), f"read again: {read}"
+        with open(fifo, "w") as release:
+            release.write("x\\n")
+        while state(keeper) != "Z":  # the keeper exits with its command; the spawner has not reaped it
+            time.sleep(0.01)
+        running.discard(keeper)  # the command has ended for the server
+        assert not look(), "the daemon its ended command left, beside the keeper not yet reaped"
+        assert daemon in read
+        spawner.stdin.write(f"reap {keeper}\\n")
+        spawner.stdin.flush()
+        assert spawner.stdout.readline() == "reaped\\n"
+        assert not look(), "the daemon, once the keeper is reaped"
+        os.kill(daemon, 9)
+        while state(daemon) not in ("Z", None):  # orphans come to this namespace's init
+            time.sleep(0.01)
+        assert look(), "the daemon is dead"
+        started = subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], user=UID,
+                                 capture_output=True, text=True, check=True)
+        assert not look(), "a process of the uid that no command started"
+        os.kill(int(started.stdout), 9)
+        spawner.stdin.close()
+        spawner.wait()
+        print("ok")
+    """)
+    init = ["sh", "-c", '"$@" & wait', "init", sys.executable, "-c", script]
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", *init],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr
