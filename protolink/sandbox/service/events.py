@@ -7,7 +7,7 @@ logged and skipped; it never fails the call that caused the event.
 Kinds and their fields:
 
 - ``request`` (``method``), ``refused`` (``method``, ``code``, ``reason``)
-- ``sandbox.created`` (``template``, ``image``, ``pooled``, ``seconds``),
+- ``sandbox.created`` (``template``, ``image``, ``pooled``, ``duration_seconds``),
   ``sandbox.removed`` (``reason``: ``deleted``, ``expired``, ``idle``, ``down``, ``lost``)
 - ``command.started`` (``argv``, ``cwd``), ``command.ended`` (``argv``, ``cwd``, ``exit_code``,
   ``duration_seconds``, ``output_bytes``, ``timed_out``, ``error``)

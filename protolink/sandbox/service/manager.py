@@ -117,7 +117,7 @@ class Manager:
             self._spawn(self._rename(placed))
             asyncio.get_running_loop().call_later(REFILL_DELAY_SECONDS, self._refill.set)
             self.events.emit("sandbox.created", tenant.id, placed.id, template=base.name, image=template.image,
-                             pooled=True, seconds=time.time() - now)
+                             pooled=True, duration_seconds=time.time() - now)
             return placed
         placed = sandboxes.new_placed(secrets.token_hex(8), tenant.id, template, overrides)
         placed.hand_to(tenant.id, now, pooled=False)
@@ -134,7 +134,7 @@ class Manager:
             raise
         placed.last_used = time.time()
         self.events.emit("sandbox.created", tenant.id, placed.id, template=base.name, image=template.image,
-                         pooled=False, seconds=time.time() - now)
+                         pooled=False, duration_seconds=time.time() - now)
         return placed
 
     def renew(self, tenant: Tenant, sandbox_id: str, ttl_seconds: float | None) -> Placed:

@@ -102,3 +102,5 @@ async def test_a_sink_gets_every_request_sandbox_command_and_file(runtime, sandb
     command_span = next(span for span in spans.get_finished_spans() if span.name == "command")
     assert command_span.attributes["protolink.exit_code"] == 3
     assert command_span.attributes["protolink.sandbox"] == sandbox.id
+    assert [span.attributes["protolink.sandbox"] for span in spans.get_finished_spans()
+            if span.name == "sandbox.created"] == [sandbox.id]
