@@ -64,14 +64,7 @@ class Forwarder(grpc.GenericRpcHandler):
     def _unary(self, method: str) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             tenant, placed = await self.resolve(context, method)
-            placed.active += 1
-            try:
-                call = placed.channel().unary_unary(method)
-                response = await _relayed(context, call(request, metadata=_passed(context),
-                                                        timeout=context.time_remaining()))
-            finally:
-                placed.active -= 1
-                placed.last_used = time.time()
+            response = await _one_answer(context, placed, placed.channel().unary_unary(method), request)
             if method == REPLACE_FILE:
                 self._file_written(tenant, placed, request)
             return response
@@ -82,14 +75,8 @@ class Forwarder(grpc.GenericRpcHandler):
         async def forward(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
             first = await _first(requests, context)
             tenant, placed = await self.resolve(context, method)
-            placed.active += 1
-            try:
-                call = placed.channel().stream_unary(method)
-                response = await _relayed(context, call(_watched(first, requests, None), metadata=_passed(context),
-                                                        timeout=context.time_remaining()))
-            finally:
-                placed.active -= 1
-                placed.last_used = time.time()
+            response = await _one_answer(context, placed, placed.channel().stream_unary(method),
+                                         _watched(first, requests, None))
             if method == UPLOAD:
                 self._uploaded(tenant, placed, response)
             return response
@@ -189,6 +176,16 @@ async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerConte
     except StopAsyncIteration:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call sent no request")
         raise AssertionError("unreachable") from None  # abort raises
+
+
+async def _one_answer(context: grpc.aio.ServicerContext, placed: Placed, open_call: Any, request: Any) -> bytes:
+    """The answer of a call that has one (``open_call(request)``), with the sandbox's use counted."""
+    placed.active += 1
+    try:
+        return await _relayed(context, open_call(request, metadata=_passed(context), timeout=context.time_remaining()))
+    finally:
+        placed.active -= 1
+        placed.last_used = time.time()
 
 
 async def _relayed_stream(context: grpc.aio.ServicerContext, placed: Placed, call: Any,
