@@ -16,6 +16,7 @@ import logging
 import secrets
 import shutil
 import time
+from itertools import chain
 from typing import Any
 
 from protolink.errors import QuotaExceededError, SandboxError, SandboxNotFoundError
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: How often deadlines are looked at.
 TICK_SECONDS = 0.5
+#: How often the engine is asked which of the service's containers still run.
+LIVENESS_SECONDS = 2.0
 #: How many ended sandboxes a listing still shows.
 ENDED_KEPT = 100
 #: Pool members started at once per template.
@@ -66,6 +69,7 @@ class Manager:
         self._docker = await asyncio.to_thread(engine.client)
         await self._adopt()
         self._spawn(self._watch_deadlines())
+        self._spawn(self._watch_containers())
         self._spawn(self._keep_pools())
         self._refill.set()
 
@@ -219,6 +223,28 @@ class Manager:
                 reason = placed.due(now)
                 if reason is not None:
                     self._spawn(self._remove(placed, reason))
+
+    async def _watch_containers(self) -> None:
+        """Remove, as ``lost``, a sandbox whose container stopped behind the service's back (killed,
+        out of memory, removed): its quota is freed, its client's calls fail, a pool refills."""
+        while True:
+            await asyncio.sleep(LIVENESS_SECONDS)
+            watched = [placed for placed in [*self.sandboxes.values(), *chain(*self.pools.values())]
+                       if placed.container_id and placed.state == "running"]
+            try:
+                running = await asyncio.to_thread(self._running_containers)
+            except Exception as error:  # the engine did not answer this time: asked again at the next tick
+                log.warning("could not list the service's containers: %s", error)
+                continue
+            for placed in watched:
+                if placed.container_id not in running:
+                    log.warning("sandbox %s: its container %s is gone", placed.id, placed.container_id[:12])
+                    self._spawn(self._remove(placed, "lost"))
+                    self._refill.set()
+
+    def _running_containers(self) -> set[str]:
+        found = self._docker.api.containers(filters={"label": f"{labels.SERVICE}={self.name}", "status": "running"})
+        return {container["Id"] for container in found}
 
     async def _keep_pools(self) -> None:
         while True:

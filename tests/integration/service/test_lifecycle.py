@@ -94,3 +94,21 @@ async def test_a_sandbox_past_its_time_to_live_or_idle_timeout_is_removed_and_re
             await client.get(sandbox.id)
         await sandbox.backend.aclose()
     assert containers(docker_client, service) == {}
+
+
+async def test_a_sandbox_whose_container_dies_is_removed_as_lost_and_frees_its_quota(service, docker_client, run):
+    client = await service.client(service.token("one-at-a-time", sandboxes=1))
+    doomed = await client.create()
+    name = next(name for name in containers(docker_client, service) if name.endswith(doomed.id))
+    docker_client.containers.get(name).kill()  # behind the service's back (say, the kernel's OOM killer)
+
+    async def lost():
+        return {status.id: status.state for status in await client.list()}.get(doomed.id) == "lost"
+
+    await eventually(lost, "lost")
+    with pytest.raises(SandboxNotFoundError):
+        await run(doomed.backend, ["/bin/true"])
+    await doomed.backend.aclose()
+    async with await client.create() as again:  # the quota of one is free again
+        assert (await run(again.backend, ["/bin/echo", "fresh"])).stdout == "fresh\n"
+    assert containers(docker_client, service) == {}
