@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from protolink.wire.keepalive import SERVER_KEEPALIVE_OPTIONS
+
 from .allocator import reuse_large_buffers
 from .config import ServerConfig
 from .egress_relay import EgressRelay
@@ -67,11 +69,7 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.max_send_message_length", config.max_message_bytes),
         # Calls beyond this wait for a stream on the client side instead of failing.
         ("grpc.max_concurrent_streams", config.max_concurrency),
-        ("grpc.keepalive_time_ms", 20_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
-        ("grpc.http2.max_ping_strikes", 0),
+        *SERVER_KEEPALIVE_OPTIONS,
         ("grpc.so_reuseport", 0),
     ]
 

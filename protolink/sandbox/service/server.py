@@ -17,6 +17,7 @@ import grpc
 
 from protolink.errors import QuotaExceededError, SandboxError, SandboxNotFoundError, SandboxPermissionError
 from protolink.wire._pb import service_pb2, service_pb2_grpc
+from protolink.wire.keepalive import SERVER_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
 
 from .config import Overrides
@@ -152,9 +153,10 @@ class ServiceServer:
         self.unix_path, self.tcp, self.tcp_credentials = unix_path, tcp, tcp_credentials
         self.tcp_port: int | None = None
         gate = Gate(tokens, manager, events)
+        # Its clients are SandboxBackends, whose keepalives it accepts as a sandbox's server does.
         self._server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                                                ("grpc.so_reuseport", 0)])
+                                                *SERVER_KEEPALIVE_OPTIONS, ("grpc.so_reuseport", 0)])
         self._server.add_generic_rpc_handlers((control_handler(Control(gate, manager, events)),
                                                Forwarder(gate.sandbox, events)))
 

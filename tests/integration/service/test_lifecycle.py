@@ -112,3 +112,4 @@ async def test_a_sandbox_whose_container_dies_is_removed_as_lost_and_frees_its_q
     async with await client.create() as again:  # the quota of one is free again
         assert (await run(again.backend, ["/bin/echo", "fresh"])).stdout == "fresh\n"
     assert containers(docker_client, service) == {}
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import subprocess
@@ -11,10 +12,14 @@ import grpc
 import pytest
 
 from protolink.errors import CertificateMismatchError, SandboxUnavailableError
+from protolink.sandbox.client import channel_options
 from protolink.sandbox.service.client import ServiceClient, connect
 from protolink.sandbox.service.tls import KEY_FILE
 
 pytestmark = pytest.mark.docker
+
+#: How often a backend's channel pings (protolink.sandbox.client.channel_options).
+KEEPALIVE_SECONDS = dict(channel_options())["grpc.keepalive_time_ms"] / 1000
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
@@ -94,3 +99,18 @@ async def test_tls_clients_are_served_and_plaintext_ones_refused(make_service, t
             await plain.list()
     finally:
         await plain.aclose()
+
+
+async def test_the_service_keeps_a_connection_that_pings_as_a_backend_does(service):
+    """A backend pings every 2 s while calls run (and a slow create is such a call). Were the
+    service to take that as abuse, it would close the connection (GOAWAY "too many pings") and
+    fail the calls on it; here the client pings even between calls, for long enough to strike out."""
+    options = [*channel_options(), ("grpc.keepalive_permit_without_calls", 1)]
+    client = ServiceClient(grpc.aio.insecure_channel(service.files.address, options=options), service.token("pinger"))
+    try:
+        assert await client.list() == []
+        await asyncio.sleep(4 * KEEPALIVE_SECONDS)  # time for four pings: two past gRPC's default tolerance
+        assert client.channel.get_state() == grpc.ChannelConnectivity.READY
+        assert await client.list() == []
+    finally:
+        await client.aclose()
