@@ -71,6 +71,15 @@ class Emitter(Protocol):
     async def emit(self, type: str, **data: Any) -> None: ...
 
 
+class _NoEvents:
+    async def emit(self, type: str, **data: Any) -> None:
+        return None
+
+
+#: An Emitter that drops every event: for a caller that wants only the result.
+NO_EVENTS: Emitter = _NoEvents()
+
+
 class ProcessCancelledError(asyncio.CancelledError):
     """Cancellation of a running process; ``result`` holds the partial output."""
 

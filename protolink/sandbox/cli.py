@@ -29,12 +29,12 @@ from protolink.errors import SandboxError, SandboxNotReachedError
 # and the event loop load in the verbs that use them.
 from . import records
 from .engine import engine_errors
+from .typed import COMMAND_ENV, typed_argv
 
 if TYPE_CHECKING:
     from .exec_client import Command, Outcome
 
 DEFAULT_NAME = "protolink-appliance"
-COMMAND_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
 
 def _say(message: str) -> None:
@@ -340,9 +340,7 @@ def _exec(args: argparse.Namespace) -> int:
     killed by a signal or never reported one, 3 when the appliance is not up."""
     from .exec_client import Command
 
-    argv = list(args.command)
-    if not os.path.isabs(argv[0]):
-        argv = ["/usr/bin/env", "--", *argv]  # PATH lookup happens inside the sandbox
+    argv = typed_argv(args.command)
     command = Command(argv=argv, cwd=args.cwd, env=COMMAND_ENV, timeout_seconds=args.timeout,
                       max_output_bytes=args.max_output_bytes)
     try:

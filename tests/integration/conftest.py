@@ -7,16 +7,11 @@ from typing import Any
 
 import pytest
 
-from protolink.execution.process_types import ProcessResult, ProcessSpec
+from protolink.execution.process_types import NO_EVENTS, ProcessResult, ProcessSpec
 
 COMMAND_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
 Run = Callable[..., Awaitable[ProcessResult]]
-
-
-class _Silent:
-    async def emit(self, type: str, **data: Any) -> None:
-        return None
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +21,6 @@ def run() -> Run:
     async def run(backend: Any, argv: list[str], *, cwd: str = "/tmp", timeout: float = 30,
                   max_output_bytes: int = 1 << 20, env: Mapping[str, str] = COMMAND_ENV) -> ProcessResult:
         spec = ProcessSpec(tuple(argv), cwd, dict(env), timeout, max_output_bytes)
-        return await backend.execute(spec, _Silent())
+        return await backend.execute(spec, NO_EVENTS)
 
     return run

@@ -14,18 +14,13 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from protolink.execution.process_types import ProcessResult, ProcessSpec
+from protolink.execution.process_types import NO_EVENTS, ProcessResult, ProcessSpec
 
 from ..transfer import TransferResult
+from ..typed import COMMAND_ENV, typed_argv
 from .client import Sandbox, SandboxStatus, ServiceClient, connect
 
 T = TypeVar("T")
-COMMAND_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
-
-
-class _Silent:
-    async def emit(self, type: str, **data: Any) -> None:
-        return None
 
 
 class SyncServiceClient:
@@ -99,9 +94,8 @@ class SyncSandbox:
     def run(self, argv: Sequence[str], *, cwd: str = "/tmp", env: Mapping[str, str] = COMMAND_ENV,
             timeout: float = 60.0, max_output_bytes: int = 1 << 20) -> ProcessResult:
         """Run ``argv`` (argv[0] an absolute path, or looked up in ``env``'s PATH in the sandbox)."""
-        argv = list(argv) if argv[0].startswith("/") else ["/usr/bin/env", "--", *argv]
-        spec = ProcessSpec(tuple(argv), cwd, dict(env), timeout, max_output_bytes)
-        return self._client.call(self.backend.execute(spec, _Silent()))
+        spec = ProcessSpec(tuple(typed_argv(argv)), cwd, dict(env), timeout, max_output_bytes)
+        return self._client.call(self.backend.execute(spec, NO_EVENTS))
 
     def renew(self, ttl_seconds: float | None = None) -> SandboxStatus:
         return self._client.call(self._sandbox.renew(ttl_seconds))
