@@ -115,6 +115,14 @@ class AddressRules:
         """These rules with ``cidrs`` denied as well (an allowed network still wins)."""
         return replace(self, deny_networks=self.deny_networks + tuple(_network(c) for c in cidrs))
 
+    def denied_networks(self) -> tuple[IPNetwork, ...]:
+        """The fixed networks these rules deny, for a filter that takes networks only: the ranges
+        of their categories (``non-public``: every range above) and ``deny_networks``. Not the
+        ``host`` category's addresses, which change, nor the IPv6 forms that embed an IPv4
+        address; ``allow`` is not taken out."""
+        names = _RANGES if "non-public" in self.deny else [name for name in self.deny if name in _RANGES]
+        return tuple(dict.fromkeys([*(net for name in names for net in _NETWORKS[name]), *self.deny_networks]))
+
     def denial(self, address: IPAddress | str) -> str | None:
         """Why ``address`` must not be reached, or None when it may be."""
         if isinstance(address, str):

@@ -403,24 +403,10 @@ def _name(text: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser, commands = _verbs()
     up = commands.add_parser("up", help="build when needed, start the appliance and print how to connect")
-    up.add_argument("--root", action="append", default=[], metavar="PATH[:rw]",
-                    help="a directory to mount at the same path (read-only unless :rw); repeatable; without "
-                         "any, a default workspace (printed) is mounted read-write")
     up.add_argument("--chown-writable", action="store_true",
                     help="hand a writable root that the command user (uid 65534) cannot write to that user "
                          "(chown) instead of refusing it")
-    up.add_argument("--image", default=None, help="default: protolink/sandbox:latest, built from this checkout")
-    up.add_argument("--memory-mib", type=int, default=1024)
-    up.add_argument("--pids", type=int, default=512)
-    up.add_argument("--cpus", type=float, default=1.0,
-                    help="a whole number: that many of the engine's CPUs (a cpuset); a fraction: a CFS quota")
-    up.add_argument("--disk-mib", type=int, default=1024, help="largest file a command may write")
-    up.add_argument("--runtime", default=None, help='e.g. "runsc" (gVisor), where installed')
-    up.add_argument("--tcp", default=None, metavar="HOST:PORT",
-                    help="publish over TCP with a token (for remote engines) instead of a Unix socket")
-    up.add_argument("--allow", action="append", default=[], metavar="HOST[:PORT]",
-                    help="let commands reach HOST (ports 80 and 443, or PORT; *.suffix matches names under suffix; "
-                         "CIDR[:PORT] for addresses) through a host-side proxy; repeatable. Without: no network")
+    _add_config_options(up)
     up.add_argument("--pool", type=int, default=0, help="warm sandboxes the service keeps of its default template")
     up.add_argument("--service-tcp", default=None, metavar="HOST:PORT",
                     help="the sandbox service also listens here, with TLS (a certificate of its own, whose "
@@ -431,6 +417,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_ci(commands)
     _add_service(commands)
     _add_audit(commands)
+    _add_kube(commands)
     commands.add_parser("down", help="remove the appliance, its sandbox service and every sandbox it made")
     commands.add_parser("status", help="show the appliance, whether it answers, and its egress")
     egress = commands.add_parser("egress", help="change the appliance's egress live, or show its decisions",
@@ -447,6 +434,74 @@ def _parser() -> argparse.ArgumentParser:
         if verb not in ("ci", "serve", "audit"):  # a CI job's sandbox is its own; the others name it themselves
             _add_name(sub)
     return parser
+
+
+def _add_config_options(verb: argparse.ArgumentParser) -> None:
+    """The options of a sandbox's configuration: ``up``'s, which ``kube-manifest`` takes too."""
+    verb.add_argument("--root", action="append", default=[], metavar="PATH[:rw]",
+                      help="a directory to mount at the same path (read-only unless :rw); repeatable; without "
+                           "any, a default workspace (printed) is mounted read-write")
+    verb.add_argument("--image", default=None, help="default: protolink/sandbox:latest, built from this checkout")
+    verb.add_argument("--memory-mib", type=int, default=1024)
+    verb.add_argument("--pids", type=int, default=512)
+    verb.add_argument("--cpus", type=float, default=1.0,
+                      help="a whole number: that many of the engine's CPUs (a cpuset); a fraction: a CFS quota")
+    verb.add_argument("--disk-mib", type=int, default=1024, help="largest file a command may write")
+    verb.add_argument("--runtime", default=None, help='e.g. "runsc" (gVisor), where installed')
+    verb.add_argument("--tcp", default=None, metavar="HOST:PORT",
+                      help="publish over TCP with a token (for remote engines) instead of a Unix socket")
+    verb.add_argument("--allow", action="append", default=[], metavar="HOST[:PORT]",
+                      help="let commands reach HOST (ports 80 and 443, or PORT; *.suffix matches names under suffix; "
+                           "CIDR[:PORT] for addresses) through a host-side proxy; repeatable. Without: no network")
+
+
+def _add_kube(commands: Any) -> None:
+    kube = commands.add_parser("kube-manifest", help="print the Kubernetes NetworkPolicy and Pod of the appliance `up` "
+                                                     "would start (docs/kubernetes.md); nothing is started")
+    _add_config_options(kube)
+    kube.add_argument("--channel-dir", default=None, metavar="PATH",
+                      help="the node's directory for the server's socket (or token), which only the host user may "
+                           "open; default /var/lib/protolink/NAME")
+    kube.add_argument("--node", default=None, help="the node that has the roots and the directory (default: any)")
+    kube.add_argument("--seccomp-profile", default=None, metavar="PATH",
+                      help="the seccomp profile below the kubelet's seccomp root (default protolink/seccomp.json)")
+    kube.add_argument("--runtime-class", default=None, help="the RuntimeClass of --runtime (default: its name)")
+    kube.add_argument("--json", action="store_true", help="a JSON List instead of YAML documents")
+
+
+def _kube_manifest(args: argparse.Namespace) -> int:
+    """Print the manifests of ``kube-manifest``; 1 with the reason when the options make no sandbox."""
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    import yaml
+
+    from protolink.wire.roots import Root
+
+    from .appliance import appliance_config
+    from .egress.policy import parse_policy
+    from .placements.kubernetes import ClusterFacts, NodeFacts, manifests
+    from .provision import DEFAULT_IMAGE
+
+    try:
+        config = appliance_config(args.name, roots=[Root.parse(text) for text in args.root],
+                                  image=args.image or DEFAULT_IMAGE, memory=args.memory_mib << 20, pids=args.pids,
+                                  cpus=args.cpus, disk_bytes=args.disk_mib << 20, runtime=args.runtime, tcp=args.tcp,
+                                  egress=parse_policy(args.allow) if args.allow else None)
+        cluster = ClusterFacts(runtime_class=args.runtime_class, gvisor=args.runtime == "runsc")
+        if args.seccomp_profile:
+            cluster = replace(cluster, seccomp_profile=args.seccomp_profile)
+        node = NodeFacts(Path(args.channel_dir or f"/var/lib/protolink/{args.name}"), int(time.time()), args.node)
+        documents = manifests(config, cluster, node)
+    except ValueError as error:
+        _say(str(error))
+        return 1
+    if args.json:
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}, indent=2))
+    else:
+        print(yaml.safe_dump_all(documents, sort_keys=False), end="")
+    return 0
 
 
 def _exec_parser() -> argparse.ArgumentParser:
@@ -545,6 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().error("--follow goes with --log")
     if args.verb == "audit":
         return _audit(args)
+    if args.verb == "kube-manifest":
+        return _kube_manifest(args)
     if args.verb == "ci":
         import logging
 

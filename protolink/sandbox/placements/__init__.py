@@ -8,9 +8,11 @@ directories, then translates, so every security default is checked without an en
 
 - :mod:`.docker`: a Docker Engine container (the keywords of the docker SDK's
   ``containers.create``), run by :class:`~protolink.sandbox.docker.DockerSandbox`.
+- :mod:`.kubernetes`: a Kubernetes Pod and its NetworkPolicy (plain manifests), printed by
+  ``protolink-sandbox kube-manifest``.
+- :mod:`.server`: what each runs alike (the server's arguments, mount points, capabilities).
 
 A Docker Swarm service would be ``swarm.py`` (``service_spec(config, SwarmFacts) ->
-ServiceSpec``: the task template of ``services.create``), a Kubernetes Pod ``kubernetes.py``
-(``pod_spec(config, ClusterFacts) -> dict``, the Pod manifest); each reads the same
-configuration and is tested field by field like the first.
+ServiceSpec``: the task template of ``services.create``); each reads the same configuration
+and is tested field by field like the first.
 """

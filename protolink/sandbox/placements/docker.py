@@ -33,21 +33,11 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from .. import leftovers
 from ..config import MiB, NoNetwork, PublishedPort, SandboxConfig
+from .server import CAPABILITIES, SOCKET_NAME, TCP_PORT, channel_mount, server_command
+from .server import EGRESS_PORT as EGRESS_PORT  # re-exported: where the tests reach the relay
+from .server import SECRET_DIR as SECRET_DIR
+from .server import SOCKET_DIR as SOCKET_DIR
 
-#: Where the host's private directory is mounted for the server's Unix socket.
-SOCKET_DIR = "/run/protolink"
-SOCKET_NAME = "sandbox.sock"
-SOCKET_PATH = f"{SOCKET_DIR}/{SOCKET_NAME}"
-#: Where the host's private directory is mounted in TCP mode: it holds the token, which the
-#: server (uid 0 in the container) reads once and deletes; commands cannot open it.
-SECRET_DIR = "/run/protolink-secret"
-#: The server's port inside the container in TCP mode.
-TCP_PORT = 7000
-#: The loopback port of the egress relay inside the container (a sandbox with egress), which
-#: the commands' proxy variables name.
-EGRESS_PORT = 3128
-#: The capabilities the server keeps: to run commands as another uid and to kill them.
-CAPABILITIES = ("SETUID", "SETGID", "KILL")
 #: A tmpfs holds at most one entry per this many bytes of its size (and at least
 #: :data:`MIN_TMPFS_ENTRIES`). ``size=`` alone does not bound entries: a flood of empty files
 #: fills the container's memory with inodes until the OOM killer picks the largest process, the server.
@@ -63,12 +53,6 @@ GVISOR_HOST_TASKS_PER_TASK = 8
 #: limit can hold, since past it the host's OOM killer ends the Sentry, that is the whole
 #: sandbox. (Measured: 192 idle processes fit in 768 MiB; beside the server, 4 MiB a task did not.)
 GVISOR_BYTES_PER_TASK = 8 * MiB
-#: Under gVisor a process that exhausts the container's memory gets the Sentry, that is the
-#: whole sandbox, killed by the host's OOM killer (this gVisor has none of its own). Each command
-#: and document worker is held to this share of the memory limit (RLIMIT_AS), so that one
-#: runaway fails alone, as the kernel's OOM killer makes it fail under runc.
-GVISOR_PROCESS_MEMORY_SHARE = 0.5
-
 
 @dataclass(frozen=True)
 class EngineFacts:
@@ -142,7 +126,7 @@ def container_spec(config: SandboxConfig, engine: EngineFacts, host: HostFacts) 
     limits = config.limits
     return ContainerSpec(
         image=config.image,
-        command=server_command(config, engine),
+        command=server_command(config, gvisor=engine.gvisor),
         name=config.name,
         hostname="sandbox",
         labels=leftovers.labels(config.lease.owner, config.lease.session, config.lease.expiry_seconds,
@@ -166,29 +150,6 @@ def container_spec(config: SandboxConfig, engine: EngineFacts, host: HostFacts) 
         **_network(config),
         **cpu_limit(limits.cpus, engine.cpus, config.name, cpuset=engine.cpuset_allowed),
     )
-
-
-def server_command(config: SandboxConfig, engine: EngineFacts) -> tuple[str, ...]:
-    """The arguments of the image's server: its name, the command user, the roots, under gVisor
-    the address-space share of each process (:data:`GVISOR_PROCESS_MEMORY_SHARE`), where it listens,
-    with egress the relay's port."""
-    command = ["--boundary", config.name, "--command-uid", str(config.identity.uid),
-               "--command-gid", str(config.identity.gid)]
-    for root in config.roots:
-        command += ["--root", f"{root.path}:{'rw' if root.writable else 'ro'}"]
-    if engine.gvisor:
-        share = str(int(config.limits.memory * GVISOR_PROCESS_MEMORY_SHARE))
-        command += ["--command-memory-bytes", share, "--worker-memory-bytes", share]
-    match config.network:
-        case PublishedPort():
-            command += ["--listen", f"tcp://0.0.0.0:{TCP_PORT}", "--token-file", f"{SECRET_DIR}/token"]
-        case NoNetwork():
-            command += ["--listen", f"unix://{SOCKET_PATH}"]
-        case _:
-            assert_never(config.network)
-    if config.egress is not None:
-        command += ["--egress-port", str(EGRESS_PORT)]
-    return tuple(command)
 
 
 def unix_address(channel_dir: Path) -> str:
@@ -224,8 +185,7 @@ def tmpfs_options(size: int) -> str:
 
 def _mounts(config: SandboxConfig, channel_dir: Path) -> tuple[Mount, ...]:
     roots = [Mount(root.path, root.path, type="bind", read_only=not root.writable) for root in config.roots]
-    channel = SECRET_DIR if isinstance(config.network, PublishedPort) else SOCKET_DIR
-    return (*roots, Mount(channel, str(channel_dir), type="bind"))
+    return (*roots, Mount(channel_mount(config), str(channel_dir), type="bind"))
 
 
 def _ulimits(config: SandboxConfig, engine: EngineFacts) -> tuple[Ulimit, ...]:

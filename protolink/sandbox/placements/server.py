@@ -1,0 +1,61 @@
+"""What every placement runs alike: the image's server, its arguments, where it finds the host.
+
+Each placement (:mod:`.docker`, :mod:`.kubernetes`) starts the same server the same way: as uid 0
+keeping only :data:`CAPABILITIES`, told by :func:`server_command` its name, its command user, its
+roots and where it listens, with the host's private directory mounted at :func:`channel_mount`.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from ..config import NoNetwork, PublishedPort, SandboxConfig
+
+#: Where the host's private directory is mounted for the server's Unix socket.
+SOCKET_DIR = "/run/protolink"
+SOCKET_NAME = "sandbox.sock"
+SOCKET_PATH = f"{SOCKET_DIR}/{SOCKET_NAME}"
+#: Where the host's private directory is mounted in TCP mode: it holds the token, which the
+#: server (uid 0 in the container) reads once and deletes; commands cannot open it.
+SECRET_DIR = "/run/protolink-secret"
+#: The server's port inside the container in TCP mode.
+TCP_PORT = 7000
+#: The loopback port of the egress relay inside the container (a sandbox with egress), which
+#: the commands' proxy variables name.
+EGRESS_PORT = 3128
+#: The capabilities the server keeps: to run commands as another uid and to kill them.
+CAPABILITIES = ("SETUID", "SETGID", "KILL")
+#: Under gVisor a process that exhausts the container's memory gets the Sentry, that is the
+#: whole sandbox, killed by the host's OOM killer (this gVisor has none of its own). Each command
+#: and document worker is held to this share of the memory limit (RLIMIT_AS), so that one
+#: runaway fails alone, as the kernel's OOM killer makes it fail under runc.
+GVISOR_PROCESS_MEMORY_SHARE = 0.5
+
+
+def server_command(config: SandboxConfig, *, gvisor: bool) -> tuple[str, ...]:
+    """The arguments of the image's server: its name, the command user, the roots, under gVisor
+    the address-space share of each process (:data:`GVISOR_PROCESS_MEMORY_SHARE`), where it listens,
+    with egress the relay's port."""
+    command = ["--boundary", config.name, "--command-uid", str(config.identity.uid),
+               "--command-gid", str(config.identity.gid)]
+    for root in config.roots:
+        command += ["--root", f"{root.path}:{'rw' if root.writable else 'ro'}"]
+    if gvisor:
+        share = str(int(config.limits.memory * GVISOR_PROCESS_MEMORY_SHARE))
+        command += ["--command-memory-bytes", share, "--worker-memory-bytes", share]
+    match config.network:
+        case PublishedPort():
+            command += ["--listen", f"tcp://0.0.0.0:{TCP_PORT}", "--token-file", f"{SECRET_DIR}/token"]
+        case NoNetwork():
+            command += ["--listen", f"unix://{SOCKET_PATH}"]
+        case _:
+            assert_never(config.network)
+    if config.egress is not None:
+        command += ["--egress-port", str(EGRESS_PORT)]
+    return tuple(command)
+
+
+def channel_mount(config: SandboxConfig) -> str:
+    """Where the host's private directory is mounted: :data:`SECRET_DIR` in TCP mode (the token),
+    else :data:`SOCKET_DIR` (the socket)."""
+    return SECRET_DIR if isinstance(config.network, PublishedPort) else SOCKET_DIR

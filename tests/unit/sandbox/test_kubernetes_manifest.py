@@ -1,0 +1,207 @@
+"""The Pod and NetworkPolicy a sandbox configuration becomes on Kubernetes, field by field, without a cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from protolink.sandbox.cli import main
+from protolink.sandbox.config import GiB, Identity, Lease, Limits, MiB, PublishedPort, SandboxConfig
+from protolink.sandbox.egress.policy import EgressPolicy
+from protolink.sandbox.placements.docker import EngineFacts, HostFacts, container_spec
+from protolink.sandbox.placements.kubernetes import (
+    ClusterFacts,
+    NodeFacts,
+    cpu_quantity,
+    manifests,
+    network_policy,
+    pod_manifest,
+)
+from protolink.wire.roots import Root
+
+CREATED = 1_700_000_000
+LEASE = Lease(owner="process:host:1:2", session="0123456789abcdef")
+NAME = "protolink-sandbox-0123456789abcdef"
+CLUSTER = ClusterFacts()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> NodeFacts:
+    return NodeFacts(channel_dir=tmp_path / "channel", created=CREATED)
+
+
+def config(*roots: Root, **parts: object) -> SandboxConfig:
+    return SandboxConfig(roots=roots, lease=parts.pop("lease", LEASE), **parts)  # type: ignore[arg-type]
+
+
+def container(pod: dict) -> dict:
+    (only,) = pod["spec"]["containers"]
+    return only
+
+
+def test_the_server_runs_locked_down_as_on_docker(node):
+    pod = pod_manifest(config(), CLUSTER, node)
+    assert container(pod)["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "privileged": False,
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL"]},
+        "seccompProfile": {"type": "Localhost", "localhostProfile": "protolink/seccomp.json"},
+    }
+    spec = pod["spec"]
+    assert (spec["automountServiceAccountToken"], spec["enableServiceLinks"]) == (False, False)
+    assert (spec["hostNetwork"], spec["hostPID"], spec["hostIPC"]) == (False, False, False)
+    assert (spec["restartPolicy"], spec["hostname"]) == ("Never", "sandbox")
+    assert "runtimeClassName" not in spec and "nodeName" not in spec and "env" not in container(pod)
+
+
+def test_the_seccomp_annotation_names_the_same_profile(node):
+    pod = pod_manifest(config(), ClusterFacts(seccomp_profile="site/p.json"), node)
+    assert container(pod)["securityContext"]["seccompProfile"]["localhostProfile"] == "site/p.json"
+    assert pod["metadata"]["annotations"]["container.seccomp.security.alpha.kubernetes.io/sandbox"] == \
+        "localhost/site/p.json"
+
+
+def test_the_server_gets_the_same_arguments_as_on_docker(tmp_path, node):
+    (tmp_path / "ro").mkdir()
+    same = config(Root(str(tmp_path / "ro")), egress=EgressPolicy.parse(["pypi.org"]), limits=Limits(memory=GiB))
+    host = HostFacts(channel_dir=node.channel_dir, created=CREATED, seccomp_profile="{}")
+    for gvisor in (False, True):
+        pod = pod_manifest(same, ClusterFacts(gvisor=gvisor), node)
+        assert container(pod)["args"] == list(container_spec(same, EngineFacts(cpus=4, gvisor=gvisor), host).command)
+    assert container(pod)["image"] == same.image
+
+
+def test_requests_equal_limits_from_the_configuration(node):
+    pod = pod_manifest(config(limits=Limits(memory=512 * MiB, cpus=2)), CLUSTER, node)
+    wanted = {"memory": str(512 * MiB), "cpu": "2"}
+    assert container(pod)["resources"] == {"requests": wanted, "limits": wanted}  # the Guaranteed class
+
+
+def test_cpus_are_whole_numbers_or_millicpus():
+    assert (cpu_quantity(1), cpu_quantity(2.0), cpu_quantity(0.5), cpu_quantity(1.25)) == ("1", "2", "500m", "1250m")
+    assert cpu_quantity(0.0001) == "1m"  # the smallest quantity Kubernetes takes
+
+
+def test_tmp_and_shm_are_memory_of_the_configured_sizes(node):
+    pod = pod_manifest(config(limits=Limits(tmpfs_bytes=3 * MiB, shm_bytes=2 * MiB)), CLUSTER, node)
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    assert volumes["tmp"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(3 * MiB)}
+    assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(2 * MiB)}
+    mounts = {mount["mountPath"]: mount["name"] for mount in container(pod)["volumeMounts"]}
+    assert (mounts["/tmp"], mounts["/dev/shm"]) == ("tmp", "shm")
+
+
+def test_roots_are_host_directories_read_only_unless_writable(tmp_path, node):
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "rw").mkdir()
+    ro, rw = str(tmp_path / "ro"), str(tmp_path / "rw")
+    pod = pod_manifest(config(Root(ro), Root(rw, writable=True)), CLUSTER, node)
+    assert container(pod)["volumeMounts"] == [
+        {"name": "tmp", "mountPath": "/tmp"}, {"name": "shm", "mountPath": "/dev/shm"},  # first: roots below /tmp
+        {"name": "root-0", "mountPath": ro, "readOnly": True}, {"name": "root-1", "mountPath": rw, "readOnly": False},
+        {"name": "channel", "mountPath": "/run/protolink"}]
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    assert volumes["root-0"]["hostPath"] == {"path": ro, "type": "Directory"}
+    assert volumes["root-1"]["hostPath"] == {"path": rw, "type": "Directory"}
+    assert volumes["channel"]["hostPath"] == {"path": str(node.channel_dir), "type": "Directory"}
+
+
+def test_annotations_carry_the_lease_and_a_label_names_the_sandbox(node):
+    pod = pod_manifest(config(), CLUSTER, node)
+    assert pod["metadata"]["name"] == NAME and pod["metadata"]["labels"] == {"io.protolink.sandbox": NAME}
+    annotations = pod["metadata"]["annotations"]
+    assert {key: annotations[key] for key in annotations if key.startswith("io.protolink.")} == {
+        "io.protolink.owner": LEASE.owner, "io.protolink.session": LEASE.session,
+        "io.protolink.created": str(CREATED), "io.protolink.expiry": str(CREATED + 24 * 3600),
+        "io.protolink.hostdirs": str(node.channel_dir)}
+
+
+def test_gvisor_is_a_runtime_class(node):
+    assert pod_manifest(config(runtime="runsc"), CLUSTER, node)["spec"]["runtimeClassName"] == "runsc"
+    named = pod_manifest(config(runtime="runsc"), ClusterFacts(runtime_class="gvisor", gvisor=True), node)
+    assert named["spec"]["runtimeClassName"] == "gvisor"
+    assert "--command-memory-bytes" in container(named)["args"]
+
+
+def test_the_pod_can_be_pinned_to_the_node_that_prepared_it(tmp_path):
+    pod = pod_manifest(config(), CLUSTER, NodeFacts(tmp_path, CREATED, node="worker-2"))
+    assert pod["spec"]["nodeName"] == "worker-2"
+
+
+def test_tcp_mode_opens_the_servers_port_and_mounts_the_token_directory(node):
+    pod = pod_manifest(config(network=PublishedPort.parse("0.0.0.0:5000")), CLUSTER, node)
+    assert container(pod)["ports"] == [{"name": "server", "containerPort": 7000, "protocol": "TCP",
+                                        "hostPort": 5000, "hostIP": "0.0.0.0"}]
+    assert container(pod)["volumeMounts"][-1] == {"name": "channel", "mountPath": "/run/protolink-secret"}
+    any_port = pod_manifest(config(network=PublishedPort()), CLUSTER, node)
+    assert container(any_port)["ports"] == [{"name": "server", "containerPort": 7000, "protocol": "TCP"}]
+    policy = network_policy(config(network=PublishedPort()), CLUSTER)
+    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": 7000}]}]
+    assert policy["spec"]["egress"] == []
+
+
+def test_by_default_the_network_policy_denies_everything_in_and_out():
+    policy = network_policy(config(), CLUSTER)
+    assert policy["spec"] == {"podSelector": {"matchLabels": {"io.protolink.sandbox": NAME}},
+                              "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": []}
+    names_only = network_policy(config(egress=EgressPolicy.parse(["pypi.org", "*.pythonhosted.org:443"])), CLUSTER)
+    assert names_only["spec"]["egress"] == []  # names go through the relay and the host's proxy
+
+
+def test_network_rules_become_ip_blocks_without_the_denied_networks():
+    policy = network_policy(config(egress=EgressPolicy.parse(["8.8.8.0/24:53", "0.0.0.0/0:443", "10.1.0.0/16",
+                                                              "[2001:db8::]/32:443"])),
+                            ClusterFacts(cluster_networks=("8.8.8.128/25",)))
+    first, everything, ipv6 = policy["spec"]["egress"]  # 10.1.0.0/16 is private: denied, so left out
+    assert first == {"to": [{"ipBlock": {"cidr": "8.8.8.0/24", "except": ["8.8.8.128/25"]}}],
+                     "ports": [{"protocol": "TCP", "port": 53}]}
+    block = everything["to"][0]["ipBlock"]
+    assert block["cidr"] == "0.0.0.0/0" and {"10.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16",
+                                            "8.8.8.128/25"} <= set(block["except"])
+    assert all(":" not in network for network in block["except"])  # the same address family only
+    assert everything["ports"] == [{"protocol": "TCP", "port": 443}]
+    assert ipv6["to"] == [{"ipBlock": {"cidr": "2001:db8::/32"}}]
+
+
+def test_a_name_kubernetes_refuses_is_a_clear_error(node):
+    for name in ("Sandbox", "sand_box", "x" * 64, "sandbox."):
+        with pytest.raises(ValueError, match="Kubernetes Pod"):
+            pod_manifest(config(name=name), CLUSTER, node)
+        with pytest.raises(ValueError, match="Kubernetes Pod"):
+            network_policy(config(name=name), CLUSTER)
+
+
+def test_the_same_configuration_and_facts_make_the_same_manifests(node):
+    same = config()
+    assert manifests(same, CLUSTER, node) == manifests(same, CLUSTER, node)
+    policy, pod = manifests(same, CLUSTER, node)
+    assert (policy["kind"], pod["kind"]) == ("NetworkPolicy", "Pod")
+
+
+def test_kube_manifest_prints_yaml_or_json(tmp_path, capsys):
+    (tmp_path / "ws").mkdir()
+    arguments = ["kube-manifest", "--name", "kube-test", "--root", f"{tmp_path / 'ws'}:rw", "--cpus", "0.5",
+                 "--runtime", "runsc", "--runtime-class", "gvisor", "--node", "n1", "--channel-dir", "/var/lib/x",
+                 "--seccomp-profile", "p.json", "--allow", "1.2.3.0/24:443"]
+    assert main(arguments) == 0
+    policy, pod = yaml.safe_load_all(capsys.readouterr().out)
+    assert policy["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "1.2.3.0/24"}}]
+    assert (pod["metadata"]["name"], pod["spec"]["runtimeClassName"], pod["spec"]["nodeName"]) == \
+        ("kube-test", "gvisor", "n1")
+    assert container(pod)["resources"]["limits"]["cpu"] == "500m"
+    assert container(pod)["securityContext"]["seccompProfile"]["localhostProfile"] == "p.json"
+    assert "--command-memory-bytes" in container(pod)["args"]  # runsc: the gVisor tuning
+    assert {"name": "root-0", "mountPath": str(tmp_path / "ws"), "readOnly": False} in container(pod)["volumeMounts"]
+    assert main([*arguments, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert (listed["kind"], listed["items"][0], listed["items"][1]["spec"]) == ("List", policy, pod["spec"])
+
+
+def test_kube_manifest_refuses_what_makes_no_sandbox(capsys):
+    assert main(["kube-manifest", "--name", "Upper"]) == 1
+    assert "Kubernetes Pod" in capsys.readouterr().err
+    assert main(["kube-manifest", "--root", "relative/dir"]) == 1
+    assert "absolute" in capsys.readouterr().err
