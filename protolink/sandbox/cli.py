@@ -464,7 +464,7 @@ def _add_kube(commands: Any) -> None:
                            "open; default /var/lib/protolink/NAME")
     kube.add_argument("--node", default=None, help="the node that has the roots and the directory (default: any)")
     kube.add_argument("--seccomp-profile", default=None, metavar="PATH",
-                      help="the seccomp profile below the kubelet's seccomp root (default protolink/seccomp.json)")
+                      help="the seccomp profile below the kubelet's seccomp root (default protolink-seccomp.json)")
     kube.add_argument("--runtime-class", default=None, help="the RuntimeClass of --runtime (default: its name)")
     kube.add_argument("--json", action="store_true", help="a JSON List instead of YAML documents")
 

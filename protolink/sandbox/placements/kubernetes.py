@@ -54,8 +54,9 @@ from ..config import PublishedPort, SandboxConfig
 from ..egress.policy import CidrRule
 from .server import CAPABILITIES, TCP_PORT, channel_mount, server_command
 
-#: The seccomp profile's path below the kubelet's seccomp root (``/var/lib/kubelet/seccomp``).
-SECCOMP_PROFILE = "protolink/seccomp.json"
+#: The seccomp profile's path below the kubelet's seccomp root (``/var/lib/kubelet/seccomp``): a
+#: file name alone, since podman 4.3 reads only the annotation's first path component.
+SECCOMP_PROFILE = "protolink-seccomp.json"
 #: The container's name in the Pod.
 CONTAINER = "sandbox"
 #: The label that names the sandbox; the NetworkPolicy selects its Pod by it.

@@ -48,7 +48,7 @@ def test_the_server_runs_locked_down_as_on_docker(node):
         "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "privileged": False,
         "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL"]},
-        "seccompProfile": {"type": "Localhost", "localhostProfile": "protolink/seccomp.json"},
+        "seccompProfile": {"type": "Localhost", "localhostProfile": "protolink-seccomp.json"},
     }
     spec = pod["spec"]
     assert (spec["automountServiceAccountToken"], spec["enableServiceLinks"]) == (False, False)
