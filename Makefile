@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 #: The suite takes minutes; past this many seconds it is stopped and fails instead of hanging.
 TEST_TIMEOUT ?= 2700
 
-.PHONY: install test test-fast test-gvisor engine gvisor image ci-image proto sandbox-up sandbox-down bench clean
+.PHONY: install test test-fast test-gvisor engine gvisor podman image ci-image proto sandbox-up sandbox-down bench clean
 
 install: $(STAMP)
 
@@ -21,7 +21,7 @@ pytest = timeout --foreground --kill-after=60 $(TEST_TIMEOUT) $(BIN)/python -m p
 	  [ $$status -ne 124 ] || echo "make $@: stopped after $(TEST_TIMEOUT) s (TEST_TIMEOUT)" >&2; exit $$status; }
 
 ## test: the whole suite, after building the images it runs (a fresh machine's debootstrap takes minutes)
-test: install image ci-image
+test: install image ci-image podman
 	@$(call pytest)
 
 ## test-gvisor: the attack corpus (tests/security) again, every sandbox under gVisor's runsc
@@ -39,6 +39,10 @@ engine:
 ## gvisor: install runsc (Debian, root) and register it with the engine as the runtime "runsc"
 gvisor: engine
 	bash scripts/gvisor-up.sh
+
+## podman: install Debian's podman (Debian, root), which runs the generated Kubernetes Pod in the tests
+podman:
+	bash scripts/podman-up.sh
 
 ## image: the offline base image (debootstrap) and the sandbox image (wheelhouse)
 image: install engine
