@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from protolink.net.rules import AddressRules
 from protolink.sandbox.cli import main
 from protolink.sandbox.config import GiB, Identity, Lease, Limits, MiB, PublishedPort, SandboxConfig
 from protolink.sandbox.egress.policy import EgressPolicy
@@ -205,3 +206,9 @@ def test_kube_manifest_refuses_what_makes_no_sandbox(capsys):
     assert "Kubernetes Pod" in capsys.readouterr().err
     assert main(["kube-manifest", "--root", "relative/dir"]) == 1
     assert "absolute" in capsys.readouterr().err
+
+
+def test_a_policy_that_denies_every_non_public_address_keeps_them_out_of_ip_blocks():
+    policy = EgressPolicy.parse(["192.0.2.0/24:443", "0.0.0.0/0:443"], addresses=AddressRules(deny=("non-public",)))
+    (everything,) = network_policy(config(egress=policy), CLUSTER)["spec"]["egress"]  # documentation: denied
+    assert {"192.0.2.0/24", "198.18.0.0/15", "10.0.0.0/8"} <= set(everything["to"][0]["ipBlock"]["except"])
