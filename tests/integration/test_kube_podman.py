@@ -61,9 +61,14 @@ class PlayedPod:
     container: str
 
 
-@pytest.fixture(scope="module")
-def played(sandbox_image: str) -> Iterator[PlayedPod]:
+@pytest.fixture(scope="session")  # set up before the (session) image: fails at once without podman
+def podman_installed() -> None:
+    """Skip without podman, or fail under PROTOLINK_REQUIRE_DOCKER=1 (CI), as the engine's tests do."""
     _require(None if shutil.which("podman") else "podman is not installed (make podman)")
+
+
+@pytest.fixture(scope="module")
+def played(podman_installed: None, sandbox_image: str) -> Iterator[PlayedPod]:
     before = inventory()
     work = Path(tempfile.mkdtemp(prefix="protolink-kube-"))
     try:
