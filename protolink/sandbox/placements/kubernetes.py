@@ -2,7 +2,7 @@
 
 Pure functions from a :class:`~protolink.sandbox.config.SandboxConfig`, what the cluster offers
 (:class:`ClusterFacts`) and what the node prepared (:class:`NodeFacts`) to manifests as plain
-dicts (``kubectl apply -f`` takes them as JSON or YAML; :func:`manifests` gives both). The same
+dicts (``kubectl apply -f`` takes them as JSON or YAML; :func:`manifests` gives the two). The same
 server as on Docker (:mod:`.server`), held the same way where Kubernetes can say it:
 
 - the container's ``securityContext``: uid 0 with every capability dropped but
@@ -11,8 +11,9 @@ server as on Docker (:mod:`.server`), held the same way where Kubernetes can say
   The operator installs ``protolink/sandbox/seccomp.json`` on every node at
   ``/var/lib/kubelet/seccomp/`` + :data:`SECCOMP_PROFILE` (the kubelet's seccomp root); a Pod
   whose profile is missing does not start. ``RuntimeDefault`` is not the same rules. The
-  annotation ``container.seccomp.security.alpha.kubernetes.io/sandbox`` says the same, for
-  runtimes that read only it (podman 4.3's ``kube play``);
+  deprecated annotation ``container.seccomp.security.alpha.kubernetes.io/sandbox`` says the same,
+  for what reads only it (podman 4.3's ``kube play``); Kubernetes 1.25 and later warn about it and
+  read the field;
 - no service account token, no service links, no host network, PID or IPC namespace;
 - memory and CPUs as requests equal to limits (the Guaranteed class: with the kubelet's static
   CPU manager a whole number of CPUs is a set of the node's CPUs, as Docker's cpuset);
