@@ -18,8 +18,8 @@ average, since figures move 2-3x with it:
      (target >= 400/s, 0 errors), and the CPU time the sandbox's server and this client spent
      per command;
   4. 10 MB and 100 MB of stdout, all of it kept, through ``execute_command``: sandbox vs local
-     (target: the sandbox's throughput >= 0.8x local's), and the server's and this client's CPU
-     time per MB; peak memory growth of the server and of this client with 100 MB kept (target:
+     (target: the sandbox's throughput >= 0.8x local's), the server's and this client's CPU
+     time per MB (the local backend's too) and this client's page faults per MB; peak memory growth of the server and of this client with 100 MB kept (target:
      at most the output's size plus 20 MB each);
   5. 1 GiB of stdout under a 64 KiB cap: wall time, peak memory growth of the server and of this
      client (target < 50 MB each);
@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -192,21 +193,25 @@ def cpu_seconds(pids: list[str]) -> float:
 
 
 class CpuMeter:
-    """The CPU time the sandbox's server and this client spend in the calls :meth:`of` wraps:
-    less scattered than wall time on a shared machine."""
+    """The CPU time the processes ``servers`` (a sandbox's server, or none) and this client spend
+    in the calls :meth:`of` wraps, and the page faults this client takes in them: less scattered
+    than wall time on a shared machine."""
 
-    def __init__(self, sandbox: DockerSandbox) -> None:
-        self._servers = server_pids(sandbox)
+    def __init__(self, servers: list[str]) -> None:
+        self._servers = servers
         self.server = self.client = 0.0
+        self.faults = 0
 
     def of(self, call: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
         async def measured() -> Any:
             server, client = cpu_seconds(self._servers), time.process_time()
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             try:
                 return await call()
             finally:
                 self.server += cpu_seconds(self._servers) - server
                 self.client += time.process_time() - client
+                self.faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         return measured
 
 
@@ -301,7 +306,7 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 await concurrent_rate(boxed, root)  # warm
                 rates: dict[str, list[float]] = {"sandbox": [], "local": []}
                 errors = 0
-                meter = CpuMeter(sandbox)
+                meter = CpuMeter(server_pids(sandbox))
                 bursts = (("sandbox", meter.of(lambda: concurrent_rate(boxed, root))),
                           ("local", lambda: concurrent_rate(local, root)))
                 for _ in range(REPEATS):
@@ -331,16 +336,21 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 row("  target", f"<= {(size + 20_000_000) / 1e6:.0f} MB", f"<= {(size + 20_000_000) / 1e6:.0f} MB")
                 row("stdout kept whole via execute_command", "sandbox", "local", "sandbox/local")
                 for size, runs in KEPT:
-                    meter = CpuMeter(sandbox)
+                    meter, local_meter = CpuMeter(server_pids(sandbox)), CpuMeter([])
                     box_kept, local_kept = await medians_of(runs, meter.of(lambda: print_kept(boxed, root, size)),
-                                                            lambda: print_kept(local, root, size))
+                                                            local_meter.of(lambda: print_kept(local, root, size)))
                     row(f"  {size // 1_000_000} MB (median of {runs})", f"{box_kept:.3f} s", f"{local_kept:.3f} s",
                         f"{box_kept / local_kept:.2f}")
                     row("    throughput (target: sandbox >= 0.8x local)", f"{size / 1e6 / box_kept:.0f} MB/s",
                         f"{size / 1e6 / local_kept:.0f} MB/s", f"{local_kept / box_kept:.2f}x")
                     megabytes = size / 1e6 * (runs + 1)  # the warming call is measured too
-                    row("    CPU per MB: server, this client", f"{meter.server / megabytes * 1e3:.2f} ms",
-                        f"{meter.client / megabytes * 1e3:.2f} ms")
+                    row("    CPU per MB: server, this client; local", f"{meter.server / megabytes * 1e3:.2f} ms",
+                        f"{meter.client / megabytes * 1e3:.2f} ms", f"{local_meter.client / megabytes * 1e3:.2f} ms")
+                    # Growing the result's string faults in 244 pages per MB, unless the heap still
+                    # holds those of a result before: glibc serves blocks under 32 MiB from its heap
+                    # once one that size was freed, so 10 MB runs may take none on either side.
+                    row("    client page faults per MB: sandbox, local", f"{meter.faults / megabytes:.0f}",
+                        f"{local_meter.faults / megabytes:.0f}")
 
             if "flood" in sections:
                 # 5. Flood.

@@ -116,7 +116,7 @@ def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int,
             raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
         if event is None:
             raise SandboxProtocolError("the sandbox ended the process stream")
-        kind, body = parse_event(event)
+        kind, body = parse_event(memoryview(event))  # its fields are read as views of it, not copied
         if kind == "keepalive":
             continue
         if kind == "error":  # rare: the generated code and the grpcio client's rules load for it
@@ -124,7 +124,7 @@ def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int,
             from protolink.wire.convert import parse
             from protolink.wire.status import checked_answer, from_wire
 
-            raise from_wire(checked_answer(parse, Error, body))
+            raise from_wire(checked_answer(parse, Error, bytes(body)))
         if kind is None or (kind == "started" and begun):
             raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
         begun = True
@@ -160,10 +160,11 @@ def execute_request(command: Command) -> bytes:
 EVENT_KINDS = {1: "started", 7: "output", 3: "finished", 4: "keepalive", 6: "error"}
 
 
-def parse_event(data: bytes) -> tuple[str | None, bytes]:
-    """The kind of an ExecuteEvent of request 1 and that field's bytes (kind None: no event set)."""
+def parse_event(data: bytes | memoryview) -> tuple[str | None, bytes | memoryview]:
+    """The kind of an ExecuteEvent of request 1 and that field's bytes, a slice of ``data``
+    (kind None: no event set)."""
     kind: str | None = None
-    body = b""
+    body: bytes | memoryview = b""
     request_id = 0
     for number, wire_type, value in _fields(data):
         if number == 5:
@@ -175,9 +176,10 @@ def parse_event(data: bytes) -> tuple[str | None, bytes]:
     return kind, body
 
 
-def parse_output(data: bytes) -> tuple[int, bytes]:
-    """An Output's channel (STDOUT or STDERR) and bytes."""
-    channel, chunk = 0, b""
+def parse_output(data: bytes | memoryview) -> tuple[int, bytes | memoryview]:
+    """An Output's channel (STDOUT or STDERR) and bytes, a slice of ``data``."""
+    channel = 0
+    chunk: bytes | memoryview = b""
     for number, wire_type, value in _fields(data):
         if number == 1:
             channel = _expect(value, wire_type, _VARINT)
@@ -188,7 +190,7 @@ def parse_output(data: bytes) -> tuple[int, bytes]:
     return channel, chunk
 
 
-def parse_finished(data: bytes) -> tuple[int | None, bool, bool]:
+def parse_finished(data: bytes | memoryview) -> tuple[int | None, bool, bool]:
     """A Finished event's exit code (None: absent), ``truncated`` and ``timed_out``, checked
     as :func:`protolink.wire.convert.finished_facts` checks them."""
     exit_code: int | None = None
@@ -208,14 +210,14 @@ def parse_finished(data: bytes) -> tuple[int | None, bool, bool]:
     return exit_code, bool(flags[2]), bool(flags[3])
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+def _fields(data: bytes | memoryview) -> Iterator[tuple[int, int, int | bytes | memoryview]]:
     try:
         yield from protowire.fields(data)
     except ValueError:
         raise SandboxProtocolError("the sandbox sent an answer that does not parse") from None
 
 
-def _expect(value: int | bytes, wire_type: int, expected: int) -> Any:
+def _expect(value: int | bytes | memoryview, wire_type: int, expected: int) -> Any:
     if wire_type != expected:
         raise SandboxProtocolError("the sandbox sent an answer that does not parse")
     return value
@@ -225,7 +227,7 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _write(fd: int, data: bytes) -> None:
+def _write(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]

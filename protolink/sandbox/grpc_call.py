@@ -31,6 +31,9 @@ MAX_FRAME_BYTES = 1 << 20
 #: What the server may send before we grant more (stream and connection alike).
 WINDOW_BYTES = 1 << 24
 MAX_HEADER_LIST_BYTES = 64 * 1024
+#: The receive buffer's first size: it grows to hold the largest frame read (a mebibyte of output
+#: is read into it, not through a new ``bytes`` for every read and a join).
+RECEIVE_BYTES = 1 << 16
 #: The frame size and window every HTTP/2 peer starts with.
 DEFAULT_FRAME_BYTES = 16_384
 DEFAULT_WINDOW_BYTES = 65_535
@@ -74,7 +77,8 @@ class Call:
         self._headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()),
                          (b":authority", authority.encode()), (b"content-type", b"application/grpc"),
                          (b"te", b"trailers"), *((key.encode(), value.encode()) for key, value in metadata)]
-        self._buffer = bytearray()
+        self._received = bytearray(RECEIVE_BYTES)  # bytes read from the socket: those in [_start, _end) are unread
+        self._start = self._end = 0
         self._send_window = self._connection_window = DEFAULT_WINDOW_BYTES
         self._peer_frame_bytes = DEFAULT_FRAME_BYTES
         self._peer_window = DEFAULT_WINDOW_BYTES  # a stream's initial window, as the server last set it
@@ -145,12 +149,14 @@ class Call:
                                        f"{self._max_message_bytes} are accepted")
         if len(self._data) < 5 + length:
             return None
-        message = bytes(self._data[5:5 + length])
+        with memoryview(self._data) as data:
+            message = bytes(data[5:5 + length])
         del self._data[:5 + length]
         return message
 
     def _read_frame(self) -> None:
-        """Read one frame and act on it."""
+        """Read one frame and act on it (its payload is a view of the receive buffer: a handler
+        copies what it keeps)."""
         header = self._read(9)
         length, kind, flags = int.from_bytes(header[:3], "big"), header[3], header[4]
         stream = int.from_bytes(header[5:], "big") & MAX_WINDOW_BYTES
@@ -165,7 +171,7 @@ class Call:
             raise SandboxProtocolError(f"the sandbox sent an HTTP/2 frame of unexpected type {kind}")
         handler(self, flags, stream, payload)
 
-    def _on_data(self, flags: int, stream: int, payload: bytes) -> None:
+    def _on_data(self, flags: int, stream: int, payload: memoryview) -> None:
         self._grant(len(payload))
         if stream != STREAM or not self._answered or self._ended:
             raise SandboxProtocolError("the sandbox sent data outside its answer")
@@ -173,7 +179,7 @@ class Call:
         if flags & END_STREAM:
             self._ended = True
 
-    def _on_headers(self, flags: int, stream: int, payload: bytes) -> None:
+    def _on_headers(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream != STREAM or self._ended:
             raise SandboxProtocolError("the sandbox sent headers outside its answer")
         payload = _unpadded(flags, payload)
@@ -182,12 +188,12 @@ class Call:
         self._block_ends_stream = bool(flags & END_STREAM)
         self._add_block(flags, payload)
 
-    def _on_continuation(self, flags: int, stream: int, payload: bytes) -> None:
+    def _on_continuation(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream != STREAM or not self._continuing:
             raise SandboxProtocolError("the sandbox sent a CONTINUATION frame out of place")
         self._add_block(flags, payload)
 
-    def _add_block(self, flags: int, payload: bytes) -> None:
+    def _add_block(self, flags: int, payload: memoryview) -> None:
         self._block += payload
         if len(self._block) > MAX_HEADER_LIST_BYTES:
             raise SandboxProtocolError(f"the sandbox sent more than {MAX_HEADER_LIST_BYTES} bytes of headers")
@@ -213,7 +219,7 @@ class Call:
         self._trailers = headers
         self._ended = True
 
-    def _on_reset(self, flags: int, stream: int, payload: bytes) -> None:
+    def _on_reset(self, flags: int, stream: int, payload: memoryview) -> None:
         if len(payload) != 4 or stream != STREAM:
             raise SandboxProtocolError("the sandbox sent a malformed RST_STREAM frame")
         code = struct.unpack(">I", payload)[0]
@@ -221,7 +227,7 @@ class Call:
             raise SandboxUnavailableError(f"the sandbox reset the call ({RESET_CODES[code]})")
         raise SandboxProtocolError(f"the sandbox reset the call ({RESET_CODES.get(code, code)})")
 
-    def _on_settings(self, flags: int, stream: int, payload: bytes) -> None:
+    def _on_settings(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream or len(payload) % 6 or (flags & ACK and payload):
             raise SandboxProtocolError("the sandbox sent a malformed SETTINGS frame")
         if flags & ACK:
@@ -238,13 +244,13 @@ class Call:
                 self._peer_frame_bytes = value
         self._write(_frame(SETTINGS, ACK, 0, b""))
 
-    def _on_ping(self, flags: int, stream: int, payload: bytes) -> None:
+    def _on_ping(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream or len(payload) != 8:
             raise SandboxProtocolError("the sandbox sent a malformed PING frame")
         if not flags & ACK:
             self._write(_frame(PING, ACK, 0, payload))
 
-    def _on_goaway(self, flags: int, stream: int, payload: bytes) -> None:
+    def _on_goaway(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream or len(payload) < 8:
             raise SandboxProtocolError("the sandbox sent a malformed GOAWAY frame")
         last_stream, code = struct.unpack_from(">II", payload)
@@ -252,7 +258,7 @@ class Call:
             raise SandboxUnavailableError(f"the sandbox closed the connection ({RESET_CODES.get(code, code)})")
         # else: it finishes this call before it closes
 
-    def _on_window_update(self, flags: int, stream: int, payload: bytes) -> None:
+    def _on_window_update(self, flags: int, stream: int, payload: memoryview) -> None:
         if len(payload) != 4:
             raise SandboxProtocolError("the sandbox sent a malformed WINDOW_UPDATE frame")
         increment = struct.unpack(">I", payload)[0] & MAX_WINDOW_BYTES
@@ -261,7 +267,7 @@ class Call:
         elif stream == STREAM:
             self._send_window += increment
 
-    def _on_priority(self, flags: int, stream: int, payload: bytes) -> None:
+    def _on_priority(self, flags: int, stream: int, payload: memoryview) -> None:
         if len(payload) != 5:
             raise SandboxProtocolError("the sandbox sent a malformed PRIORITY frame")
 
@@ -301,20 +307,35 @@ class Call:
 
     # The socket --------------------------------------------------------------------------
 
-    def _read(self, count: int) -> bytes:
-        while len(self._buffer) < count:
+    def _read(self, count: int) -> memoryview:
+        """The next ``count`` bytes received: a view of the receive buffer, valid until the next
+        read (which may move or overwrite what it shows)."""
+        while self._end - self._start < count:
+            if len(self._received) - self._start < count:
+                self._make_room(count)
             try:
-                chunk = self._sock.recv(max(count - len(self._buffer), 1 << 16))
+                with memoryview(self._received) as free:
+                    received = self._sock.recv_into(free[self._end:])
             except TimeoutError:
                 raise  # the caller's deadlines say what it means
             except OSError as error:
                 raise SandboxUnavailableError(f"the connection to the sandbox failed: {error}") from None
-            if not chunk:
+            if not received:
                 raise SandboxUnavailableError("the sandbox closed the connection")
-            self._buffer += chunk
-        data = bytes(self._buffer[:count])
-        del self._buffer[:count]
+            self._end += received
+        with memoryview(self._received) as received_bytes:
+            data = received_bytes[self._start:self._start + count]
+        self._start += count
         return data
+
+    def _make_room(self, count: int) -> None:
+        """Move the unread bytes to the front of the receive buffer, in a larger one when
+        ``count`` bytes would not fit (no view of it may be held: see :meth:`_read`)."""
+        unread = self._received[self._start:self._end]
+        if len(self._received) < count:
+            self._received = bytearray(count + RECEIVE_BYTES)
+        self._received[:len(unread)] = unread
+        self._start, self._end = 0, len(unread)
 
     def _write(self, data: bytes | bytearray) -> None:
         try:
@@ -329,7 +350,7 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes | bytearray | memo
     return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + bytes(payload)
 
 
-def _unpadded(flags: int, payload: bytes) -> bytes:
+def _unpadded(flags: int, payload: memoryview) -> memoryview:
     if not flags & PADDED:
         return payload
     if not payload or payload[0] >= len(payload):

@@ -45,9 +45,9 @@ def length_delimited(number: int, data: bytes) -> bytes:
     return key(number, LENGTH) + varint(len(data)) + data
 
 
-def fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+def fields(data: bytes | memoryview) -> Iterator[tuple[int, int, int | bytes | memoryview]]:
     """(field number, wire type, value) of each field of a message: varints as ints (64 bits),
-    the others as bytes; ValueError for what does not parse."""
+    the others as slices of ``data``; ValueError for what does not parse."""
     at = 0
     while at < len(data):
         tag, at = read_varint(data, at)

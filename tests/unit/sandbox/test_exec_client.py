@@ -25,7 +25,7 @@ from protolink.errors import (
     ToolExecutionError,
 )
 from protolink.execution.process_types import ProcessSpec
-from protolink.sandbox import client, exec_client, hpack_codec, process_stream, records
+from protolink.sandbox import client, exec_client, grpc_call, hpack_codec, process_stream, records
 from protolink.sandbox.exec_client import Command, execute
 from protolink.wire import convert
 from protolink.wire._pb import errors_pb2, process_pb2
@@ -312,6 +312,20 @@ def test_many_events_in_one_frame_are_each_read(raw_server, tmp_path):
     assert outcome == exec_client.Outcome(exit_code=5, timed_out=False, truncated=True)
     assert stdout == b"".join(b"%04d" % n for n in range(25))
 
+
+
+def test_megabytes_in_frames_of_the_largest_size_arrive_exactly(raw_server, tmp_path):
+    address, answers = raw_server
+    chunks = [os.urandom(size) for size in (1 << 20, 70_000, (1 << 20) - 3, 5)]
+    events = [process_pb2.ExecuteEvent(id=1, output=process_pb2.Output(channel=1 + n % 2, data=chunk))
+              for n, chunk in enumerate(chunks)] + [process_pb2.ExecuteEvent(id=1, finished=process_pb2.Finished())]
+    body = b"".join(message(event.SerializeToString()) for event in events)
+    pieces = [body[at:at + grpc_call.MAX_FRAME_BYTES] for at in range(0, len(body), grpc_call.MAX_FRAME_BYTES)]
+    answers.append(ANSWER + frame(6, 0, 0, b"12345678").join(frame(0, 0, 1, piece) for piece in pieces)
+                   + frame(1, 5, 1, hpack_codec.encode([(b"grpc-status", b"0")])))
+    command = COMMAND._replace(max_output_bytes=sum(map(len, chunks)))
+    outcome, stdout, stderr = run(address, tmp_path, command)
+    assert (outcome.exit_code, stdout, stderr) == (None, chunks[0] + chunks[2], chunks[1] + chunks[3])
 
 # Through the command line --------------------------------------------------------------------
 
