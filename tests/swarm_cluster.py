@@ -44,6 +44,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from protolink.sandbox.leftovers import owner_gone, process_owner
 from protolink.sandbox.placements.swarm import SLOT_RESOURCE
 
 #: How long a node's engine may take to answer, and the cluster to see every node ready: hang
@@ -54,6 +55,9 @@ POLL_SECONDS = 0.05
 NODE_SOCKET_DIR = "/run/protolink-node"
 SWARM_PORT = 2377
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: Labels on what a cluster makes on the host engine: its name, and the process that made it.
+CLUSTER_LABEL = "io.protolink.swarm"
+OWNER_LABEL = "io.protolink.swarm.owner"
 #: A node's data root: a tmpfs of its own (overlay2 works on it, unlike on the node's overlay
 #: root), gone with the node: removing a data root of extracted images from disk took 40 s.
 DATA_ROOT_OPTIONS = "size=4g,mode=0711,exec,dev,suid"
@@ -109,7 +113,7 @@ class SwarmCluster:
         self.shared = tuple(shared)
         self.nodes: list[Node] = []
         self.figures = Figures()
-        self._undo: list[Callable[[], object]] = []
+        self._labels = {CLUSTER_LABEL: self.name, OWNER_LABEL: process_owner()}
         self._workdir: Path | None = None
 
     def __enter__(self) -> SwarmCluster:
@@ -131,7 +135,6 @@ class SwarmCluster:
         """Make the image, the network and the nodes; form the swarm."""
         started = time.monotonic()
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
-        self._undo.append(lambda: shutil.rmtree(self._workdir, ignore_errors=True))  # type: ignore[arg-type]
         image = self._image()
         network = self._network()
         for index in range(1, self.size + 1):
@@ -155,16 +158,9 @@ class SwarmCluster:
         self.figures.node_memory = [self._memory(node) for node in self.nodes]
 
     def close(self) -> None:
-        """Remove everything :meth:`start` made, last first; every step runs even if one fails."""
-        errors = []
-        while self._undo:
-            try:
-                self._undo.pop()()
-            except Exception as error:  # noqa: BLE001 - the rest must still be removed
-                errors.append(error)
+        """Remove everything :meth:`start` made (:func:`remove_cluster`)."""
         self.nodes.clear()
-        if errors:
-            raise RuntimeError(f"removing swarm {self.name} failed: {errors}")
+        remove_cluster(self.host, self.name)
 
     def load_image(self, image: str) -> None:
         """``docker save`` of the host's ``image``, loaded on every node at once."""
@@ -198,19 +194,18 @@ class SwarmCluster:
         return next(node for node in self.nodes if node.container == hostname)
 
     def _image(self) -> str:
-        tag = f"{self.name}:node"
-        self.host.api.import_image_from_data(_node_filesystem(), repository=self.name, tag="node")
-        self._undo.append(lambda: self.host.images.remove(tag, force=True))
-        return tag
+        labels = " ".join(f'{key}="{value}"' for key, value in self._labels.items())
+        self.host.api.import_image_from_data(_node_filesystem(), repository=self.name, tag="node",
+                                             changes=[f"LABEL {labels}"])
+        return f"{self.name}:node"
 
     def _network(self) -> str:
-        veth = f"plk{self.name[-6:]}"
-        subprocess.run(["ip", "link", "add", f"{veth}a", "type", "veth", "peer", "name", f"{veth}b"], check=True)
-        self._undo.append(lambda: subprocess.run(["ip", "link", "del", f"{veth}a"], check=True))
-        for end in ("a", "b"):
-            subprocess.run(["ip", "link", "set", f"{veth}{end}", "up"], check=True)
-        network = self.host.networks.create(self.name, driver="macvlan", options={"parent": f"{veth}a"})
-        self._undo.append(network.remove)
+        veth = _veth(self.name)
+        subprocess.run(["ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth[:-1]}b"], check=True)
+        for end in (veth, f"{veth[:-1]}b"):
+            subprocess.run(["ip", "link", "set", end, "up"], check=True)
+        network = self.host.networks.create(self.name, driver="macvlan", options={"parent": veth},
+                                            labels=self._labels)
         return network.name
 
     def _node(self, index: int, image: str, network: str) -> Node:
@@ -219,7 +214,6 @@ class SwarmCluster:
         sockets = self._workdir / f"socket-{index}"
         sockets.mkdir()
         cgroup_parent = f"/{name}"
-        self._undo.append(lambda: _remove_cgroups(cgroup_parent))
         binds = {"/usr": "/usr:ro", str(CGROUP_ROOT): f"{CGROUP_ROOT}:rw", str(sockets): f"{NODE_SOCKET_DIR}:rw", **{str(path): f"{path}:rw" for path in self.shared}}
         host_config = self.host.api.create_host_config(
             binds=[f"{source}:{target}" for source, target in binds.items()],
@@ -227,12 +221,11 @@ class SwarmCluster:
             device_cgroup_rules=["a *:* rwm"], tmpfs={"/run": "", "/var/lib/docker": DATA_ROOT_OPTIONS}, network_mode=network)
         host_config |= {"MaskedPaths": [], "ReadonlyPaths": []}  # systempaths=unconfined; the SDK has no keyword
         created = self.host.api.create_container(
-            image, name=name, hostname=name, host_config=host_config, labels={"io.protolink.swarm": self.name},
+            image, name=name, hostname=name, host_config=host_config, labels=self._labels,
             command=["dockerd", "--host", "unix:///var/run/docker.sock", "--host",
                      f"unix://{NODE_SOCKET_DIR}/docker.sock", "--bridge", "none", "--cgroup-parent", cgroup_parent,
                      "--node-generic-resource", f"{SLOT_RESOURCE}={self.slots}"])
         container = self.host.containers.get(created["Id"])
-        self._undo.append(lambda: container.remove(force=True))
         container.start()
         container.reload()
         address = container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
@@ -241,6 +234,57 @@ class SwarmCluster:
     def _memory(self, node: Node) -> int:
         stats = self.host.api.stats(node.container, stream=False)["memory_stats"]
         return stats["usage"] - stats.get("stats", {}).get("cache", 0)
+
+
+def remove_cluster(host: docker.DockerClient, name: str) -> None:
+    """Remove what the cluster ``name`` made, whatever of it exists: node containers (every process
+    of a node's pid namespace ends with it), their cgroups, the network, the veth pair, the image
+    and the work directory. Every step runs even if one fails; then the first failure is raised."""
+    errors: list[Exception] = []
+
+    def attempt(step: Callable[[], object]) -> None:
+        try:
+            step()
+        except docker.errors.NotFound:
+            pass
+        except Exception as error:  # noqa: BLE001 - the rest must still be removed
+            errors.append(error)
+
+    by_label = {"label": f"{CLUSTER_LABEL}={name}"}
+    for container in host.api.containers(all=True, filters=by_label):
+        attempt(lambda container=container: host.api.remove_container(container["Id"], force=True))
+    for hierarchy in (CGROUP_ROOT, *(path for path in CGROUP_ROOT.iterdir() if path.is_dir())):
+        for parent in hierarchy.glob(f"{name}-*"):
+            attempt(lambda parent=parent: _remove_cgroup_tree(parent))
+    for network in host.api.networks(filters=by_label):
+        attempt(lambda network=network: host.api.remove_network(network["Id"]))
+    if (Path("/sys/class/net") / _veth(name)).exists():
+        attempt(lambda: subprocess.run(["ip", "link", "del", _veth(name)], check=True))
+    for image in host.api.images(filters=by_label):
+        attempt(lambda image=image: host.api.remove_image(image["Id"], force=True))
+    for workdir in Path(tempfile.gettempdir()).glob(f"{name}-*"):
+        attempt(lambda workdir=workdir: shutil.rmtree(workdir))
+    if errors:
+        raise errors[0]
+
+
+def remove_orphans(host: docker.DockerClient) -> list[str]:
+    """Remove the clusters whose owner process is gone (a test run that was killed); their names."""
+    owners: dict[str, str] = {}
+    for found in (*host.api.containers(all=True, filters={"label": CLUSTER_LABEL}),
+                  *host.api.networks(filters={"label": CLUSTER_LABEL}),
+                  *host.api.images(filters={"label": CLUSTER_LABEL})):
+        labels = found.get("Labels") or {}
+        owners[labels[CLUSTER_LABEL]] = labels.get(OWNER_LABEL, "")
+    orphans = sorted(name for name, owner in owners.items() if owner_gone(owner))
+    for name in orphans:
+        remove_cluster(host, name)
+    return orphans
+
+
+def _veth(name: str) -> str:
+    """The host end of the cluster's veth pair (at most 15 characters; the other ends in ``b``)."""
+    return f"plk{name[-6:]}a"
 
 
 def _node_filesystem() -> bytes:
@@ -290,14 +334,11 @@ def wait_until(done: Callable[[], bool], what: str, timeout: float = READY_TIMEO
         time.sleep(POLL_SECONDS)
 
 
-def _remove_cgroups(parent: str) -> None:
-    """Remove a node's cgroup parent, deepest first, from every hierarchy (they are empty once
-    the node's container, and with it every process of its pid namespace, is gone)."""
-    for top in [CGROUP_ROOT / parent.lstrip("/"), *CGROUP_ROOT.glob(f"*/{parent.lstrip('/')}")]:
-        if top.is_dir():
-            for path in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-                wait_until(lambda path=path: _rmdir(path), f"the empty cgroup {path}")
-            wait_until(lambda top=top: _rmdir(top), f"the empty cgroup {top}")
+def _remove_cgroup_tree(top: Path) -> None:
+    """Remove a node's cgroup parent, deepest first (empty once the node's processes are gone)."""
+    for path in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        wait_until(lambda path=path: _rmdir(path), f"the empty cgroup {path}")
+    wait_until(lambda: _rmdir(top), f"the empty cgroup {top}")
 
 
 def _rmdir(path: Path) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TEST_NAME_PREFIX
-from tests.swarm_cluster import SwarmCluster
+from tests.swarm_cluster import SwarmCluster, remove_orphans
 
 #: Sandbox slots each node advertises: one, so that where sandboxes go shows the slots at work.
 SLOTS = 1
@@ -24,7 +24,9 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def swarm(docker_client, sandbox_image: str, shared_dir: Path) -> Iterator[SwarmCluster]:
-    """The cluster, with this checkout's sandbox image on every node; removed at the end."""
+    """The cluster, with this checkout's sandbox image on every node; removed at the end, as are
+    the clusters of test runs that were killed."""
+    remove_orphans(docker_client)
     with SwarmCluster(docker_client, TEST_NAME_PREFIX, nodes=3, slots=SLOTS, shared=[shared_dir]) as cluster:
         loading = time.monotonic()
         cluster.load_image(sandbox_image)
