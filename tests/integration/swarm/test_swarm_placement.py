@@ -20,7 +20,8 @@ from protolink.wire.roots import Root
 from tests.conftest import TEST_NAME_PREFIX
 from tests.swarm_cluster import Node, SwarmCluster, wait_until
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
+# Root: the cluster makes a veth pair and removes its nodes' cgroups.
+pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.timeout(900)]
 
 #: The capabilities the server keeps (SETUID 7, SETGID 6, KILL 5), as /proc/PID/status prints them.
 SERVER_CAPABILITIES = f"{(1 << 7) | (1 << 6) | (1 << 5):016x}"
@@ -128,17 +129,19 @@ def test_a_sandbox_runs_with_the_hardening_swarm_applies(services, shared_dir: P
     assert "ro" in mounts[str(ro)][3].split(",") and "rw" in mounts[str(rw)][3].split(",")
     for scratch in ("/tmp", "/dev/shm", "/run/protolink"):
         assert mounts[scratch][2] == "tmpfs" and {"nosuid", "nodev", "noexec"} <= set(mounts[scratch][3].split(","))
-    assert "mode=700" in mounts["/run/protolink"][3]
+    assert "mode=700" in mounts["/run/protolink"][3] and "size=262144k" in mounts["/tmp"][3]
     assert _exec(container, "ls", "/sys/class/net").split() == ["lo"]  # no network but loopback
     assert (node.cgroup("pids", container.id) / "pids.max").read_text().strip() == "512"
     assert (node.cgroup("memory", container.id) / "memory.limit_in_bytes").read_text().strip() == str(1 << 30)
     assert container.attrs["HostConfig"]["NanoCpus"] == 10**9
+    assert container.attrs["HostConfig"]["IpcMode"] == "private"
+    assert container.attrs["HostConfig"]["MemorySwap"] == 2 << 30  # Swarm's: swap up to the limit again
 
 
 async def test_the_host_reaches_the_server_through_the_tasks_root(services, shared_dir: Path, run):
     rw = shared_dir / "reach-rw"
-    rw.mkdir(mode=0o777)
-    rw.chmod(0o777)
+    rw.mkdir()
+    rw.chmod(0o777)  # the command user writes there
     name = services.create(Root(str(rw), writable=True))
     node, container = services.container(name)
     address = f"unix:///proc/{node.host_pids(container.id)[0]}/root/run/protolink/sandbox.sock"
