@@ -7,20 +7,21 @@
   dockerd, containerd and runc;
 - not ``--privileged`` (this machine refuses it) but every capability except SYS_RESOURCE,
   seccomp, AppArmor and system paths unconfined, a device cgroup rule for every device, the
-  host's cgroup tree with a cgroup parent of the node's own, and a private data root (a host
-  directory, for overlay2 needs a file system that is not overlay);
+  host's cgroup tree with a cgroup parent of the node's own, and a private data root
+  (:data:`DATA_ROOT_OPTIONS`);
 - one network for all nodes: macvlan on one end of a veth pair made for it (the host engine's
   ``FORWARD DROP`` blocks traffic between other bridges; Swarm's virtual IPs need IPVS, which
   this kernel lacks, so tasks are reached by their own addresses);
-- each daemon runs with ``"bridge": "none"`` (a task without networks gets only ``lo``) and
+- each daemon runs with ``--bridge none`` (a task without networks gets only ``lo``) and
   advertises :data:`~protolink.sandbox.placements.swarm.SLOT_RESOURCE` slots; node 1 is the
   manager, the others join it as workers; the host reaches each engine on a Unix socket in a host
   directory (:meth:`Node.client`).
 
 The host's own engine never enters swarm mode and its configuration is not changed. Everything
-made (containers, network, veth pair, image, cgroups, data roots) is removed by :meth:`close`,
-also when a step of :meth:`start` fails. Images reach the nodes by ``docker save | docker load``
-(:meth:`load_image`).
+made (containers, network, veth pair, image, cgroups, work directory) carries the cluster's
+labels or name and is removed by :meth:`close` (:func:`remove_cluster`), also when a step of
+:meth:`start` fails; :func:`remove_orphans` removes the clusters of killed runs. Images reach
+the nodes by ``docker save | docker load`` (:meth:`load_image`).
 """
 
 from __future__ import annotations
