@@ -10,9 +10,9 @@ directories, then translates, so every security default is checked without an en
   ``containers.create``), run by :class:`~protolink.sandbox.docker.DockerSandbox`.
 - :mod:`.kubernetes`: a Kubernetes Pod and its NetworkPolicy (plain manifests), printed by
   ``protolink-sandbox kube-manifest``.
+- :mod:`.swarm`: a Docker Swarm service of one task (the keywords of the docker SDK's
+  ``APIClient.create_service``); not placed by the service yet (docs/swarm.md).
 - :mod:`.server`: what each runs alike (the server's arguments, mount points, capabilities).
 
-A Docker Swarm service would be ``swarm.py`` (``service_spec(config, SwarmFacts) ->
-ServiceSpec``: the task template of ``services.create``); each reads the same configuration
-and is tested field by field like the first.
+Each reads the same configuration and is tested field by field.
 """

@@ -53,6 +53,10 @@ GVISOR_HOST_TASKS_PER_TASK = 8
 #: limit can hold, since past it the host's OOM killer ends the Sentry, that is the whole
 #: sandbox. (Measured: 192 idle processes fit in 768 MiB; beside the server, 4 MiB a task did not.)
 GVISOR_BYTES_PER_TASK = 8 * MiB
+#: The log driver and its options: 1 MiB of the server's output, in one file.
+LOG_DRIVER = "json-file"
+LOG_OPTIONS = {"max-size": "1m", "max-file": "1"}
+
 
 @dataclass(frozen=True)
 class EngineFacts:
@@ -139,12 +143,12 @@ def container_spec(config: SandboxConfig, engine: EngineFacts, host: HostFacts) 
         cap_add=CAPABILITIES,
         security_opt=("no-new-privileges", f"seccomp={host.seccomp_profile}"),
         privileged=False,
-        pids_limit=limits.pids * GVISOR_HOST_TASKS_PER_TASK if engine.gvisor else limits.pids,
+        pids_limit=pids_limit(config, engine),
         mem_limit=limits.memory,
         memswap_limit=limits.memory,
-        ulimits=_ulimits(config, engine),
+        ulimits=ulimits(config, engine),
         ipc_mode="private",
-        log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
+        log_config=LogConfig(type=LOG_DRIVER, config=LOG_OPTIONS),
         runtime=config.runtime,
         environment={},
         **_network(config),
@@ -183,12 +187,25 @@ def tmpfs_options(size: int) -> str:
     return f"size={size},nr_inodes={entries},mode=1777,noexec,nosuid,nodev"
 
 
+def pids_limit(config: SandboxConfig, engine: EngineFacts) -> int:
+    """The sandbox's pids cgroup limit: its tasks, under gVisor runsc's host threads for each
+    (:data:`GVISOR_HOST_TASKS_PER_TASK`)."""
+    pids = config.limits.pids
+    return pids * GVISOR_HOST_TASKS_PER_TASK if engine.gvisor else pids
+
+
+def root_mounts(config: SandboxConfig) -> tuple[Mount, ...]:
+    """The roots, bind-mounted at their own paths, read-only unless writable."""
+    return tuple(Mount(root.path, root.path, type="bind", read_only=not root.writable) for root in config.roots)
+
+
 def _mounts(config: SandboxConfig, channel_dir: Path) -> tuple[Mount, ...]:
-    roots = [Mount(root.path, root.path, type="bind", read_only=not root.writable) for root in config.roots]
-    return (*roots, Mount(channel_mount(config), str(channel_dir), type="bind"))
+    return (*root_mounts(config), Mount(channel_mount(config), str(channel_dir), type="bind"))
 
 
-def _ulimits(config: SandboxConfig, engine: EngineFacts) -> tuple[Ulimit, ...]:
+def ulimits(config: SandboxConfig, engine: EngineFacts) -> tuple[Ulimit, ...]:
+    """Open files, no core dumps, ``RLIMIT_NICE`` 0, with a writable root ``RLIMIT_FSIZE`` of the
+    disk budget, under gVisor ``RLIMIT_NPROC`` of what the memory holds."""
     limits = config.limits
     ulimits = [Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile), Ulimit(name="core", soft=0, hard=0),
                Ulimit(name="nice", soft=0, hard=0)]
