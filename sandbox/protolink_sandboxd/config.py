@@ -43,6 +43,8 @@ class ServerConfig:
     spawner_program: str = PROGRAM
     #: The loopback port of the egress relay (:mod:`protolink_sandboxd.egress_relay`); 0: no egress.
     egress_port: int = 0
+    #: Serve even when a protection is missing, logging it (:mod:`protolink_sandboxd.protections`).
+    serve_unprotected: bool = False
 
     @property
     def tcp(self) -> bool:
@@ -83,6 +85,9 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--egress-port", type=_port, default=0, metavar="PORT",
                         help="relay commands' proxy connections from 127.0.0.1:PORT to the host, which dials in "
                              f"at {SOCKET_NAME} beside the Unix socket; commands get the proxy variables")
+    parser.add_argument("--serve-unprotected", action="store_true",
+                        help="serve even when a protection the server checks is missing, logging what is: for a "
+                             "server run outside any container (a development host); a sandbox never passes it")
     args = parser.parse_args(argv)
     if not args.listen.startswith(("unix:///", "tcp://")):
         parser.error("--listen must be unix:///ABSOLUTE/PATH or tcp://HOST:PORT")
@@ -116,6 +121,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         operation_seconds=args.operation_seconds,
         spawner_program=args.spawner_program,
         egress_port=args.egress_port,
+        serve_unprotected=args.serve_unprotected,
     )
 
 
