@@ -1,0 +1,154 @@
+"""A placement that loses a protection: the server closes the gap itself, or refuses to serve.
+
+Each sandbox here is DockerSandbox's own container (``container_spec``) with some fields
+changed, as another placement might leave them (a Docker Swarm service drops the seccomp
+profile and no-new-privileges).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+
+from protolink.errors import SandboxProtectionError
+from protolink.sandbox.docker import DockerSandbox
+from protolink.sandbox.placements.docker import ContainerSpec, EngineFacts, HostFacts
+from protolink.wire.protections import seccomp_profile
+
+from .conftest import GVISOR, LIMITS, RUNTIME, Attacker
+
+pytestmark = pytest.mark.docker
+
+Change = Callable[[ContainerSpec], ContainerSpec]
+
+#: A command's view of its own protections, and a personality the profile denies (PER_LINUX32).
+OWN_PROTECTIONS = r"""
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+denied = libc.personality(ctypes.c_ulong(0x0008))
+print(json.dumps({"NoNewPrivs": status.get("NoNewPrivs", "").strip(), "Seccomp": status.get("Seccomp", "").strip(),
+                  "no_new_privs": libc.prctl(39, 0, 0, 0, 0), "seccomp_mode": libc.prctl(21, 0, 0, 0, 0),
+                  "personality32": ctypes.get_errno() if denied < 0 else 0}))
+"""
+PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 22, 38
+
+
+class ChangedSandbox(DockerSandbox):
+    """A DockerSandbox whose container is ``container_spec``'s with ``change`` applied."""
+
+    def __init__(self, change: Change, *roots: Path, **options: object) -> None:
+        super().__init__(list(roots), **options)
+        self._change = change
+
+    def _spec(self, engine_facts: EngineFacts, host: HostFacts) -> ContainerSpec:
+        return self._change(super()._spec(engine_facts, host))
+
+
+def changed(spec: ContainerSpec, **fields: object) -> ContainerSpec:
+    return replace(spec, **fields)
+
+
+def without_nproc(spec: ContainerSpec) -> ContainerSpec:
+    """No pids limit at all: neither the cgroup's nor RLIMIT_NPROC (gVisor's bound on tasks)."""
+    return replace(spec, pids_limit=-1, ulimits=tuple(limit for limit in spec.ulimits if limit.name != "nproc"))
+
+
+def container_profile(*, deny_prctl: int, deny_seccomp: bool) -> str:
+    """The product's profile for the container, less ``prctl(deny_prctl, ...)`` and maybe ``seccomp``."""
+    profile = json.loads(seccomp_profile())
+    for rule in profile["syscalls"]:
+        rule["names"] = [name for name in rule["names"]
+                         if name != "prctl" and not (deny_seccomp and name == "seccomp")]
+    profile["syscalls"].append({"names": ["prctl"], "action": "SCMP_ACT_ALLOW",
+                                "args": [{"index": 0, "value": deny_prctl, "op": "SCMP_CMP_NE"}]})
+    return json.dumps(profile)
+
+
+async def refusal(sandbox_image: str, box_root: Path, change: Change, docker_client: Any) -> dict[str, str]:
+    """What the server said is missing when it refused to serve; its container is gone."""
+    sandbox = ChangedSandbox(change, box_root, image=sandbox_image, runtime=RUNTIME, **LIMITS)
+    with pytest.raises(SandboxProtectionError) as refused:
+        await sandbox.start()
+    assert all(name in str(refused.value) for name in refused.value.missing), refused.value
+    assert sandbox.container_id is not None
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(sandbox.container_id)
+    return refused.value.missing
+
+
+async def own_protections(sandbox_image: str, box_root: Path, change: Change) -> dict[str, object]:
+    sandbox = ChangedSandbox(change, box_root, image=sandbox_image, runtime=RUNTIME, **LIMITS)
+    await sandbox.start()
+    try:
+        return await Attacker(sandbox.backend, box_root).probe(OWN_PROTECTIONS)
+    finally:
+        await sandbox.aclose()
+
+
+async def test_placement_drops_seccomp_and_no_new_privileges(sandbox_image, box_root):
+    """A placement that drops the seccomp profile and no-new-privileges (a Swarm service does); a command calls personality(PER_LINUX32), which the profile denies.
+
+    The command still has no_new_privs and a seccomp filter (the server's own, from the same profile): /proc/self/status says NoNewPrivs 1 and Seccomp 2 (gVisor shows only the mode, through prctl), and the call fails with EPERM.
+    """
+    unconfined = await own_protections(sandbox_image, box_root,
+                                       lambda spec: changed(spec, security_opt=("seccomp=unconfined",)))
+    assert unconfined["no_new_privs"] == 1 and unconfined["seccomp_mode"] == 2, unconfined
+    if not GVISOR:
+        assert (unconfined["NoNewPrivs"], unconfined["Seccomp"]) == ("1", "2"), unconfined
+    assert unconfined["personality32"] == 1, unconfined
+
+
+MISSING: dict[str, tuple[Change, str]] = {
+    "capability": (lambda spec: changed(spec, cap_add=(*spec.cap_add, "NET_RAW")), "capabilities"),
+    "network": (lambda spec: changed(spec, network_mode="bridge"), "network"),
+    "writable root": (lambda spec: changed(spec, read_only=False), "read_only_root"),
+    "no pids limit": (without_nproc, "pids_limit"),
+}
+
+
+@pytest.mark.parametrize("lost", list(MISSING))
+async def test_placement_lacks_a_protection(lost, sandbox_image, box_root, docker_client):
+    """A placement that starts the server with a capability added (NET_RAW), on the engine's default bridge, with a writable root, or with no pids limit.
+
+    The server refuses to serve before it starts anything: the host's start fails with SandboxProtectionError naming exactly what is missing (capabilities, network, read_only_root, pids_limit), and no container is left.
+    """
+    change, name = MISSING[lost]
+    missing = await refusal(sandbox_image, box_root, change, docker_client)
+    assert set(missing) == {name}, missing
+    if name == "capabilities":
+        assert "NET_RAW" in missing[name]
+
+
+async def test_placement_forbids_the_servers_own_filter(sandbox_image, box_root, docker_client):
+    """A placement whose own seccomp profile denies what the server needs to filter itself (seccomp(2) and prctl(PR_SET_SECCOMP)).
+
+    The server refuses to serve, and the host's SandboxProtectionError names seccomp. Under gVisor, which applies no container profile inside, nothing stops the server's filter: it serves, and commands are filtered.
+    """
+    profile = container_profile(deny_prctl=PR_SET_SECCOMP, deny_seccomp=True)
+    change: Change = lambda spec: changed(spec, security_opt=("no-new-privileges", f"seccomp={profile}"))  # noqa: E731
+    if GVISOR:
+        assert (await own_protections(sandbox_image, box_root, change))["seccomp_mode"] == 2
+        return
+    missing = await refusal(sandbox_image, box_root, change, docker_client)
+    assert set(missing) == {"seccomp"}, missing
+
+
+async def test_placement_forbids_no_new_privileges(sandbox_image, box_root, docker_client):
+    """A placement without no-new-privileges whose seccomp profile denies prctl(PR_SET_NO_NEW_PRIVS).
+
+    The server refuses to serve, and the host's SandboxProtectionError names no_new_privs (and seccomp, which cannot be loaded without it or CAP_SYS_ADMIN). Under gVisor, which applies no container profile inside, the server sets both and serves.
+    """
+    profile = container_profile(deny_prctl=PR_SET_NO_NEW_PRIVS, deny_seccomp=False)
+    change: Change = lambda spec: changed(spec, security_opt=(f"seccomp={profile}",))  # noqa: E731
+    if GVISOR:
+        assert (await own_protections(sandbox_image, box_root, change))["no_new_privs"] == 1
+        return
+    missing = await refusal(sandbox_image, box_root, change, docker_client)
+    assert set(missing) == {"no_new_privs", "seccomp"}, missing
