@@ -78,11 +78,11 @@ def establish() -> dict[str, str]:
     try:
         forbid_new_privileges()
     except OSError as error:
-        failed["no_new_privs"] = f"could not set it: {error.strerror}"
+        failed["no_new_privs"] = f"could not set it: {error.strerror or error}"
     try:
         seccomp_filter.load(json.loads(seccomp_profile()))
     except OSError as error:
-        failed["seccomp"] = f"could not load the filter: {error.strerror}"
+        failed["seccomp"] = f"could not load the filter: {error.strerror or error}"
     return failed
 
 

@@ -113,17 +113,18 @@ MISSING: dict[str, tuple[Change, str]] = {
     "network": (lambda spec: changed(spec, network_mode="bridge"), "network"),
     "writable root": (lambda spec: changed(spec, read_only=False), "read_only_root"),
     "no pids limit": (without_nproc, "pids_limit"),
+    "no memory limit": (lambda spec: changed(spec, mem_limit=0, memswap_limit=0), "memory_limit"),
 }
 
 
 @pytest.mark.parametrize("lost", list(MISSING))
 async def test_placement_lacks_a_protection(lost, sandbox_image, box_root, docker_client):
-    """A placement that starts the server with a capability added (DAC_OVERRIDE), on the engine's default bridge, with a writable root, or with no pids limit.
+    """A placement that starts the server with a capability added (DAC_OVERRIDE), on the engine's default bridge, with a writable root, with no pids limit, or with no memory limit.
 
-    The server refuses to serve before it starts anything: the host's start fails with SandboxProtectionError naming exactly what is missing (capabilities, network, read_only_root, pids_limit), and no container is left. This engine's gVisor runs with --network=none (scripts/gvisor-up.sh): on the bridge its sandbox still has only lo, and serves.
+    The server refuses to serve before it starts anything: the host's start fails with SandboxProtectionError naming exactly what is missing (capabilities, network, read_only_root, pids_limit, memory_limit), and no container is left. Under gVisor two are out of the server's sight, and it serves: this engine's runsc runs with --network=none (scripts/gvisor-up.sh), so on the bridge the sandbox still has only lo, and the memory cgroup is not visible inside.
     """
     change, name = MISSING[lost]
-    if GVISOR and name == "network":
+    if GVISOR and name in ("network", "memory_limit"):
         assert (await own_protections(sandbox_image, box_root, change))["seccomp_mode"] == 2
         return
     missing = await refusal(sandbox_image, box_root, change, docker_client)
