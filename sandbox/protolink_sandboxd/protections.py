@@ -81,8 +81,8 @@ def establish() -> dict[str, str]:
         failed["no_new_privs"] = f"could not set it: {error.strerror or error}"
     try:
         seccomp_filter.load(json.loads(seccomp_profile()))
-    except OSError as error:
-        failed["seccomp"] = f"could not load the filter: {error.strerror or error}"
+    except (OSError, ValueError) as error:
+        failed["seccomp"] = f"could not load the filter: {getattr(error, 'strerror', None) or error}"
     return failed
 
 

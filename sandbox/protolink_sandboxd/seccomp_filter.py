@@ -30,6 +30,7 @@ _ATTR_ACT_BADARCH, _ATTR_CTL_NNP, _ATTR_CTL_OPTIMIZE = 2, 3, 8
 #: Docker's names of the machines' architectures, as ``includes.arches`` writes them.
 _DOCKER_ARCHES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x",
                   "riscv64": "riscv64"}
+_ARCH = _DOCKER_ARCHES.get(platform.machine(), platform.machine())
 _RULE_KEYS = {"names", "action", "errnoRet", "args", "includes", "excludes", "comment"}
 _CONDITION_KEYS = {"arches"}
 
@@ -49,7 +50,6 @@ def _libseccomp() -> ctypes.CDLL:
     library.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
                                                ctypes.POINTER(_ArgCmp)]
     library.seccomp_load.argtypes = [ctypes.c_void_p]
-    library.seccomp_export_pfc.argtypes = [ctypes.c_void_p, ctypes.c_int]
     return library
 
 
@@ -57,15 +57,6 @@ def load(profile: Mapping[str, Any]) -> None:
     """Make ``profile`` this process's filter (and so its future children's). The process must
     already have no_new_privs, or CAP_SYS_ADMIN. OSError when the kernel refuses it; ValueError
     for a profile this translation does not read."""
-    _with_filter(profile, lambda library, context: _check(library.seccomp_load(context), "seccomp_load"))
-
-
-def export_pfc(profile: Mapping[str, Any], fd: int) -> None:
-    """Write the filter :func:`load` would load, as libseccomp's pseudo filter code, to ``fd``."""
-    _with_filter(profile, lambda library, context: _check(library.seccomp_export_pfc(context, fd), "export"))
-
-
-def _with_filter(profile: Mapping[str, Any], use: Any) -> None:
     library = _libseccomp()
     default = _action(profile["defaultAction"], profile.get("defaultErrnoRet"))
     context = library.seccomp_init(default)
@@ -77,7 +68,7 @@ def _with_filter(profile: Mapping[str, Any], use: Any) -> None:
         _check(library.seccomp_attr_set(context, _ATTR_CTL_OPTIMIZE, 2), "seccomp_attr_set")
         for rule in profile["syscalls"]:
             _add_rule(library, context, rule, default)
-        use(library, context)
+        _check(library.seccomp_load(context), "seccomp_load")
     finally:
         library.seccomp_release(context)
 
@@ -87,10 +78,9 @@ def _add_rule(library: ctypes.CDLL, context: int, rule: Mapping[str, Any], defau
     conditions = {**rule.get("includes", {}), **rule.get("excludes", {})}
     if unknown or set(conditions) - _CONDITION_KEYS:
         raise ValueError(f"a seccomp rule this translation does not read: {sorted(unknown | set(conditions))}")
-    arch = _DOCKER_ARCHES.get(platform.machine(), platform.machine())
-    if "arches" in rule.get("includes", {}) and arch not in rule["includes"]["arches"]:
+    if "arches" in rule.get("includes", {}) and _ARCH not in rule["includes"]["arches"]:
         return
-    if arch in rule.get("excludes", {}).get("arches", ()):
+    if _ARCH in rule.get("excludes", {}).get("arches", ()):
         return
     action = _action(rule["action"], rule.get("errnoRet"))
     if action == default:  # libseccomp refuses a rule that changes nothing
