@@ -17,6 +17,10 @@ from importlib import resources
 
 #: The server's exit code when a protection is missing (``EX_CONFIG`` of sysexits.h).
 REFUSED = 78
+#: The protections a placement may hold where the server cannot see them, and name in the
+#: server's ``--held-elsewhere``: a Kubernetes Pod always has an interface (a NetworkPolicy
+#: isolates it) and its pids limit is the kubelet's, on a cgroup above the container's.
+HELD_ELSEWHERE = ("network", "pids_limit", "memory_limit")
 _PREFIX = "protolink-sandbox refused to serve, protections missing: "
 
 

@@ -21,7 +21,7 @@ import logging
 import resource
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from protolink.wire.protections import refusal, seccomp_profile
 
@@ -61,7 +61,10 @@ def hold(config: ServerConfig) -> bool:
     is missing it writes the :func:`~protolink.wire.protections.refusal` on stderr, unless
     ``config.serve_unprotected`` (a server on a development host), which logs it and serves."""
     failed = establish()
-    lacking = {**missing(network=config.tcp), **failed}  # why it failed says more than what is left
+    # Why establishing one failed says more than what is left of it.
+    lacking = {**missing(tcp=config.tcp, held_elsewhere=config.held_elsewhere), **failed}
+    if config.held_elsewhere:
+        log.info("held by the placement where the server cannot see them: %s", ", ".join(sorted(config.held_elsewhere)))
     if not lacking:
         return True
     if config.serve_unprotected:
@@ -86,9 +89,10 @@ def establish() -> dict[str, str]:
     return failed
 
 
-def missing(*, network: bool) -> dict[str, str]:
-    """The protections this process lacks (name -> what it has instead). ``network``: whether
-    interfaces beyond loopback are expected (TCP mode)."""
+def missing(*, tcp: bool, held_elsewhere: Collection[str] = ()) -> dict[str, str]:
+    """The protections this process lacks (name -> what it has instead). ``tcp``: the server
+    listens on a network (other interfaces than loopback are expected); ``held_elsewhere``: the
+    protections not to look for (see :data:`~protolink.wire.protections.HELD_ELSEWHERE`)."""
     found = {}
     if _prctl(_PR_GET_NO_NEW_PRIVS) != 1:
         found["no_new_privs"] = "not set"
@@ -96,11 +100,13 @@ def missing(*, network: bool) -> dict[str, str]:
         found["seccomp"] = f"mode {mode}, not a filter"
     if extra := _extra_capabilities():
         found["capabilities"] = "; ".join(f"{name}: {', '.join(caps)}" for name, caps in extra.items())
-    if not network and (interfaces := sorted(name for _, name in socket.if_nameindex() if name != "lo")):
+    if not tcp and "network" not in held_elsewhere and (interfaces := sorted(name for _, name in socket.if_nameindex() if name != "lo")):
         found["network"] = f"interfaces {', '.join(interfaces)}"
     if not _root_read_only():
         found["read_only_root"] = "the root file system is writable"
     for name, paths in LIMIT_FILES.items():
+        if name in held_elsewhere:
+            continue
         value = _first_readable(paths)
         if value is None and name == "pids_limit":
             value = _nproc()

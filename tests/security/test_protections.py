@@ -133,6 +133,16 @@ async def test_placement_lacks_a_protection(lost, sandbox_image, box_root, docke
         assert "DAC_OVERRIDE" in missing[name]
 
 
+async def test_placement_holds_the_pids_limit_out_of_sight(sandbox_image, box_root):
+    """A placement that holds the pids limit where the server cannot see it (a Kubernetes Pod's, on the Pod's cgroup) and says so with --held-elsewhere pids_limit; here the container has none.
+
+    The server does not look for that one and serves, with its other checks and its own filter in place: a command has Seccomp 2. The same container without the flag is refused (test_placement_lacks_a_protection).
+    """
+    probe = await own_protections(sandbox_image, box_root, lambda spec: changed(
+        without_nproc(spec), command=(*spec.command, "--held-elsewhere", "pids_limit")))
+    assert probe["seccomp_mode"] == 2 and probe["no_new_privs"] == 1, probe
+
+
 async def test_placement_forbids_the_servers_own_filter(sandbox_image, box_root, docker_client):
     """A placement whose own seccomp profile denies what the server needs to filter itself (seccomp(2) and prctl(PR_SET_SECCOMP)).
 

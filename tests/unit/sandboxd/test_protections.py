@@ -42,7 +42,7 @@ import json, sys
 from protolink_sandboxd.protections import establish, missing
 if sys.argv[1] == "established":
     establish()
-print(json.dumps(missing(network=False)))
+print(json.dumps(missing(tcp=False)))
 """
 
 
