@@ -21,6 +21,7 @@
     └── SandboxError             (RuntimeError)  the sandbox failed, or refused the call
         ├── SandboxUnavailableError                dead, unreachable or unresponsive
         │   ├── SandboxNotReachedError             no connection: the call never left the host
+        │   ├── SandboxProtectionError             the server found a protection missing and refused
         │   └── SandboxEngineError                 the Docker Engine lacks something a sandbox needs
         ├── RootNotWritableError   (PermissionError) a writable root the command user cannot write
         ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
@@ -121,6 +122,16 @@ class SandboxUnavailableError(SandboxError):
 class SandboxNotReachedError(SandboxUnavailableError):
     """No connection to the sandbox could be made: the call was never sent, so it is safe to
     make again."""
+
+
+class SandboxProtectionError(SandboxUnavailableError):
+    """The sandbox's server refused to serve because a protection it checks at start is missing
+    (no_new_privs, seccomp, capabilities, network, read_only_root, pids_limit, memory_limit):
+    ``missing`` maps each one's name to what the server found instead."""
+
+    def __init__(self, message: str, *, missing: dict[str, str]) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class SandboxEngineError(SandboxUnavailableError):

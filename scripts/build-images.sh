@@ -19,7 +19,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 SUITE=bookworm
 VARIANT=minbase
-BASE_PACKAGES=python3,python3-venv,git,ca-certificates,tini
+# libseccomp2: the server loads the seccomp profile as a filter of its own (protolink_sandboxd/seccomp_filter.py).
+BASE_PACKAGES=python3,python3-venv,git,ca-certificates,tini,libseccomp2
 # The CI base: the sandbox base's packages and what builds and tests Python and JavaScript projects.
 CI_BASE_PACKAGES=$BASE_PACKAGES,build-essential,python3-dev,python3-pip,pkg-config,nodejs
 # Installed after debootstrap by apt in the new root: debootstrap does not resolve dependencies on

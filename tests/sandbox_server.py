@@ -92,7 +92,8 @@ async def sandbox_server(
     address = listen.removeprefix("tcp://")
     log = home / "server.log"
     command = [sys.executable, "-m", "protolink_sandboxd", "--listen", listen, "--boundary", "test-host",
-               "--command-uid", str(uid), "--command-gid", str(uid), "--spawner-program", spawner_program(), *args]
+               "--command-uid", str(uid), "--command-gid", str(uid), "--spawner-program", spawner_program(),
+               "--serve-unprotected", *args]
     for path, writable in roots:
         command += ["--root", f"{path}:{'rw' if writable else 'ro'}"]
     with open(log, "wb") as log_file:

@@ -28,12 +28,12 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from protolink.errors import SandboxEngineError, SandboxError, SandboxUnavailableError
+from protolink.errors import SandboxEngineError, SandboxError, SandboxProtectionError, SandboxUnavailableError
+from protolink.wire.protections import REFUSED, parse_refusal, seccomp_profile
 from protolink.wire.roots import Root
 
 from . import engine, leftovers
@@ -61,11 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def seccomp_profile() -> str:
-    """The default seccomp profile (JSON), stricter than Docker's own."""
-    return resources.files(__package__).joinpath("seccomp.json").read_text()
 
 
 async def _uncancellable(awaitable: Awaitable[T]) -> T:
@@ -426,13 +421,17 @@ class DockerSandbox:
             raise failure
 
     def _exit_error(self) -> SandboxUnavailableError | None:
-        """The error that says the container exited while starting, with its last lines; None while it runs."""
+        """The error that says the container exited while starting, with its last lines (the
+        server's refusal when a protection is missing); None while it runs."""
         if self._container.status not in ("exited", "dead"):
             return None
-        logs = self._container.logs(tail=20)
+        logs = self._container.logs(tail=20).decode("utf-8", "replace").strip()
         code = self._container.attrs["State"].get("ExitCode")
-        return SandboxUnavailableError(
-            f"sandbox container {self.name} exited (code {code}) while starting:\n" + logs.decode("utf-8", "replace").strip())
+        if code == REFUSED and (missing := parse_refusal(logs)) is not None:
+            found = "; ".join(f"{name} ({detail})" for name, detail in sorted(missing.items()))
+            return SandboxProtectionError(f"sandbox {self.name} refused to serve, protections missing: {found}",
+                                          missing=missing)
+        return SandboxUnavailableError(f"sandbox container {self.name} exited (code {code}) while starting:\n" + logs)
 
     @property
     def disk_budget_spent(self) -> bool:

@@ -7,6 +7,9 @@ import logging
 import os
 import sys
 
+from protolink.wire.protections import REFUSED
+
+from . import protections
 from .config import parse_args
 from .init import run_under_reaper
 
@@ -14,6 +17,8 @@ from .init import run_under_reaper
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="sandbox: %(levelname)s %(message)s")
+    if not protections.hold(config):  # before anything starts: every process inherits the filter
+        return REFUSED
 
     def serve() -> int:
         # gRPC's fork handlers crash children that fail to exec after a setuid (SIGSEGV instead

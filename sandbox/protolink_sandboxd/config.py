@@ -10,6 +10,7 @@ import stat
 from dataclasses import dataclass
 
 from protolink.wire.egress import SOCKET_NAME
+from protolink.wire.protections import HELD_ELSEWHERE
 from protolink.wire.roots import Root
 
 from .spawner import PROGRAM
@@ -43,6 +44,11 @@ class ServerConfig:
     spawner_program: str = PROGRAM
     #: The loopback port of the egress relay (:mod:`protolink_sandboxd.egress_relay`); 0: no egress.
     egress_port: int = 0
+    #: Serve even when a protection is missing, logging it (:mod:`protolink_sandboxd.protections`).
+    serve_unprotected: bool = False
+    #: Protections the placement holds where the server cannot see them, which it does not
+    #: look for (names of :data:`~protolink.wire.protections.HELD_ELSEWHERE`).
+    held_elsewhere: frozenset[str] = frozenset()
 
     @property
     def tcp(self) -> bool:
@@ -83,6 +89,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--egress-port", type=_port, default=0, metavar="PORT",
                         help="relay commands' proxy connections from 127.0.0.1:PORT to the host, which dials in "
                              f"at {SOCKET_NAME} beside the Unix socket; commands get the proxy variables")
+    parser.add_argument("--serve-unprotected", action="store_true",
+                        help="serve even when a protection the server checks is missing, logging what is: for a "
+                             "server run outside any container (a development host); a sandbox never passes it")
+    parser.add_argument("--held-elsewhere", action="append", default=[], choices=HELD_ELSEWHERE, metavar="NAME",
+                        help="a protection the placement holds where the server cannot see it, not looked for: "
+                             f"one of {', '.join(HELD_ELSEWHERE)}; repeat for several (a Kubernetes Pod: network, "
+                             "isolated by a NetworkPolicy, and pids_limit, the kubelet's on the Pod's cgroup)")
     args = parser.parse_args(argv)
     if not args.listen.startswith(("unix:///", "tcp://")):
         parser.error("--listen must be unix:///ABSOLUTE/PATH or tcp://HOST:PORT")
@@ -116,6 +129,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         operation_seconds=args.operation_seconds,
         spawner_program=args.spawner_program,
         egress_port=args.egress_port,
+        serve_unprotected=args.serve_unprotected,
+        held_elsewhere=frozenset(args.held_elsewhere),
     )
 
 

@@ -39,12 +39,6 @@ SYSCALLS: dict[str, tuple[int | None, int | None]] = {
     "sched_setscheduler": (144, 119), "sched_setattr": (314, 274),
 }
 REFUSED = (errno.EPERM, errno.ENOSYS)
-#: Under gVisor the seccomp profile is not applied inside (SECURITY.md): the Sentry answers every
-#: call itself and the host kernel never sees one. It refuses them with other errors too, and
-#: implements these for the sandbox's own tasks: NUMA memory policies (a record of its own),
-#: ptrace between the sandbox's tasks, and unshare (namespaces of the Sentry's).
-SENTRY_IMPLEMENTS = {"get_mempolicy", "mbind", "set_mempolicy", "ptrace", "unshare"}
-
 SYSCALL_PROBE = r"""
 import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -84,13 +78,10 @@ def _unconditionally_allowed() -> set[str]:
 async def test_seccomp_deny_list(attacker):
     """Every system call Docker's default profile blocks (plus the new mount API, io_uring, scheduling policy), called by a command.
 
-    Each one fails with EPERM or ENOSYS, and none of them is allowed by the profile. Under gVisor each fails with an error of the Sentry's, or is one the Sentry implements for the sandbox alone (SENTRY_IMPLEMENTS).
+    Each one fails with EPERM or ENOSYS, and none of them is allowed by the profile. Under gVisor too, where the engine applies no profile inside: the server's own filter, from the same profile, refuses them.
     """
     results = await attacker.probe(SYSCALL_PROBE, json.dumps(_numbers()))
-    if GVISOR:
-        assert {name for name, code in results.items() if code == 0} <= SENTRY_IMPLEMENTS, results
-    else:
-        assert {name: code for name, code in results.items() if code not in REFUSED} == {}
+    assert {name: code for name, code in results.items() if code not in REFUSED} == {}
     assert not set(SYSCALLS) & _unconditionally_allowed()
     await still_serves(attacker)
 
@@ -113,14 +104,10 @@ async def test_mount(attacker):
 async def test_unshare(attacker):
     """Creating user, mount, pid and network namespaces with unshare(1) and clone(2) namespace flags.
 
-    unshare(2) and namespace flags on clone(2) are refused by the profile. Under gVisor a user namespace of the Sentry's may be made (with no uid mapped into it, the command is still nobody there), and the others are refused.
+    unshare(2) and namespace flags on clone(2) are refused by the profile (under gVisor, by the server's own filter from the same profile).
     """
     result = await attacker.shell("unshare -U id; unshare -Urm id; unshare -n id; unshare -p -f id; echo done")
-    if GVISOR:
-        assert result.stdout in ("done\n", "uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)\ndone\n")
-        assert result.stderr.count("Operation not permitted") == 3 + (result.stdout == "done\n")
-    else:
-        assert result.stdout == "done\n" and result.stderr.count("Operation not permitted") == 4
+    assert result.stdout == "done\n" and result.stderr.count("Operation not permitted") == 4
     code = r"""
 import ctypes, json, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -134,8 +121,6 @@ for name, flag in {"newuser": CLONE_NEWUSER, "newns": CLONE_NEWNS, "newnet": CLO
 print(json.dumps(answers))
 """
     answers = await attacker.probe(code)
-    if GVISOR:  # namespaces of the Sentry's, as for unshare(1)
-        assert answers.pop("newuser") in (0, *REFUSED) and answers.pop("newns") in (0, *REFUSED)
     assert all(code in REFUSED for code in answers.values()), answers
     await still_serves(attacker)
 
@@ -212,7 +197,7 @@ print(json.dumps({'bpf': ctypes.get_errno() if answer == -1 else 0}))
 async def test_keyctl(attacker):
     """Adding a key to the session keyring and reading the user keyring (add_key, keyctl, request_key).
 
-    Refused by the profile (under gVisor, by the Sentry's own keyrings: EACCES): the kernel keyring is not namespaced and would be shared with the host.
+    Refused by the profile (under gVisor, by the server's own filter from the same profile): the kernel keyring is not namespaced and would be shared with the host.
     """
     code = r"""
 import ctypes, json
@@ -225,8 +210,7 @@ print(json.dumps(answers))
 """
     if platform.machine() != "x86_64":
         code = code.replace("248,", "217,").replace("250,", "219,").replace("249,", "218,")
-    # gVisor's own keyrings (in the Sentry, not the host's) refuse with EACCES.
-    assert set((await attacker.probe(code)).values()) == {errno.EACCES if GVISOR else errno.EPERM}
+    assert set((await attacker.probe(code)).values()) == {errno.EPERM}
     await still_serves(attacker)
 
 

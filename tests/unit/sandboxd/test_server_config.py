@@ -23,6 +23,14 @@ def test_roots_and_defaults():
     assert limited.command_memory_bytes == 384 << 20
 
 
+def test_every_protection_is_checked_unless_the_placement_says_otherwise():
+    config = parse_args(["--listen", "unix:///run/s.sock"])
+    assert (config.serve_unprotected, config.held_elsewhere) == (False, frozenset())
+    asked = parse_args(["--listen", "unix:///run/s.sock", "--serve-unprotected", "--held-elsewhere", "network",
+                        "--held-elsewhere", "pids_limit"])
+    assert (asked.serve_unprotected, asked.held_elsewhere) == (True, {"network", "pids_limit"})
+
+
 def test_egress_port_and_socket():
     assert parse_args(["--listen", "unix:///run/protolink/sandbox.sock"]).egress_port == 0  # no egress by default
     config = parse_args(["--listen", "unix:///run/protolink/sandbox.sock", "--egress-port", "3128"])
@@ -38,6 +46,7 @@ def test_egress_port_and_socket():
     ["--listen", "unix:///s", "--root", "relative:rw"],
     ["--listen", "unix:///s", "--root", "/ws/../etc:rw"],
     ["--listen", "unix:///s", "--command-memory-bytes", "-1"],
+    ["--listen", "unix:///s", "--held-elsewhere", "seccomp"],  # the server must always see it
     ["--listen", "unix:///s", "--egress-port", "0"],
     ["--listen", "unix:///s", "--egress-port", "65536"],
     ["--listen", "tcp://0.0.0.0:7000", "--token-file", "/t", "--egress-port", "3128"],  # egress needs the Unix socket
