@@ -8,7 +8,7 @@ server as on Docker (:mod:`.server`), held the same way where Kubernetes can say
 - the container's ``securityContext``: uid 0 with every capability dropped but
   :data:`~.server.CAPABILITIES`, ``allowPrivilegeEscalation: false`` (no_new_privs), never
   privileged, a read-only root, and the product's seccomp profile as a ``Localhost`` profile.
-  The operator installs ``protolink/sandbox/seccomp.json`` on every node at
+  The operator installs ``protolink/wire/seccomp.json`` on every node at
   ``/var/lib/kubelet/seccomp/`` + :data:`SECCOMP_PROFILE` (the kubelet's seccomp root); a Pod
   whose profile is missing does not start. ``RuntimeDefault`` is not the same rules. The
   deprecated annotation ``container.seccomp.security.alpha.kubernetes.io/sandbox`` says the same,
@@ -58,6 +58,10 @@ from .server import CAPABILITIES, TCP_PORT, channel_mount, server_command
 #: The seccomp profile's path below the kubelet's seccomp root (``/var/lib/kubelet/seccomp``): a
 #: file name alone, since podman 4.3 reads only the annotation's first path component.
 SECCOMP_PROFILE = "protolink-seccomp.json"
+#: The server's arguments naming what the cluster holds where the server cannot see it
+#: (``--held-elsewhere``): a Pod always has a network interface (the NetworkPolicy isolates it),
+#: and its pids limit is the kubelet's ``podPidsLimit``, set on the Pod's cgroup above the container's.
+HELD_BY_THE_CLUSTER = ("--held-elsewhere", "network", "--held-elsewhere", "pids_limit")
 #: The container's name in the Pod.
 CONTAINER = "sandbox"
 #: The label that names the sandbox; the NetworkPolicy selects its Pod by it.
@@ -103,7 +107,7 @@ def pod_manifest(config: SandboxConfig, cluster: ClusterFacts, node: NodeFacts) 
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": config.image,
-        "args": list(server_command(config, gvisor=cluster.gvisor)),
+        "args": [*server_command(config, gvisor=cluster.gvisor), *HELD_BY_THE_CLUSTER],
         "securityContext": {
             "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "privileged": False,
             "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,

@@ -65,13 +65,14 @@ def test_the_seccomp_annotation_names_the_same_profile(node):
         "localhost/site/p.json"
 
 
-def test_the_server_gets_the_same_arguments_as_on_docker(tmp_path, node):
+def test_the_server_gets_docker_s_arguments_and_what_the_cluster_holds(tmp_path, node):
     (tmp_path / "ro").mkdir()
     same = config(Root(str(tmp_path / "ro")), egress=EgressPolicy.parse(["pypi.org"]), limits=Limits(memory=GiB))
     host = HostFacts(channel_dir=node.channel_dir, created=CREATED, seccomp_profile="{}")
     for gvisor in (False, True):
         pod = pod_manifest(same, ClusterFacts(gvisor=gvisor), node)
-        assert container(pod)["args"] == list(container_spec(same, EngineFacts(cpus=4, gvisor=gvisor), host).command)
+        docker = container_spec(same, EngineFacts(cpus=4, gvisor=gvisor), host).command
+        assert container(pod)["args"] == [*docker, "--held-elsewhere", "network", "--held-elsewhere", "pids_limit"]
     assert container(pod)["image"] == same.image
 
 
