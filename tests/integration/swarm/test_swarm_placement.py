@@ -149,7 +149,10 @@ async def test_the_host_reaches_the_server_through_the_tasks_root(services, shar
     async with backend:
         assert backend.boundary == f"sandbox:{name}"
         who = await run(backend, ["/bin/sh", "-c", "id -u; echo written > written; touch /written"], cwd=str(rw))
+        held = await run(backend, ["/bin/grep", "-E", "^(NoNewPrivs|Seccomp):", "/proc/self/status"], cwd=str(rw))
     assert who.stdout.split("\n")[0] == "65534"
+    # Swarm dropped both (the server's own NoNewPrivs is 0 above); the server holds them itself.
+    assert held.stdout.split() == ["NoNewPrivs:", "1", "Seccomp:", "2"]
     assert "Read-only file system" in who.stdout + who.stderr
     assert (rw / "written").read_text() == "written\n"
 
