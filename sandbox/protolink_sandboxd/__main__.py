@@ -29,11 +29,14 @@ def main(argv: list[str] | None = None) -> int:
                             memory_bytes=config.command_memory_bytes, program=config.spawner_program)
         if config.token is None:  # a forked spawner would carry the token; else one is started afresh
             spawner.fork()  # while this process has one thread
-        from .server import (
-            serve,  # grpc is imported after the forks, in the serving process
-        )
+        from .server import serve  # grpc is imported (no thread starts yet) after the spawner's fork
+        from .worker_pool import WorkerPool
 
-        asyncio.run(serve(config, spawner, subreapers=subreapers))
+        workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
+                             max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
+        if config.token is None:
+            workers.fork()  # shares the modules just loaded; still one thread
+        asyncio.run(serve(config, spawner, workers, subreapers=subreapers))
         return 0
 
     code = run_under_reaper(serve)
