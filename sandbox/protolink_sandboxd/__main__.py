@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
+import gc
 import os
 import sys
 
@@ -13,9 +12,15 @@ from .init import run_under_reaper
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="sandbox: %(levelname)s %(message)s")
 
     def serve() -> int:
+        # The reaper's pages stay shared while neither side writes them: the collector would
+        # write to every object it scans, and what the server alone needs is imported here.
+        gc.freeze()
+        import asyncio
+        import logging
+
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="sandbox: %(levelname)s %(message)s")
         # gRPC's fork handlers crash children that fail to exec after a setuid (SIGSEGV instead
         # of an error); commands and workers never use gRPC, so they are not needed.
         os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
