@@ -120,7 +120,7 @@ class Manager:
         self._check_quota(tenant, template)
         now = time.time()
         if overrides.none and self.pools[base.name]:
-            placed = self.pools[base.name].pop()
+            placed = self.pools[base.name].pop(0)  # the one that waited longest: settled, warmed up
             placed.hand_to(tenant.id, now, pooled=True)
             self.sandboxes[placed.id] = placed
             self._unnamed.add(placed.id)
