@@ -1,8 +1,9 @@
-"""``python3 -m protolink_sandboxd``: parse the command line, then serve under the orphan reaper."""
+"""``python3 -m protolink_sandboxd``: parse the command line, hold the protections, then serve
+under the orphan reaper."""
 
 from __future__ import annotations
 
-import asyncio
+import gc
 import logging
 import os
 import sys
@@ -21,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
         return REFUSED
 
     def serve() -> int:
+        # The reaper's pages stay shared while neither side writes them: the collector would
+        # write to every object it scans, and what the server alone needs is imported here.
+        gc.freeze()
+        import asyncio
+
         # gRPC's fork handlers crash children that fail to exec after a setuid (SIGSEGV instead
         # of an error); commands and workers never use gRPC, so they are not needed.
         os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
@@ -34,11 +40,14 @@ def main(argv: list[str] | None = None) -> int:
                             memory_bytes=config.command_memory_bytes, program=config.spawner_program)
         if config.token is None:  # a forked spawner would carry the token; else one is started afresh
             spawner.fork()  # while this process has one thread
-        from .server import (
-            serve,  # grpc is imported after the forks, in the serving process
-        )
+        from .server import serve  # grpc is imported (no thread starts yet) after the spawner's fork
+        from .worker_pool import WorkerPool
 
-        asyncio.run(serve(config, spawner, subreapers=subreapers))
+        workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
+                             max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
+        if config.token is None:
+            workers.fork()  # shares the modules just loaded; still one thread
+        asyncio.run(serve(config, spawner, workers, subreapers=subreapers))
         return 0
 
     code = run_under_reaper(serve)

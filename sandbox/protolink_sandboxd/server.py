@@ -105,14 +105,12 @@ async def _warm_when_quiet(service: SandboxService, workers: WorkerPool) -> None
     await workers.warm()
 
 
-async def serve(config: ServerConfig, spawner: SpawnerClient, *, subreapers: bool) -> None:
+async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPool, *, subreapers: bool) -> None:
     """Serve until SIGTERM or SIGINT; then stop accepting, kill every command and worker.
 
     ``subreapers``: whether the commands' keepers are subreapers here (see :mod:`protolink_sandboxd.strays`)."""
     os.umask(0o077)  # the socket is created owner-only; commands and workers set their own umask
     reuse_large_buffers()
-    workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
-                         max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
     spawner.start()
     sweeper = StraySweeper(config.command_uid, lambda: spawner.pid, lambda: workers.pids, keepers=spawner.keepers,
                            subreapers=subreapers)

@@ -1,9 +1,13 @@
 """A worker process: performs workspace and document operations as the command user.
 
-Started by the server as root (``python -I -m protolink_sandboxd.worker``), it loads every module it
-needs, sets its address-space limit, becomes non-dumpable, takes the command uid/gid as its
-file-system ids for good (:func:`~protolink_sandboxd.privileges.drop_to_shielded`) and then serves one
-request at a time over stdin/stdout (:mod:`protolink_sandboxd.frames`). Before each request its CPU-time
+Started by the server as root (``python -I -m protolink_sandboxd.worker``, or forked from it with
+its modules loaded: :meth:`~protolink_sandboxd.worker_pool.WorkerPool.fork`), it sets its
+address-space limit, becomes non-dumpable, takes the command uid/gid as its file-system ids for
+good (:func:`~protolink_sandboxd.privileges.drop_to_shielded`) and then serves one request at a
+time over stdin/stdout (:mod:`protolink_sandboxd.frames`). Every module it needs is loaded
+before the drop (a file-system uid may not read the interpreter's own files); a forked worker
+leaves out the document parsers (pypdf, python-docx, openpyxl: some 20 MB), and the pool gives
+it no document operation. Before each request its CPU-time
 limit is set just above the time the request may take: a parser that spins past it gets
 SIGXCPU. The server enforces wall time and replaces a worker it kills.
 """
@@ -35,9 +39,12 @@ from .privileges import (
 IN, OUT = 0, 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, parsers: bool = True) -> int:
+    """Serve requests on stdin/stdout until the server closes them, with the document
+    ``parsers`` loaded or not; the exit code."""
     args = helper_arguments("python -m protolink_sandboxd.worker", argv, "--memory-bytes", "--max-request-bytes")
-    _preload_parsers()
+    if parsers:
+        _preload_parsers()
     make_non_dumpable()
     limit(resource.RLIMIT_AS, args.memory_bytes)
     limit(resource.RLIMIT_CORE, 0)

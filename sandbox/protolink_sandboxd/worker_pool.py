@@ -9,20 +9,27 @@ caller gets a typed error and the server lives on.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
 import sys
 import time
+import traceback
 
 from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxError, SandboxLimitError
 from protolink.wire._pb import errors_pb2
+from protolink.wire.operations import WIRE_OPERATIONS
 from protolink.wire.status import KINDS
 
 from . import frames
+from .command_line import show_command_line
+from .worker import main as worker_main
 
+#: How often a killed worker is checked for its exit until it is reaped.
+REAP_POLL_SECONDS = 0.01
 #: How long a failed worker start waits before the next attempt.
 SPAWN_RETRY_SECONDS = 0.2
 #: How long one call must hold a worker, while another waits, before the pool starts another.
@@ -45,27 +52,50 @@ class OperationFailed(Exception):
 
 
 class _Worker:
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
+    """A worker process, a child of this one, and the two pipes to it."""
+
+    def __init__(self, pid: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 inbound: asyncio.BaseTransport, *, parsers: bool) -> None:
+        self.pid = pid
+        self.parsers = parsers  # whether it has the document parsers loaded
+        self._reader, self._writer, self._inbound = reader, writer, inbound
+        self._code: int | None = None
+
+    @classmethod
+    async def open(cls, pid: int, to_worker: int, from_worker: int, *, parsers: bool) -> _Worker:
+        """Talk to worker ``pid`` over the pipe ends ``to_worker`` and ``from_worker`` (taken over)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        inbound, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                  os.fdopen(from_worker, "rb", buffering=0))
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
+                                                            os.fdopen(to_worker, "wb", buffering=0))
+        return cls(pid, reader, asyncio.StreamWriter(transport, protocol, None, loop), inbound, parsers=parsers)
+
+    @property
+    def running(self) -> bool:
+        """Whether the worker has not exited (an exited one is reaped here)."""
+        if self._code is None:
+            self._code = _reaped(self.pid)
+        return self._code is None
 
     async def ask(self, frame: bytes, max_reply_bytes: int) -> tuple[int, bytes]:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(frame)
-        await self.process.stdin.drain()
-        status, length = frames.REPLY.unpack(await self.process.stdout.readexactly(frames.REPLY.size))
+        self._writer.write(frame)
+        await self._writer.drain()
+        status, length = frames.REPLY.unpack(await self._reader.readexactly(frames.REPLY.size))
         if status not in (frames.OK, frames.ERROR):
             raise _Broken(f"a reply with status {status}")
         if length > max_reply_bytes:
             raise _TooLarge(length)
-        return status, await self.process.stdout.readexactly(length)
+        return status, await self._reader.readexactly(length)
 
     async def stop(self) -> int:
         """Kill the worker and reap it; its exit status."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return await self.process.wait()
+        self._writer.close()
+        self._inbound.close()
+        if self._code is None:
+            self._code = await _kill_and_reap(self.pid)
+        return self._code
 
 
 class _Broken(Exception):
@@ -95,6 +125,7 @@ class WorkerPool:
             "--memory-bytes", str(memory_bytes), "--max-request-bytes", str(max_message_bytes),
             "--server", str(os.getpid()),
         ]
+        self._forked: tuple[int, int, int] | None = None  # pid, pipe end to it, pipe end from it
         self._max_message_bytes = max_message_bytes
         self._max_resident_bytes = int(memory_bytes * KEEP_AT_MOST_SHARE)
         self._max_workers = max_workers
@@ -104,10 +135,38 @@ class WorkerPool:
         self._spawn_error: OSError | None = None
         self._busy: dict[_Worker, float] = {}  # worker -> when its current call started
 
+    def fork(self) -> None:
+        """Fork the first worker now, from the modules this process has loaded: their pages stay
+        shared with it until either writes them (a started worker loads its own, some 35 MB).
+        Call this while the process has one thread, holds no secret and has imported what a
+        worker needs; it is taken into the pool by the first call or :meth:`warm`. It has no
+        document parser (some 20 MB): the first document operation that takes it replaces it."""
+        to_worker, from_worker = os.pipe(), os.pipe()
+        gc.freeze()  # the collector would write to every object it scans: the pages would part
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            code = 1
+            try:
+                os.setsid()
+                os.dup2(to_worker[0], 0)
+                os.dup2(from_worker[1], 1)
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as exec would: the spawner's channel, ...
+                os.environ.clear()
+                os.environ["PATH"] = os.defpath
+                show_command_line(self._command)
+                code = worker_main(self._command[4:], parsers=False)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(to_worker[0])
+        os.close(from_worker[1])
+        self._forked = (pid, to_worker[1], from_worker[0])
+
     @property
     def pids(self) -> list[int]:
         """The pids of the workers this pool holds (each a child of this process)."""
-        return [worker.process.pid for worker in self._live]
+        return [worker.pid for worker in self._live] + ([self._forked[0]] if self._forked is not None else [])
 
     async def warm(self) -> None:
         """Start one worker ahead of the first call."""
@@ -119,7 +178,8 @@ class WorkerPool:
         """The response payload of ``method``; OperationFailed with the operation's own error,
         TimeoutError past ``seconds`` of wall time, SandboxLimitError when the worker died."""
         frame = frames.request_frame(method, payload, seconds)
-        worker = await self._take()
+        row = WIRE_OPERATIONS.get(method)
+        worker = await self._take(parsers=row is not None and row.operation.document)
         self._busy[worker] = time.monotonic()
         healthy = False
         try:
@@ -136,8 +196,7 @@ class WorkerPool:
             raise SandboxLimitError(f"{what} was stopped: {await _death(worker)}") from None
         finally:
             del self._busy[worker]
-            if (healthy and worker.process.returncode is None
-                    and resident_bytes(worker.process.pid) <= self._max_resident_bytes):
+            if healthy and worker.running and resident_bytes(worker.pid) <= self._max_resident_bytes:
                 self._idle.put_nowait(worker)
             else:
                 await asyncio.shield(self._retire(worker))
@@ -149,9 +208,15 @@ class WorkerPool:
         """Kill and reap every worker."""
         if self._growing is not None:
             self._growing.cancel()
+        if self._forked is not None:
+            pid, to_worker, from_worker = self._forked
+            self._forked = None
+            os.close(to_worker)
+            os.close(from_worker)
+            await _kill_and_reap(pid)
         await asyncio.gather(*(self._retire(worker) for worker in list(self._live)))
 
-    async def _take(self) -> _Worker:
+    async def _take(self, *, parsers: bool) -> _Worker:
         while True:
             patience = GROW_AFTER_SECONDS if self._live else 0.0
             getter = asyncio.ensure_future(self._idle.get())
@@ -172,9 +237,9 @@ class WorkerPool:
                     self._idle.put_nowait(getter.result())  # canceled after all: give the worker back
             if getter.done() and not getter.cancelled():
                 worker = getter.result()
-                if worker.process.returncode is None:
+                if worker.running and (worker.parsers or not parsers):
                     return worker
-                await self._retire(worker)  # it died while idle (a crash, the OOM killer)
+                await self._retire(worker)  # it died while idle (a crash, the OOM killer), or has no parsers
             elif self._spawn_error is not None and not self._live:
                 raise SandboxError(f"cannot start a worker process: {self._spawn_error}")
 
@@ -201,15 +266,42 @@ class WorkerPool:
         await worker.stop()
 
     async def _spawn(self) -> _Worker:
-        process = await asyncio.create_subprocess_exec(
-            *self._command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            cwd="/",
-            env={"PATH": os.defpath},
-            start_new_session=True,
-        )
-        return _Worker(process)
+        """The forked worker, or else a fresh one (this process has threads now: it must exec)."""
+        if self._forked is not None:
+            forked, self._forked = self._forked, None
+            return await _Worker.open(*forked, parsers=False)
+        to_worker, from_worker = os.pipe(), os.pipe()
+        try:
+            pid = os.posix_spawn(sys.executable, self._command, {"PATH": os.defpath}, setsid=True, file_actions=[
+                (os.POSIX_SPAWN_DUP2, to_worker[0], 0), (os.POSIX_SPAWN_DUP2, from_worker[1], 1)])
+        except BaseException:
+            os.close(to_worker[1])
+            os.close(from_worker[0])
+            raise
+        finally:
+            os.close(to_worker[0])
+            os.close(from_worker[1])
+        return await _Worker.open(pid, to_worker[1], from_worker[0], parsers=True)
+
+
+def _reaped(pid: int) -> int | None:
+    """The exit status of child ``pid`` once it has exited (reaping it), else None."""
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere: its status is lost, it is reported as killed
+        return -signal.SIGKILL
+    return os.waitstatus_to_exitcode(status) if reaped else None
+
+
+async def _kill_and_reap(pid: int) -> int:
+    """Kill child ``pid``'s process group and reap it, polled (gVisor has no pidfds); its exit status."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    while (code := _reaped(pid)) is None:
+        await asyncio.sleep(REAP_POLL_SECONDS)
+    return code
 
 
 def resident_bytes(pid: int) -> int:

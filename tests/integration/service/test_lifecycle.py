@@ -79,6 +79,26 @@ async def test_a_killed_service_adopts_its_sandboxes_and_drops_its_pool(make_ser
     await again.delete()
 
 
+async def test_a_pooled_sandbox_claimed_just_before_a_stop_is_adopted_by_the_next_run(make_service, run):
+    """The claim is written into the container's name a while after it, or when the service stops."""
+    service = make_service("--pool", "1")
+    client = await service.client()
+
+    async def one_ready():
+        return (await client.pool_ready()).get("default") == 1
+
+    await eventually(one_ready, "one pooled sandbox ready")
+    claimed = await client.create()
+    assert claimed.status.pooled
+    service.stop()
+    service.start()
+    client = await service.client()
+    again = await client.open(claimed.id)
+    assert (await run(again.backend, ["/bin/echo", "kept"])).stdout == "kept\n"
+    await again.delete()
+    await claimed.backend.aclose()
+
+
 async def test_a_sandbox_past_its_time_to_live_or_idle_timeout_is_removed_and_reported(service, docker_client):
     client = await service.client()
     short = await client.create(ttl_seconds=1)
