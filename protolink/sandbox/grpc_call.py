@@ -319,6 +319,8 @@ class CallState:
         if len(payload) != 4 or stream != STREAM:
             raise SandboxProtocolError("the sandbox sent a malformed RST_STREAM frame")
         code = struct.unpack(">I", payload)[0]
+        if self.ended:
+            return  # after its answer: the server is done with the request stream (NO_ERROR)
         if code in (7, 8):  # REFUSED_STREAM, CANCEL
             raise SandboxUnavailableError(f"the sandbox reset the call ({RESET_CODES[code]})")
         raise SandboxProtocolError(f"the sandbox reset the call ({RESET_CODES.get(code, code)})")

@@ -16,7 +16,8 @@ included, is given up.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Sequence
+import functools
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
@@ -28,6 +29,8 @@ from protolink.wire import convert
 from protolink.wire._pb import process_pb2, sandbox_pb2
 from protolink.wire.output_events import OutputEvent, read_output_event
 from protolink.wire.status import checked_answer, from_rpc_error, from_wire
+
+from .aio_call import AsyncCall
 
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0
@@ -46,16 +49,14 @@ _Item = _Event | BaseException
 
 
 class ProcessStream:
-    """Processes over Execute calls on ``channel`` (see the module)."""
+    """Processes over the Execute calls ``calls()`` opens (see the module; :func:`grpc_calls`,
+    :func:`own_calls`)."""
 
-    def __init__(self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]], *, max_in_flight: int) -> None:
-        # Events are handed over as the bytes that arrived, so that output is read where it
-        # lies (protolink.wire.output_events); other events are parsed here.
-        self._execute = channel.stream_stream(EXECUTE, request_serializer=process_pb2.ExecuteRequest.SerializeToString)
-        self._metadata = tuple(metadata)
+    def __init__(self, calls: Callable[[], Any], *, max_in_flight: int) -> None:
+        self._calls = calls
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._call: Any = None
-        self._waiting: dict[int, asyncio.Queue[_Item]] = {}
+        self._waiting: dict[int, tuple[Any, asyncio.Queue[_Item]]] = {}  # by request id: its call, its events
         self._next_id = 1
         self._writing = asyncio.Lock()
         self._idle_close: asyncio.TimerHandle | None = None
@@ -77,7 +78,7 @@ class ProcessStream:
         request.id = self._next_id
         self._next_id += 1
         events: asyncio.Queue[_Item] = asyncio.Queue(QUEUED_EVENTS)
-        self._waiting[request.id] = events
+        self._waiting[request.id] = (call, events)
         finished = False
         try:
             async with asyncio.timeout(deadline_seconds) as deadline:
@@ -114,7 +115,7 @@ class ProcessStream:
 
     def _open(self) -> Any:
         if self._call is None or self._call.done():
-            self._call = self._execute(metadata=self._metadata, wait_for_ready=False)
+            self._call = self._calls()
             self._keep(self._read(self._call))
         return self._call
 
@@ -147,10 +148,10 @@ class ProcessStream:
     async def _read(self, call: Any) -> None:
         """Hand each event to its process until the call ends; then fail the processes left."""
         try:
-            while (data := await call.read()) is not grpc.aio.EOF:
+            async for data in call:
                 event = _parsed(data)
-                if (events := self._waiting.get(event.id)) is not None:
-                    await events.put(event)
+                if (waiting := self._waiting.get(event.id)) is not None and waiting[0] is call:
+                    await waiting[1].put(event)
                 elif not 0 < event.id < self._next_id:
                     raise SandboxProtocolError(f"the sandbox sent an event for request {event.id}, never made")
                 # else: an event of a process that is over, or given up: dropped
@@ -162,8 +163,22 @@ class ProcessStream:
         if self._call is call:
             self._call = None
         call.cancel()
-        for events in self._waiting.values():
-            _put_failure(events, failure)
+        for on, events in self._waiting.values():
+            if on is call:
+                _put_failure(events, failure)
+
+
+def grpc_calls(channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]]) -> Callable[[], Any]:
+    """Execute calls through grpcio's ``channel`` (one a sandbox service forwards, over TLS, say)."""
+    # Events are handed over as the bytes that arrived, so that output is read where it lies
+    # (protolink.wire.output_events); other events are parsed here.
+    execute = channel.stream_stream(EXECUTE, request_serializer=process_pb2.ExecuteRequest.SerializeToString)
+    return functools.partial(execute, metadata=tuple(metadata), wait_for_ready=False)
+
+
+def own_calls(address: str, metadata: Sequence[tuple[str, str]], *, max_message_bytes: int) -> Callable[[], Any]:
+    """Execute calls on connections of their own to ``address`` (:mod:`.aio_call`, no grpcio)."""
+    return functools.partial(AsyncCall, address, EXECUTE, tuple(metadata), max_message_bytes=max_message_bytes)
 
 
 def _parsed(data: bytes) -> _Event:
