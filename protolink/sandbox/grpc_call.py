@@ -181,7 +181,7 @@ class CallState:
         """Free room at the end of the receive buffer to read into, then :meth:`received`."""
         wanted = 9
         if self._end - self._start >= 9:
-            wanted += int.from_bytes(self._received[self._start:self._start + 3], "big")
+            wanted += min(int.from_bytes(self._received[self._start:self._start + 3], "big"), MAX_FRAME_BYTES)
         if len(self._received) - self._start < wanted or self._start == self._end:
             self._make_room(wanted)
         with memoryview(self._received) as received:
@@ -251,9 +251,12 @@ class CallState:
             taken = self._split(data, 0)
             self._data += data[taken:]
             granted = 0
-        # The start of a message waits for its rest, granted now: the server could not send it otherwise.
-        self._grant(padding + len(self._data) - granted)
-        self._data_granted = len(self._data)
+        self._grant(padding)
+        if len(self._data) >= 5 and 5 + int.from_bytes(self._data[1:5], "big") > self._window_bytes // 2:
+            # The start of a message too large to wait for its room: granted now, or the rest could not come.
+            self._grant(len(self._data) - granted)
+            granted = len(self._data)
+        self._data_granted = granted
         if flags & END_STREAM:
             self.ended = True
 
