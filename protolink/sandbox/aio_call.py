@@ -6,8 +6,8 @@ The protocol is :class:`~.grpc_call.CallState`'s, the one the blocking client ru
 server sends is checked there. Here the connection is read as it fills (into the state's one
 receive buffer, :class:`asyncio.BufferedProtocol`), while the server's window, granted again as
 each message is taken, holds back a server that a slow consumer does not keep up with. A ping
-goes out every :data:`PING_SECONDS` while the call is open; one unanswered for as long fails the
-call, as grpcio's keepalives do. Cancelling resets the stream and closes the connection: the
+goes out every :data:`PING_SECONDS` while the call is open; a server that answers it with nothing
+for as long fails the call, as grpcio's keepalives do (unless this loop was too busy to read). Cancelling resets the stream and closes the connection: the
 server then kills and reaps whatever the call ran.
 """
 
@@ -45,6 +45,9 @@ class AsyncCall(asyncio.BufferedProtocol):
         self._arrived = asyncio.Event()  # set when there is news for the reader
         self._done = False
         self._pinging: asyncio.TimerHandle | None = None
+        self._ping_due = 0.0
+        self._heard = False  # bytes arrived since the last ping went out
+        self._flush_scheduled = False
         self._connected = asyncio.ensure_future(self._connect(address))
 
     # The call ----------------------------------------------------------------------------
@@ -57,7 +60,7 @@ class AsyncCall(asyncio.BufferedProtocol):
         if self._done:
             raise SandboxUnavailableError("the sandbox's process stream has ended")
         self._state.send(request.SerializeToString())
-        self._flush()
+        self._flush_soon()
 
     def __aiter__(self) -> AsyncCall:
         return self
@@ -66,7 +69,7 @@ class AsyncCall(asyncio.BufferedProtocol):
         state = self._state
         while True:
             if (message := state.take()) is not None:
-                self._flush()  # the room it took, granted again
+                self._flush_soon()  # the room it took, granted again
                 return message
             if state.failure is not None or state.ended:
                 self._close()
@@ -114,12 +117,13 @@ class AsyncCall(asyncio.BufferedProtocol):
             return
         self._state.open()
         self._flush()
-        self._pinging = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
+        self._arm_ping(asyncio.get_running_loop())
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._state.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._heard = True
         self._state.received(nbytes)
         self._flush()
         self._arrived.set()
@@ -136,14 +140,31 @@ class AsyncCall(asyncio.BufferedProtocol):
                                            else "the sandbox closed the connection"))
 
     def _ping(self) -> None:
-        if self._state.unanswered_pings:
+        loop = asyncio.get_running_loop()
+        # Late by half an interval: this loop was busy, and the answer may wait unread.
+        late = loop.time() - self._ping_due > PING_SECONDS / 2
+        if self._state.unanswered_pings and not self._heard and not late:
             self._fail(SandboxUnavailableError(f"the sandbox did not answer a ping within {PING_SECONDS:g} s"))
             return
-        self._state.ping()
-        self._flush()
-        self._pinging = asyncio.get_running_loop().call_later(PING_SECONDS, self._ping)
+        if not self._state.unanswered_pings:
+            self._state.ping()
+            self._flush()
+        self._heard = False
+        self._arm_ping(loop)
+
+    def _arm_ping(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._ping_due = loop.time() + PING_SECONDS
+        self._pinging = loop.call_at(self._ping_due, self._ping)
+
+    def _flush_soon(self) -> None:
+        """Send what is queued once this turn of the loop is over: the requests and grants of many
+        processes go out in one write (the server reads them in one wakeup)."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
+        self._flush_scheduled = False
         if self._state.outgoing and self._transport is not None and not self._transport.is_closing():
             self._transport.write(bytes(self._state.outgoing))
         self._state.outgoing.clear()

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ HEALTH_SECONDS = 2.0
 #: still fails, this much later.
 RECONNECT_SECONDS = 3.0
 MAX_BOUNDARY_CHARS = 256
+_HOST_AND_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]+")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -327,9 +329,8 @@ async def _call(method: Any, request: Message, **options: Any) -> Any:
 
 def _own_connection_reaches(address: str) -> bool:
     """Whether :mod:`.aio_call` connects to ``address`` as grpcio does: a Unix socket's absolute
-    path or a host and port (other gRPC target schemes stay with grpcio)."""
-    return address.startswith("unix://") or "://" not in address.removeprefix("tcp://") and ":" in address \
-        and not address.startswith(("unix:", "dns:", "ipv4:", "ipv6:", "vsock:"))
+    path, or a host and port (gRPC's other target schemes stay with grpcio)."""
+    return address.startswith("unix://") or _HOST_AND_PORT.fullmatch(address.removeprefix("tcp://")) is not None
 
 
 def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:
