@@ -65,7 +65,7 @@ class AsyncCall(asyncio.BufferedProtocol):
     def __aiter__(self) -> AsyncCall:
         return self
 
-    async def __anext__(self) -> bytes:
+    async def __anext__(self) -> bytes | memoryview:
         state = self._state
         while True:
             if (message := state.take()) is not None:

@@ -32,6 +32,9 @@ MAX_FRAME_BYTES = 1 << 20
 #: What the server may send before we grant more (stream and connection alike), by default.
 WINDOW_BYTES = 1 << 24
 MAX_HEADER_LIST_BYTES = 64 * 1024
+#: A message at least this large that arrived in several frames is handed over where they were
+#: joined, not copied once more (a mebibyte of output crosses two of gRPC's frames).
+LEND_BYTES = 1 << 16
 #: The receive buffer's first size: it grows to hold the largest frame read (a mebibyte of output
 #: is read into it, not through a new ``bytes`` for every read and a join).
 RECEIVE_BYTES = 1 << 16
@@ -121,7 +124,7 @@ class CallState:
         self._trailers: hpack_codec.Headers | None = None
         self._data = bytearray()  # received bytes of a message not yet complete
         self._data_granted = 0  # of which granted again already
-        self._messages: deque[tuple[bytes, int]] = deque()  # complete messages, and the room each takes
+        self._messages: deque[tuple[bytes | memoryview, int]] = deque()  # complete messages, and the room each takes
 
     # Sending -----------------------------------------------------------------------------
 
@@ -212,7 +215,7 @@ class CallState:
         except SandboxError as error:
             self.failure = error
 
-    def take(self) -> bytes | None:
+    def take(self) -> bytes | memoryview | None:
         """The answer's next message (None: none is complete yet); its room is granted again."""
         if not self._messages:
             return None
@@ -244,8 +247,11 @@ class CallState:
         if self._data:
             self._data += data
             with memoryview(self._data) as assembled:
-                taken = self._split(assembled, self._data_granted)
-            del self._data[:taken]
+                taken = self._split(assembled, self._data_granted, lend=self._data)
+            if taken and int.from_bytes(self._data[1:5], "big") >= LEND_BYTES:
+                self._data = self._data[taken:]  # the first message is lent as it lies: a new buffer
+            else:
+                del self._data[:taken]
             granted = self._data_granted if not taken else 0
         else:
             taken = self._split(data, 0)
@@ -260,9 +266,11 @@ class CallState:
         if flags & END_STREAM:
             self.ended = True
 
-    def _split(self, data: memoryview, granted: int) -> int:
+    def _split(self, data: memoryview, granted: int, lend: bytearray | None = None) -> int:
         """Queue the complete messages at the start of ``data`` (``granted`` of its bytes granted
-        already); how many bytes they took."""
+        already); how many bytes they took. A first message of at least :data:`LEND_BYTES` in
+        ``data``'s own buffer ``lend`` is queued as a view of it, not copied (the caller then
+        leaves that buffer to it)."""
         at = 0
         while len(data) - at >= 5:
             compressed, length = struct.unpack_from(">BI", data, at)
@@ -273,7 +281,11 @@ class CallState:
                                            f"{self._max_message_bytes} are accepted")
             if len(data) - at < 5 + length:
                 break
-            self._messages.append((bytes(data[at + 5:at + 5 + length]), 5 + length - granted))
+            if at == 0 and lend is not None and length >= LEND_BYTES:
+                message: bytes | memoryview = memoryview(lend)[5:5 + length]
+            else:
+                message = bytes(data[at + 5:at + 5 + length])
+            self._messages.append((message, 5 + length - granted))
             granted = 0
             at += 5 + length
         return at
@@ -445,7 +457,7 @@ class Call:
         while self._state.sending and self._state.failure is None:  # the server grants more room
             self._read()
 
-    def messages(self) -> Iterator[bytes]:
+    def messages(self) -> Iterator[bytes | memoryview]:
         """The answer's messages, in order; then the call's status is checked (raises unless OK)."""
         state = self._state
         while True:

@@ -181,7 +181,7 @@ def own_calls(address: str, metadata: Sequence[tuple[str, str]], *, max_message_
     return functools.partial(AsyncCall, address, EXECUTE, tuple(metadata), max_message_bytes=max_message_bytes)
 
 
-def _parsed(data: bytes) -> _Event:
+def _parsed(data: bytes | memoryview) -> _Event:
     """The event the server sent as ``data``: an output event read in place, any other parsed."""
     if (output := read_output_event(data)) is not None:
         return output
