@@ -7,8 +7,9 @@ server sends is checked there. Here the connection is read as it fills (into the
 receive buffer, :class:`asyncio.BufferedProtocol`), while the server's window, granted again as
 each message is taken, holds back a server that a slow consumer does not keep up with. A ping
 goes out every :data:`PING_SECONDS` while the call is open; a server that answers it with nothing
-for as long fails the call, as grpcio's keepalives do (unless this loop was too busy to read). Cancelling resets the stream and closes the connection: the
-server then kills and reaps whatever the call ran.
+for as long fails the call, as grpcio's keepalives do (unless this loop was too busy to read).
+Cancelling resets the stream and closes the connection: the server then kills and reaps whatever
+the call ran.
 """
 
 from __future__ import annotations

@@ -2,8 +2,11 @@
 
 Each process is a request on the call, with an id of its own; the events of every process
 come back on the call tagged with that id, and one reader hands each to the process it belongs
-to. The call is opened on first use and again after it fails; a failure of the call fails every
-process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError` and friends).
+to. The call is made on a connection of the client's own when the backend knows the server's
+address (:mod:`.aio_call`: no grpcio in the receive of output), else through grpcio's channel
+(a sandbox service's). It is opened on first use and again after it fails; a failure of the
+call fails every process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError`
+and friends).
 Everything the server sends is untrusted: events are parsed and checked in order (an output
 event's bytes are read where they arrived, :mod:`protolink.wire.output_events`), output is
 capped at the process's ``max_output_bytes`` whatever the server claims (then decoded, kept and
