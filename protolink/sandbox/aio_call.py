@@ -87,8 +87,8 @@ class AsyncCall(asyncio.BufferedProtocol):
         """Reset the stream and close the connection; False if the call was over already."""
         if self.done():
             return False
-        self._state.cancel()
         self._state.connection_lost(SandboxUnavailableError("the sandbox's process stream was cancelled"))
+        self._state.cancel()
         self._flush()
         self._close()
         return True

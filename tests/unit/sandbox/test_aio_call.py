@@ -277,8 +277,10 @@ async def test_cancelling_resets_the_stream_and_closes_the_connection(tmp_path):
         await asyncio.wait_for(peer.closed.wait(), HANG_GUARD)
         assert (RST_STREAM, 0, 1, struct.pack(">I", grpc_call.CANCEL)) in peer.received
         assert not answer.cancel()
-        with pytest.raises(SandboxUnavailableError):
+        with pytest.raises(SandboxUnavailableError, match="cancelled"):
             await answer.write(process_pb2.ExecuteRequest(id=2))
+        with pytest.raises(SandboxUnavailableError, match="cancelled"):
+            await anext(answer)
 
 
 async def test_a_process_fails_with_its_call_and_the_next_one_opens_a_new_call(tmp_path):
