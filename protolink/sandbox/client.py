@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from protolink.wire.operations import WIRE_OPERATIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
-from .process_stream import Output, ProcessStream
+from .process_stream import Output, ProcessStream, grpc_calls, own_calls
 from .resolutions import Resolutions
 
 __all__ = ["SandboxBackend", "SandboxInfo", "attach", "connect"]
@@ -62,6 +63,7 @@ HEALTH_SECONDS = 2.0
 #: still fails, this much later.
 RECONNECT_SECONDS = 3.0
 MAX_BOUNDARY_CHARS = 256
+_HOST_AND_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]+")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -101,7 +103,8 @@ async def connect(
     channel = grpc.aio.insecure_channel(address.removeprefix("tcp://"), options=channel_options(max_message_bytes))
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     try:
-        return await attach(channel, metadata, timeout=timeout, max_message_bytes=max_message_bytes, owns_channel=True)
+        return await attach(channel, metadata, timeout=timeout, max_message_bytes=max_message_bytes, owns_channel=True,
+                            address=address if _own_connection_reaches(address) else None)
     except BaseException:
         await channel.close()
         raise
@@ -115,17 +118,20 @@ async def attach(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     owns_channel: bool = False,
     info: sandbox_pb2.InfoResponse | None = None,
+    address: str | None = None,
 ) -> SandboxBackend:
     """A backend over an open ``channel`` whose every call carries ``metadata`` (a sandbox
     service's channel, say), once the server answers ``Info`` within ``timeout`` seconds (or
     at once with its ``info``, already at hand). Closing the backend closes the channel only
-    when it ``owns_channel``."""
+    when it ``owns_channel``. With the server's plaintext ``address`` (``unix:///path`` or
+    ``[tcp://]host:port``), processes run on connections of their own to it, without grpcio's
+    receive (:func:`.process_stream.own_calls`); without it, on the channel."""
     response = info if info is not None else await _call(
         sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
         metadata=tuple(metadata), timeout=timeout, wait_for_ready=True,
     )
     return SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
-                          owns_channel=owns_channel)
+                          owns_channel=owns_channel, address=address)
 
 
 class SandboxBackend(Operations):
@@ -135,6 +141,7 @@ class SandboxBackend(Operations):
     ``async with``. A closed backend refuses further calls. ``info_at_connect`` is what the
     server reported when the connection was made; ``boundary`` names the sandbox in previews.
     Closing it closes ``channel`` unless ``owns_channel`` is False (a channel shared with others).
+    Processes run on connections of their own to ``address`` when it is given (see :func:`attach`).
     """
 
     def __init__(
@@ -145,6 +152,7 @@ class SandboxBackend(Operations):
         metadata: Sequence[tuple[str, str]] = (),
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         owns_channel: bool = True,
+        address: str | None = None,
     ) -> None:
         self._channel = channel
         self._owns_channel = owns_channel
@@ -154,7 +162,9 @@ class SandboxBackend(Operations):
         self._max_request_bytes = min(max_message_bytes, int(info.limits.get("max_message_bytes", max_message_bytes)))
         self._closed = False
         self._resolutions = Resolutions()
-        self._processes = ProcessStream(channel, self._metadata, max_in_flight=int(
+        calls = (grpc_calls(channel, self._metadata) if address is None
+                 else own_calls(address, self._metadata, max_message_bytes=max_message_bytes))
+        self._processes = ProcessStream(calls, max_in_flight=int(
             info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
         self.info_at_connect = info
         self.boundary = info.boundary
@@ -315,6 +325,12 @@ async def _call(method: Any, request: Message, **options: Any) -> Any:
     except grpc.aio.AioRpcError as error:
         raise from_rpc_error(error) from None
     return parsed_answer(response)
+
+
+def _own_connection_reaches(address: str) -> bool:
+    """Whether :mod:`.aio_call` connects to ``address`` as grpcio does: a Unix socket's absolute
+    path, or a host and port (gRPC's other target schemes stay with grpcio)."""
+    return address.startswith("unix://") or _HOST_AND_PORT.fullmatch(address.removeprefix("tcp://")) is not None
 
 
 def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:

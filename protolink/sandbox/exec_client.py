@@ -28,7 +28,7 @@ from protolink.errors import SandboxNotReachedError, SandboxProtocolError, Sandb
 from protolink.execution.output import OutputCap
 from protolink.wire import protowire
 
-from .grpc_call import Call, open_socket
+from .grpc_call import Call, authority, open_socket
 
 EXECUTE_METHOD = "/protolink.sandbox.v1.Sandbox/Execute"
 #: The same bounds as :mod:`.process_stream` and :mod:`.client` (held equal by the unit tests).
@@ -74,8 +74,8 @@ def execute(address: str, token: str | None, command: Command, *, outputs: Mappi
     deadline = time.monotonic() + command.timeout_seconds + GRACE_SECONDS
     sock = _connect(address, connect_seconds)
     metadata = [("authorization", f"Bearer {token}")] if token else []
-    call = Call(sock, "localhost" if address.startswith("unix://") else address.removeprefix("tcp://"),
-                EXECUTE_METHOD, metadata, max_message_bytes=max(command.max_output_bytes, 0) + EVENT_OVERHEAD_BYTES)
+    call = Call(sock, authority(address), EXECUTE_METHOD, metadata,
+                max_message_bytes=max(command.max_output_bytes, 0) + EVENT_OVERHEAD_BYTES)
     try:
         call.settimeout(CONNECT_SECONDS)
         try:

@@ -1,23 +1,24 @@
-"""One gRPC call over HTTP/2 on a blocking socket: what a one-shot command line needs, at a
-fraction of grpcio's start-up cost (``protolink-sandbox exec`` is timed against ``docker exec``).
+"""One gRPC call over HTTP/2, the protocol kept apart from the socket: :class:`CallState` holds
+the frames, HPACK, flow control and every check; :class:`Call` runs it on a blocking socket (what
+a one-shot command line needs, at a fraction of grpcio's start-up cost: ``protolink-sandbox exec``
+is timed against ``docker exec``) and :mod:`.aio_call` on an asyncio connection.
 
-The connection carries one stream. The request messages are sent at once with the connection
-preface, in as few writes as flow control allows; the answer's messages are read in order.
-Everything the server sends is untrusted: a frame larger than we allow, a frame type we do not
-expect (pushes included), a message larger than ``max_message_bytes``, a compressed message or
-a header block that does not decode is a :class:`~protolink.errors.SandboxProtocolError`; a
-closed or silent connection a :class:`~protolink.errors.SandboxUnavailableError`. The call's
-status is translated by :mod:`protolink.wire.status`, as grpcio's is; that module (and grpc)
-loads only when a call fails.
+The connection carries one stream. Everything the server sends is untrusted: a frame larger
+than we allow, a frame type we do not expect (pushes included), data past the window we granted,
+a message larger than ``max_message_bytes``, a compressed message or a header block that does
+not decode is a :class:`~protolink.errors.SandboxProtocolError`; a closed or silent connection a
+:class:`~protolink.errors.SandboxUnavailableError`. The call's status is translated by
+:mod:`protolink.wire.status`, as grpcio's is; that module (and grpc) loads only when a call fails.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+from collections import deque
 from collections.abc import Iterator, Sequence
 
-from protolink.errors import SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
+from protolink.errors import SandboxError, SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
 
 from . import hpack_codec
 
@@ -28,9 +29,12 @@ SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE, SET
 STREAM = 1
 #: The largest frame we accept (advertised): a mebibyte of output arrives in one or two frames.
 MAX_FRAME_BYTES = 1 << 20
-#: What the server may send before we grant more (stream and connection alike).
+#: What the server may send before we grant more (stream and connection alike), by default.
 WINDOW_BYTES = 1 << 24
 MAX_HEADER_LIST_BYTES = 64 * 1024
+#: A message at least this large that arrived in several frames is handed over where they were
+#: joined, not copied once more (a mebibyte of output crosses two of gRPC's frames).
+LEND_BYTES = 1 << 16
 #: The receive buffer's first size: it grows to hold the largest frame read (a mebibyte of output
 #: is read into it, not through a new ``bytes`` for every read and a join).
 RECEIVE_BYTES = 1 << 16
@@ -43,6 +47,8 @@ RESET_CODES = {0: "NO_ERROR", 1: "PROTOCOL_ERROR", 2: "INTERNAL_ERROR", 3: "FLOW
                4: "SETTINGS_TIMEOUT", 5: "STREAM_CLOSED", 6: "FRAME_SIZE_ERROR", 7: "REFUSED_STREAM",
                8: "CANCEL", 9: "COMPRESSION_ERROR", 10: "CONNECT_ERROR", 11: "ENHANCE_YOUR_CALM",
                12: "INADEQUATE_SECURITY", 13: "HTTP_1_1_REQUIRED"}
+CANCEL = 8
+
 
 def open_socket(address: str, timeout: float) -> socket.socket:
     """A connected socket to ``unix:///path`` or ``[tcp://]host:port``; SandboxNotReachedError
@@ -57,130 +63,235 @@ def open_socket(address: str, timeout: float) -> socket.socket:
                 sock.close()
                 raise
         else:
-            host, _, port = address.removeprefix("tcp://").rpartition(":")
-            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+            host, port = host_and_port(address)
+            sock = socket.create_connection((host, port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except (OSError, ValueError) as error:
         raise SandboxNotReachedError(f"no sandbox answers at {address}: {error}") from None
     return sock
 
 
-class Call:
-    """A gRPC call on ``sock`` (which it owns: :meth:`close` it): ``method`` is its path, such as
-    ``/package.Service/Method``; ``metadata`` goes with its headers."""
+def host_and_port(address: str) -> tuple[str, int]:
+    """The host and port of ``[tcp://]host:port`` (ValueError if there is no port)."""
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    return host.strip("[]"), int(port)
 
-    def __init__(self, sock: socket.socket, authority: str, method: str, metadata: Sequence[tuple[str, str]],
-                 *, max_message_bytes: int) -> None:
-        self._sock = sock
+
+def authority(address: str) -> str:
+    """The ``:authority`` a call to ``address`` names."""
+    return "localhost" if address.startswith("unix://") else address.removeprefix("tcp://")
+
+
+class CallState:
+    """The HTTP/2 connection of one gRPC call, without its I/O: read into :meth:`buffer`, report
+    with :meth:`received`, send :attr:`outgoing` (then clear it), take the answer's messages with
+    :meth:`take`; :attr:`failure` is set when the server broke the protocol or failed the
+    connection (what came before it is still taken first).
+
+    ``method`` is the call's path, such as ``/package.Service/Method``; ``metadata`` goes with its
+    headers. The server may send ``window_bytes`` beyond the messages taken: a message's room is
+    granted again when it is taken, so a consumer that stops taking stops the server.
+    """
+
+    def __init__(self, authority: str, method: str, metadata: Sequence[tuple[str, str]], *, max_message_bytes: int,
+                 window_bytes: int = WINDOW_BYTES) -> None:
         self._max_message_bytes = max_message_bytes
+        self._window_bytes = window_bytes
         self._decoder = hpack_codec.Decoder(MAX_HEADER_LIST_BYTES)
         self._headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()),
                          (b":authority", authority.encode()), (b"content-type", b"application/grpc"),
                          (b"te", b"trailers"), *((key.encode(), value.encode()) for key, value in metadata)]
-        self._received = bytearray(RECEIVE_BYTES)  # bytes read from the socket: those in [_start, _end) are unread
+        #: Bytes to send, in order.
+        self.outgoing = bytearray()
+        #: Why the connection can serve no more (after the messages queued before it).
+        self.failure: SandboxError | None = None
+        #: Pings sent and not yet answered.
+        self.unanswered_pings = 0
+        self._received = bytearray(RECEIVE_BYTES)  # bytes read: those in [_start, _end) are not parsed yet
         self._start = self._end = 0
+        self._unsent = bytearray()  # request bytes waiting for the server's window
+        self._ending = False  # the request stream ends once they are sent
         self._send_window = self._connection_window = DEFAULT_WINDOW_BYTES
         self._peer_frame_bytes = DEFAULT_FRAME_BYTES
         self._peer_window = DEFAULT_WINDOW_BYTES  # a stream's initial window, as the server last set it
-        self._unacknowledged = 0  # bytes received and not yet granted again
+        self._receive_window = window_bytes  # what the server may still send
+        self._unacknowledged = 0  # bytes taken and not yet granted again
         self._answered = False  # the answer's headers arrived
-        self._ended = False  # the server ended the stream
+        self.ended = False  # the server ended the stream
         self._block = bytearray()  # a header block received so far
         self._continuing = False  # CONTINUATION frames still extend it
         self._block_ends_stream = False
         self._trailers: hpack_codec.Headers | None = None
-        self._data = bytearray()  # received bytes of messages not yet complete
+        self._data = bytearray()  # received bytes of a message not yet complete
+        self._data_granted = 0  # of which granted again already
+        self._messages: deque[tuple[bytes | memoryview, int]] = deque()  # complete messages, and the room each takes
 
-    def close(self) -> None:
-        self._sock.close()
+    # Sending -----------------------------------------------------------------------------
 
-    def settimeout(self, seconds: float | None) -> None:
-        """How long a read may wait for the server (TimeoutError past it)."""
-        self._sock.settimeout(seconds)
-
-    def send(self, message: bytes) -> None:
-        """Open the connection and the call, send ``message`` and end the request stream."""
+    def open(self) -> None:
+        """Queue the connection preface, our settings and the call's headers."""
         settings = b"".join(struct.pack(">HI", key, value) for key, value in (
-            (SETTINGS_ENABLE_PUSH, 0), (SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_BYTES),
+            (SETTINGS_ENABLE_PUSH, 0), (SETTINGS_INITIAL_WINDOW_SIZE, self._window_bytes),
             (SETTINGS_MAX_FRAME_SIZE, MAX_FRAME_BYTES), (SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST_BYTES)))
         block = hpack_codec.encode(self._headers)
         if len(block) > DEFAULT_FRAME_BYTES:
             raise ValueError(f"the call's headers take {len(block)} bytes; at most {DEFAULT_FRAME_BYTES} are sent")
-        out = bytearray(PREFACE)
-        out += _frame(SETTINGS, 0, 0, settings)
-        out += _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", WINDOW_BYTES - DEFAULT_WINDOW_BYTES))
-        out += _frame(HEADERS, END_HEADERS, STREAM, block)
-        body = memoryview(b"\0" + struct.pack(">I", len(message)) + message)
-        while True:
-            room = min(self._send_window, self._connection_window, self._peer_frame_bytes, len(body))
-            if room > 0:
-                out += _frame(DATA, END_STREAM if room == len(body) else 0, STREAM, body[:room])
-                self._send_window -= room
-                self._connection_window -= room
-                body = body[room:]
-            self._write(out)
-            out.clear()
-            if not body or self._ended:  # ended: the call failed early; its status tells why
-                return
-            self._read_frame()  # until the server grants more room
+        self.outgoing += PREFACE
+        self.outgoing += frame(SETTINGS, 0, 0, settings)
+        if self._window_bytes > DEFAULT_WINDOW_BYTES:
+            self.outgoing += frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self._window_bytes - DEFAULT_WINDOW_BYTES))
+        self.outgoing += frame(HEADERS, END_HEADERS, STREAM, block)
 
-    def messages(self) -> Iterator[bytes]:
-        """The answer's messages, in order; then the call's status is checked (raises unless OK)."""
-        while True:
-            while (message := self._next_message()) is None:
-                if self._ended:
-                    if self._data:
-                        raise SandboxProtocolError("the sandbox ended the call inside a message")
-                    self._check_status()
-                    return
-                self._read_frame()
-            yield message
+    def send(self, message: bytes, *, end: bool = False) -> None:
+        """Queue ``message`` (sent as the server's window allows); ``end`` ends the request stream."""
+        self._unsent += struct.pack(">BI", 0, len(message))
+        self._unsent += message
+        self._ending = end
+        self._send_unsent()
+
+    @property
+    def sending(self) -> bool:
+        """Request bytes still wait for the server's window."""
+        return bool(self._unsent) and not self.ended
+
+    def cancel(self) -> None:
+        """Queue the stream's reset (CANCEL): the server ends what it runs for the call."""
+        if not self.ended:
+            self.outgoing += frame(RST_STREAM, 0, STREAM, struct.pack(">I", CANCEL))
+            self.ended = True
+
+    def ping(self) -> None:
+        """Queue a ping; :attr:`unanswered_pings` counts it until its answer arrives."""
+        self.outgoing += frame(PING, 0, 0, self.unanswered_pings.to_bytes(8, "big"))
+        self.unanswered_pings += 1
+
+    def _send_unsent(self) -> None:
+        while self._unsent or self._ending:
+            room = min(self._send_window, self._connection_window, self._peer_frame_bytes, len(self._unsent))
+            if room <= 0 and self._unsent:
+                return
+            last = room == len(self._unsent) and self._ending
+            self.outgoing += frame(DATA, END_STREAM if last else 0, STREAM, memoryview(self._unsent)[:room])
+            self._send_window -= room
+            self._connection_window -= room
+            del self._unsent[:room]
+            if last:
+                self._ending = False
 
     # Receiving ---------------------------------------------------------------------------
 
-    def _next_message(self) -> bytes | None:
-        if len(self._data) < 5:
+    def buffer(self) -> memoryview:
+        """Free room at the end of the receive buffer to read into, then :meth:`received`."""
+        wanted = 9
+        if self._end - self._start >= 9:
+            wanted += min(int.from_bytes(self._received[self._start:self._start + 3], "big"), MAX_FRAME_BYTES)
+        if len(self._received) - self._start < wanted or self._start == self._end:
+            self._make_room(wanted)
+        with memoryview(self._received) as received:
+            return received[self._end:]
+
+    def received(self, count: int) -> None:
+        """Parse the frames complete now that ``count`` more bytes were read into :meth:`buffer`."""
+        self._end += count
+        try:
+            while self.failure is None and self._end - self._start >= 9:
+                start = self._start
+                length = int.from_bytes(self._received[start:start + 3], "big")
+                if length > MAX_FRAME_BYTES:
+                    raise SandboxProtocolError(f"the sandbox sent a frame of {length} bytes; at most "
+                                               f"{MAX_FRAME_BYTES} are accepted")
+                if self._end - start < 9 + length:
+                    break
+                kind, flags = self._received[start + 3], self._received[start + 4]
+                stream = int.from_bytes(self._received[start + 5:start + 9], "big") & MAX_WINDOW_BYTES
+                if self._continuing and kind != CONTINUATION:
+                    raise SandboxProtocolError("the sandbox interrupted a header block")
+                handler = self._HANDLERS.get(kind)
+                if handler is None:
+                    raise SandboxProtocolError(f"the sandbox sent an HTTP/2 frame of unexpected type {kind}")
+                self._start = start + 9 + length
+                with memoryview(self._received) as received:
+                    handler(self, flags, stream, received[start + 9:self._start])
+        except SandboxError as error:
+            self.failure = error
+
+    def take(self) -> bytes | memoryview | None:
+        """The answer's next message (None: none is complete yet); its room is granted again."""
+        if not self._messages:
             return None
-        compressed, length = struct.unpack_from(">BI", self._data)
-        if compressed:
-            raise SandboxProtocolError("the sandbox sent a compressed message, which was not asked for")
-        if length > self._max_message_bytes:
-            raise SandboxProtocolError(f"the sandbox sent a message of {length} bytes; at most "
-                                       f"{self._max_message_bytes} are accepted")
-        if len(self._data) < 5 + length:
-            return None
-        with memoryview(self._data) as data:
-            message = bytes(data[5:5 + length])
-        del self._data[:5 + length]
+        message, room = self._messages.popleft()
+        self._grant(room)
         return message
 
-    def _read_frame(self) -> None:
-        """Read one frame and act on it (its payload is a view of the receive buffer: a handler
-        copies what it keeps)."""
-        header = self._read(9)
-        length, kind, flags = int.from_bytes(header[:3], "big"), header[3], header[4]
-        stream = int.from_bytes(header[5:], "big") & MAX_WINDOW_BYTES
-        if length > MAX_FRAME_BYTES:
-            raise SandboxProtocolError(f"the sandbox sent a frame of {length} bytes; at most {MAX_FRAME_BYTES} "
-                                       "are accepted")
-        payload = self._read(length)
-        if self._continuing and kind != CONTINUATION:
-            raise SandboxProtocolError("the sandbox interrupted a header block")
-        handler = self._HANDLERS.get(kind)
-        if handler is None:
-            raise SandboxProtocolError(f"the sandbox sent an HTTP/2 frame of unexpected type {kind}")
-        handler(self, flags, stream, payload)
+    def finished(self) -> Exception | None:
+        """Once the answer ended and its messages were taken: why the call failed (None: it did not)."""
+        if self.failure is not None:
+            return self.failure
+        if self._data:
+            return SandboxProtocolError("the sandbox ended the call inside a message")
+        return self._status_error()
+
+    def connection_lost(self, error: SandboxError) -> None:
+        """The connection ended: ``error`` unless the call had ended already."""
+        if self.failure is None and not self.ended:
+            self.failure = error
 
     def _on_data(self, flags: int, stream: int, payload: memoryview) -> None:
-        self._grant(len(payload))
-        if stream != STREAM or not self._answered or self._ended:
+        if stream != STREAM or not self._answered or self.ended:
             raise SandboxProtocolError("the sandbox sent data outside its answer")
-        self._data += _unpadded(flags, payload)  # taken apart (and checked) before the next frame is read
+        self._receive_window -= len(payload)
+        if self._receive_window < 0:
+            raise SandboxProtocolError("the sandbox sent more data than its window allowed (FLOW_CONTROL_ERROR)")
+        data = _unpadded(flags, payload)
+        padding = len(payload) - len(data)
+        if self._data:
+            self._data += data
+            with memoryview(self._data) as assembled:
+                taken = self._split(assembled, self._data_granted, lend=self._data)
+            if taken and int.from_bytes(self._data[1:5], "big") >= LEND_BYTES:
+                self._data = self._data[taken:]  # the first message is lent as it lies: a new buffer
+            else:
+                del self._data[:taken]
+            granted = self._data_granted if not taken else 0
+        else:
+            taken = self._split(data, 0)
+            self._data += data[taken:]
+            granted = 0
+        self._grant(padding)
+        if len(self._data) >= 5 and 5 + int.from_bytes(self._data[1:5], "big") > self._window_bytes // 2:
+            # The start of a message too large to wait for its room: granted now, or the rest could not come.
+            self._grant(len(self._data) - granted)
+            granted = len(self._data)
+        self._data_granted = granted
         if flags & END_STREAM:
-            self._ended = True
+            self.ended = True
+
+    def _split(self, data: memoryview, granted: int, lend: bytearray | None = None) -> int:
+        """Queue the complete messages at the start of ``data`` (``granted`` of its bytes granted
+        already); how many bytes they took. A first message of at least :data:`LEND_BYTES` in
+        ``data``'s own buffer ``lend`` is queued as a view of it, not copied (the caller then
+        leaves that buffer to it)."""
+        at = 0
+        while len(data) - at >= 5:
+            compressed, length = struct.unpack_from(">BI", data, at)
+            if compressed:
+                raise SandboxProtocolError("the sandbox sent a compressed message, which was not asked for")
+            if length > self._max_message_bytes:
+                raise SandboxProtocolError(f"the sandbox sent a message of {length} bytes; at most "
+                                           f"{self._max_message_bytes} are accepted")
+            if len(data) - at < 5 + length:
+                break
+            if at == 0 and lend is not None and length >= LEND_BYTES:
+                message: bytes | memoryview = memoryview(lend)[5:5 + length]
+            else:
+                message = bytes(data[at + 5:at + 5 + length])
+            self._messages.append((message, 5 + length - granted))
+            granted = 0
+            at += 5 + length
+        return at
 
     def _on_headers(self, flags: int, stream: int, payload: memoryview) -> None:
-        if stream != STREAM or self._ended:
+        if stream != STREAM or self.ended:
             raise SandboxProtocolError("the sandbox sent headers outside its answer")
         payload = _unpadded(flags, payload)
         if flags & PRIORITY_FLAG:
@@ -217,12 +328,14 @@ class Call:
         elif not self._block_ends_stream:
             raise SandboxProtocolError("the sandbox sent a second header block that does not end its answer")
         self._trailers = headers
-        self._ended = True
+        self.ended = True
 
     def _on_reset(self, flags: int, stream: int, payload: memoryview) -> None:
         if len(payload) != 4 or stream != STREAM:
             raise SandboxProtocolError("the sandbox sent a malformed RST_STREAM frame")
         code = struct.unpack(">I", payload)[0]
+        if self.ended:
+            return  # after its answer: the server is done with the request stream (NO_ERROR)
         if code in (7, 8):  # REFUSED_STREAM, CANCEL
             raise SandboxUnavailableError(f"the sandbox reset the call ({RESET_CODES[code]})")
         raise SandboxProtocolError(f"the sandbox reset the call ({RESET_CODES.get(code, code)})")
@@ -242,13 +355,16 @@ class Call:
                 if not DEFAULT_FRAME_BYTES <= value < 1 << 24:
                     raise SandboxProtocolError("the sandbox sent an invalid frame size")
                 self._peer_frame_bytes = value
-        self._write(_frame(SETTINGS, ACK, 0, b""))
+        self.outgoing += frame(SETTINGS, ACK, 0, b"")
+        self._send_unsent()
 
     def _on_ping(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream or len(payload) != 8:
             raise SandboxProtocolError("the sandbox sent a malformed PING frame")
         if not flags & ACK:
-            self._write(_frame(PING, ACK, 0, payload))
+            self.outgoing += frame(PING, ACK, 0, payload)
+        elif self.unanswered_pings:
+            self.unanswered_pings -= 1
 
     def _on_goaway(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream or len(payload) < 8:
@@ -266,6 +382,9 @@ class Call:
             self._connection_window += increment
         elif stream == STREAM:
             self._send_window += increment
+        if self._connection_window > MAX_WINDOW_BYTES or self._send_window > MAX_WINDOW_BYTES:
+            raise SandboxProtocolError("the sandbox sent an invalid window size")
+        self._send_unsent()
 
     def _on_priority(self, flags: int, stream: int, payload: memoryview) -> None:
         if len(payload) != 5:
@@ -275,23 +394,34 @@ class Call:
                  SETTINGS: _on_settings, PING: _on_ping, GOAWAY: _on_goaway, WINDOW_UPDATE: _on_window_update,
                  PRIORITY: _on_priority}
 
-    def _grant(self, received: int) -> None:
-        """Give the server back the room ``received`` bytes took, half a window at a time."""
-        self._unacknowledged += received
-        if self._unacknowledged >= WINDOW_BYTES // 2:
+    def _grant(self, count: int) -> None:
+        """Give the server back the room of ``count`` bytes, half a window at a time."""
+        self._unacknowledged += count
+        if self._unacknowledged >= self._window_bytes // 2:
             grant = struct.pack(">I", self._unacknowledged)
-            self._write(_frame(WINDOW_UPDATE, 0, 0, grant) + (b"" if self._ended else
-                                                              _frame(WINDOW_UPDATE, 0, STREAM, grant)))
+            self.outgoing += frame(WINDOW_UPDATE, 0, 0, grant)
+            if not self.ended:
+                self.outgoing += frame(WINDOW_UPDATE, 0, STREAM, grant)
+            self._receive_window += self._unacknowledged
             self._unacknowledged = 0
 
-    def _check_status(self) -> None:
+    def _make_room(self, count: int) -> None:
+        """Move the unparsed bytes to the front of the receive buffer, in a larger one when
+        ``count`` bytes would not fit (no view of it may be held)."""
+        unread = self._received[self._start:self._end]
+        if len(self._received) < count:
+            self._received = bytearray(count + RECEIVE_BYTES)
+        self._received[:len(unread)] = unread
+        self._start, self._end = 0, len(unread)
+
+    def _status_error(self) -> Exception | None:
         trailers = self._trailers or []
         fields = dict(trailers)
         status = fields.get(b"grpc-status")
         if status == b"0":
-            return
+            return None
         if status is None or not status.isdigit():
-            raise SandboxProtocolError("the sandbox ended the call without a valid status")
+            return SandboxProtocolError("the sandbox ended the call without a valid status")
         from urllib.parse import unquote_to_bytes
 
         import grpc
@@ -300,53 +430,76 @@ class Call:
 
         code = next((code for code in grpc.StatusCode if code.value[0] == int(status)), grpc.StatusCode.UNKNOWN)
         details = unquote_to_bytes(fields.get(b"grpc-message", b"")).decode(errors="replace")
-        error = from_status(code, details, _metadata(trailers))
-        if isinstance(error, SandboxNotReachedError):  # said by a server this call reached: not one to repeat
-            raise SandboxUnavailableError(str(error))
-        raise error
+        return from_status(code, details, _metadata(trailers))
 
-    # The socket --------------------------------------------------------------------------
 
-    def _read(self, count: int) -> memoryview:
-        """The next ``count`` bytes received: a view of the receive buffer, valid until the next
-        read (which may move or overwrite what it shows)."""
-        while self._end - self._start < count:
-            if len(self._received) - self._start < count:
-                self._make_room(count)
-            try:
-                with memoryview(self._received) as free:
-                    received = self._sock.recv_into(free[self._end:])
-            except TimeoutError:
-                raise  # the caller's deadlines say what it means
-            except OSError as error:
-                raise SandboxUnavailableError(f"the connection to the sandbox failed: {error}") from None
-            if not received:
-                raise SandboxUnavailableError("the sandbox closed the connection")
-            self._end += received
-        with memoryview(self._received) as received_bytes:
-            data = received_bytes[self._start:self._start + count]
-        self._start += count
-        return data
+class Call:
+    """A gRPC call on the blocking socket ``sock`` (which it owns: :meth:`close` it), for one
+    request message; see :class:`CallState` for the rest."""
 
-    def _make_room(self, count: int) -> None:
-        """Move the unread bytes to the front of the receive buffer, in a larger one when
-        ``count`` bytes would not fit (no view of it may be held: see :meth:`_read`)."""
-        unread = self._received[self._start:self._end]
-        if len(self._received) < count:
-            self._received = bytearray(count + RECEIVE_BYTES)
-        self._received[:len(unread)] = unread
-        self._start, self._end = 0, len(unread)
+    def __init__(self, sock: socket.socket, authority: str, method: str, metadata: Sequence[tuple[str, str]],
+                 *, max_message_bytes: int) -> None:
+        self._sock = sock
+        self._state = CallState(authority, method, metadata, max_message_bytes=max_message_bytes)
 
-    def _write(self, data: bytes | bytearray) -> None:
+    def close(self) -> None:
+        self._sock.close()
+
+    def settimeout(self, seconds: float | None) -> None:
+        """How long a read may wait for the server (TimeoutError past it)."""
+        self._sock.settimeout(seconds)
+
+    def send(self, message: bytes) -> None:
+        """Open the connection and the call, send ``message`` and end the request stream."""
+        self._state.open()
+        self._state.send(message, end=True)
+        self._flush()
+        while self._state.sending and self._state.failure is None:  # the server grants more room
+            self._read()
+
+    def messages(self) -> Iterator[bytes | memoryview]:
+        """The answer's messages, in order; then the call's status is checked (raises unless OK)."""
+        state = self._state
+        while True:
+            while (message := state.take()) is not None:
+                self._flush()
+                yield message
+            if state.failure is not None or state.ended:
+                if (error := state.finished()) is None:
+                    return
+                if isinstance(error, SandboxNotReachedError):  # said by a server this call reached: not one to repeat
+                    raise SandboxUnavailableError(str(error))
+                raise error
+            self._read()
+
+    def _read(self) -> None:
+        """Read what the socket holds (at least a byte) and act on it."""
         try:
-            self._sock.sendall(data)
+            received = self._sock.recv_into(self._state.buffer())
+        except TimeoutError:
+            raise  # the caller's deadlines say what it means
+        except OSError as error:
+            self._state.connection_lost(SandboxUnavailableError(f"the connection to the sandbox failed: {error}"))
+            return
+        if not received:
+            self._state.connection_lost(SandboxUnavailableError("the sandbox closed the connection"))
+        self._state.received(received)
+        self._flush()
+
+    def _flush(self) -> None:
+        if not self._state.outgoing:
+            return
+        try:
+            self._sock.sendall(self._state.outgoing)
         except TimeoutError:
             raise  # the caller's deadlines say what it means
         except OSError as error:
             raise SandboxUnavailableError(f"the connection to the sandbox failed: {error}") from None
+        self._state.outgoing.clear()
 
 
-def _frame(kind: int, flags: int, stream: int, payload: bytes | bytearray | memoryview) -> bytes:
+def frame(kind: int, flags: int, stream: int, payload: bytes | bytearray | memoryview) -> bytes:
+    """One HTTP/2 frame."""
     return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + bytes(payload)
 
 

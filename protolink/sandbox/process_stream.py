@@ -2,8 +2,11 @@
 
 Each process is a request on the call, with an id of its own; the events of every process
 come back on the call tagged with that id, and one reader hands each to the process it belongs
-to. The call is opened on first use and again after it fails; a failure of the call fails every
-process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError` and friends).
+to. The call is made on a connection of the client's own when the backend knows the server's
+address (:mod:`.aio_call`: no grpcio in the receive of output), else through grpcio's channel
+(a sandbox service's). It is opened on first use and again after it fails; a failure of the
+call fails every process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError`
+and friends).
 Everything the server sends is untrusted: events are parsed and checked in order (an output
 event's bytes are read where they arrived, :mod:`protolink.wire.output_events`), output is
 capped at the process's ``max_output_bytes`` whatever the server claims (then decoded, kept and
@@ -16,7 +19,8 @@ included, is given up.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Sequence
+import functools
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
@@ -28,6 +32,8 @@ from protolink.wire import convert
 from protolink.wire._pb import process_pb2, sandbox_pb2
 from protolink.wire.output_events import OutputEvent, read_output_event
 from protolink.wire.status import checked_answer, from_rpc_error, from_wire
+
+from .aio_call import AsyncCall
 
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0
@@ -46,16 +52,14 @@ _Item = _Event | BaseException
 
 
 class ProcessStream:
-    """Processes over Execute calls on ``channel`` (see the module)."""
+    """Processes over the Execute calls ``calls()`` opens (see the module; :func:`grpc_calls`,
+    :func:`own_calls`)."""
 
-    def __init__(self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]], *, max_in_flight: int) -> None:
-        # Events are handed over as the bytes that arrived, so that output is read where it
-        # lies (protolink.wire.output_events); other events are parsed here.
-        self._execute = channel.stream_stream(EXECUTE, request_serializer=process_pb2.ExecuteRequest.SerializeToString)
-        self._metadata = tuple(metadata)
+    def __init__(self, calls: Callable[[], Any], *, max_in_flight: int) -> None:
+        self._calls = calls
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._call: Any = None
-        self._waiting: dict[int, asyncio.Queue[_Item]] = {}
+        self._waiting: dict[int, tuple[Any, asyncio.Queue[_Item]]] = {}  # by request id: its call, its events
         self._next_id = 1
         self._writing = asyncio.Lock()
         self._idle_close: asyncio.TimerHandle | None = None
@@ -77,7 +81,7 @@ class ProcessStream:
         request.id = self._next_id
         self._next_id += 1
         events: asyncio.Queue[_Item] = asyncio.Queue(QUEUED_EVENTS)
-        self._waiting[request.id] = events
+        self._waiting[request.id] = (call, events)
         finished = False
         try:
             async with asyncio.timeout(deadline_seconds) as deadline:
@@ -114,7 +118,7 @@ class ProcessStream:
 
     def _open(self) -> Any:
         if self._call is None or self._call.done():
-            self._call = self._execute(metadata=self._metadata, wait_for_ready=False)
+            self._call = self._calls()
             self._keep(self._read(self._call))
         return self._call
 
@@ -147,10 +151,10 @@ class ProcessStream:
     async def _read(self, call: Any) -> None:
         """Hand each event to its process until the call ends; then fail the processes left."""
         try:
-            while (data := await call.read()) is not grpc.aio.EOF:
+            async for data in call:
                 event = _parsed(data)
-                if (events := self._waiting.get(event.id)) is not None:
-                    await events.put(event)
+                if (waiting := self._waiting.get(event.id)) is not None and waiting[0] is call:
+                    await waiting[1].put(event)
                 elif not 0 < event.id < self._next_id:
                     raise SandboxProtocolError(f"the sandbox sent an event for request {event.id}, never made")
                 # else: an event of a process that is over, or given up: dropped
@@ -162,11 +166,25 @@ class ProcessStream:
         if self._call is call:
             self._call = None
         call.cancel()
-        for events in self._waiting.values():
-            _put_failure(events, failure)
+        for on, events in self._waiting.values():
+            if on is call:
+                _put_failure(events, failure)
 
 
-def _parsed(data: bytes) -> _Event:
+def grpc_calls(channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]]) -> Callable[[], Any]:
+    """Execute calls through grpcio's ``channel`` (one a sandbox service forwards, over TLS, say)."""
+    # Events are handed over as the bytes that arrived, so that output is read where it lies
+    # (protolink.wire.output_events); other events are parsed here.
+    execute = channel.stream_stream(EXECUTE, request_serializer=process_pb2.ExecuteRequest.SerializeToString)
+    return functools.partial(execute, metadata=tuple(metadata), wait_for_ready=False)
+
+
+def own_calls(address: str, metadata: Sequence[tuple[str, str]], *, max_message_bytes: int) -> Callable[[], Any]:
+    """Execute calls on connections of their own to ``address`` (:mod:`.aio_call`, no grpcio)."""
+    return functools.partial(AsyncCall, address, EXECUTE, tuple(metadata), max_message_bytes=max_message_bytes)
+
+
+def _parsed(data: bytes | memoryview) -> _Event:
     """The event the server sent as ``data``: an output event read in place, any other parsed."""
     if (output := read_output_event(data)) is not None:
         return output
