@@ -39,7 +39,7 @@ def output_event(request_id: int, channel: int, data: bytes) -> bytes:
     return b"".join((head, data))
 
 
-def read_output_event(event: bytes) -> OutputEvent | None:
+def read_output_event(event: bytes | memoryview) -> OutputEvent | None:
     """The output event serialized as :func:`output_event` lays it out; None for any other
     bytes (parse those as an ``ExecuteEvent``), so what this returns is what protobuf reads."""
     view = memoryview(event)
