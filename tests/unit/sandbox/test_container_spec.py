@@ -43,18 +43,6 @@ NAME = "protolink-sandbox-0123456789abcdef"
 
 
 @pytest.fixture
-def ro(tmp_path: Path) -> Path:
-    (tmp_path / "ro").mkdir()
-    return tmp_path / "ro"
-
-
-@pytest.fixture
-def rw(tmp_path: Path) -> Path:
-    (tmp_path / "rw").mkdir()
-    return tmp_path / "rw"
-
-
-@pytest.fixture
 def host(tmp_path: Path) -> HostFacts:
     return HostFacts(channel_dir=tmp_path / "channel", created=CREATED, seccomp_profile=PROFILE)
 

@@ -21,18 +21,6 @@ LEASE = Lease(owner="process:host:1:2", session="0123456789abcdef")
 NAME = "protolink-sandbox-0123456789abcdef"
 
 
-@pytest.fixture
-def ro(tmp_path: Path) -> Path:
-    (tmp_path / "ro").mkdir()
-    return tmp_path / "ro"
-
-
-@pytest.fixture
-def rw(tmp_path: Path) -> Path:
-    (tmp_path / "rw").mkdir()
-    return tmp_path / "rw"
-
-
 def config(*roots: Root, **parts: object) -> SandboxConfig:
     return SandboxConfig(roots=roots, lease=parts.pop("lease", LEASE), **parts)  # type: ignore[arg-type]
 
