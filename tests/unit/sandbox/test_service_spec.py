@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from docker.types import Mount, Ulimit
 
-from protolink.sandbox.config import GiB, Identity, Lease, Limits, MiB, PublishedPort, SandboxConfig
+from protolink.sandbox.config import Identity, Lease, Limits, MiB, PublishedPort, SandboxConfig
 from protolink.sandbox.egress.policy import EgressPolicy
 from protolink.sandbox.placements.docker import EngineFacts, HostFacts, container_spec
 from protolink.sandbox.placements.swarm import PlacementFacts, SwarmFacts, service_spec
