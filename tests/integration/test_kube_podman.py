@@ -11,7 +11,6 @@ podman (pod, containers, volumes, images) is removed afterwards.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess

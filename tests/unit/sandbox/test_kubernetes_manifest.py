@@ -10,7 +10,7 @@ import yaml
 
 from protolink.net.rules import AddressRules
 from protolink.sandbox.cli import main
-from protolink.sandbox.config import GiB, Identity, Lease, Limits, MiB, PublishedPort, SandboxConfig
+from protolink.sandbox.config import GiB, Lease, Limits, MiB, PublishedPort, SandboxConfig
 from protolink.sandbox.egress.policy import EgressPolicy
 from protolink.sandbox.placements.docker import EngineFacts, HostFacts, container_spec
 from protolink.sandbox.placements.kubernetes import (

@@ -9,7 +9,6 @@ import socket
 import stat
 import threading
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import grpc
 import grpc.aio
