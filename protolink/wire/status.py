@@ -25,6 +25,7 @@ from protolink.errors import (
     SandboxLimitError,
     SandboxNotFoundError,
     SandboxNotReachedError,
+    SandboxProtectionError,
     SandboxProtocolError,
     SandboxUnavailableError,
     ToolExecutionError,
@@ -39,6 +40,8 @@ ERROR_METADATA_KEY = "protolink-error-bin"
 #: How gRPC's channel fails a call it could not send because no connection could be made.
 NOT_CONNECTED_DETAILS = "failed to connect to all addresses"
 MAX_MESSAGE_CHARS = 4096
+#: The most missing protections an untrusted answer may name (the server checks seven).
+MAX_MISSING = 16
 Kind = errors_pb2.ErrorKind
 
 
@@ -59,6 +62,7 @@ KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
     Kind.ERROR_KIND_RESOURCE_UNCHANGED: (grpc.StatusCode.FAILED_PRECONDITION, ResourceUnchangedError),
     Kind.ERROR_KIND_UNSAFE_ARCHIVE: (grpc.StatusCode.INVALID_ARGUMENT, ArchiveError),
     Kind.ERROR_KIND_TRANSFER_LIMIT: (grpc.StatusCode.OUT_OF_RANGE, TransferLimitError),
+    Kind.ERROR_KIND_PROTECTION_MISSING: (grpc.StatusCode.FAILED_PRECONDITION, SandboxProtectionError),
 }
 
 #: What a status without a (valid) error kind means: a transport or server fault.
@@ -86,6 +90,7 @@ STATUSES: dict[grpc.StatusCode, type[SandboxError] | None] = {
 
 # Most specific first: the first class an exception is an instance of decides its kind.
 _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
+    (SandboxProtectionError, Kind.ERROR_KIND_PROTECTION_MISSING),
     (SandboxLimitError, Kind.ERROR_KIND_LIMIT_EXCEEDED),
     (SandboxError, Kind.ERROR_KIND_INTERNAL),
     (ResourceConflictError, Kind.ERROR_KIND_CONFLICT),
@@ -115,7 +120,9 @@ def to_status(error: BaseException) -> tuple[grpc.StatusCode, errors_pb2.Error]:
         return KINDS[kind][0], errors_pb2.Error(kind=kind, message="internal sandbox error")
     number = error.errno if isinstance(error, OSError) and isinstance(error.errno, int) else 0
     message = error.strerror if number and isinstance(error.strerror, str) else str(error)
-    return KINDS[kind][0], errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS], errno=number)
+    missing = error.missing if isinstance(error, SandboxProtectionError) else {}
+    return KINDS[kind][0], errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS], errno=number,
+                                            missing=missing)
 
 
 def from_status(
@@ -160,6 +167,9 @@ def from_wire(wire: errors_pb2.Error) -> Exception:
     cls = KINDS[wire.kind][1]
     if wire.errno and issubclass(cls, OSError):
         return cls(wire.errno, _clip(wire.message))
+    if cls is SandboxProtectionError:
+        missing = list(wire.missing.items())[:MAX_MISSING]
+        return SandboxProtectionError(_clip(wire.message), missing={_clip(name): _clip(found) for name, found in missing})
     return cls(_clip(wire.message))
 
 

@@ -15,10 +15,17 @@ from typing import Any, NoReturn
 
 import grpc
 
-from protolink.errors import QuotaExceededError, SandboxError, SandboxNotFoundError, SandboxPermissionError
+from protolink.errors import (
+    QuotaExceededError,
+    SandboxError,
+    SandboxNotFoundError,
+    SandboxPermissionError,
+    SandboxProtectionError,
+)
 from protolink.wire._pb import service_pb2, service_pb2_grpc
 from protolink.wire.keepalive import SERVER_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
+from protolink.wire.status import ERROR_METADATA_KEY, to_status
 
 from .config import Overrides
 from .events import Events
@@ -67,8 +74,12 @@ class Gate:
 async def refuse(context: grpc.aio.ServicerContext, error: BaseException, events: Events, tenant: Tenant,
                  method: str) -> NoReturn:
     code = next(code for kind, code in CODES if isinstance(error, kind))
+    metadata: tuple[tuple[str, bytes], ...] = ()
+    if isinstance(error, SandboxProtectionError):  # the client gets the same error, with what is missing
+        code, wire = to_status(error)
+        metadata = ((ERROR_METADATA_KEY, wire.SerializeToString()),)
     events.emit("refused", tenant.id, method=method, code=code.name, reason=str(error))
-    await context.abort(code, str(error))
+    await context.abort(code, str(error), trailing_metadata=metadata)
     raise AssertionError("unreachable")  # abort raises
 
 

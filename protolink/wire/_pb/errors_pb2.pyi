@@ -1,6 +1,8 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -23,6 +25,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_RESOURCE_UNCHANGED: _ClassVar[ErrorKind]
     ERROR_KIND_UNSAFE_ARCHIVE: _ClassVar[ErrorKind]
     ERROR_KIND_TRANSFER_LIMIT: _ClassVar[ErrorKind]
+    ERROR_KIND_PROTECTION_MISSING: _ClassVar[ErrorKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
 ERROR_KIND_NOT_FOUND: ErrorKind
@@ -39,13 +42,23 @@ ERROR_KIND_DOCUMENT: ErrorKind
 ERROR_KIND_RESOURCE_UNCHANGED: ErrorKind
 ERROR_KIND_UNSAFE_ARCHIVE: ErrorKind
 ERROR_KIND_TRANSFER_LIMIT: ErrorKind
+ERROR_KIND_PROTECTION_MISSING: ErrorKind
 
 class Error(_message.Message):
-    __slots__ = ("kind", "message", "errno")
+    __slots__ = ("kind", "message", "errno", "missing")
+    class MissingEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     KIND_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ERRNO_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
     kind: ErrorKind
     message: str
     errno: int
-    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ..., errno: _Optional[int] = ...) -> None: ...
+    missing: _containers.ScalarMap[str, str]
+    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ..., errno: _Optional[int] = ..., missing: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -15,6 +15,7 @@ from protolink.errors import (
     SandboxAuthenticationError,
     SandboxError,
     SandboxLimitError,
+    SandboxProtectionError,
     SandboxProtocolError,
     SandboxUnavailableError,
     ToolExecutionError,
@@ -116,3 +117,10 @@ def test_an_oversized_message_is_clipped():
     wire = errors_pb2.Error(kind=errors_pb2.ERROR_KIND_INVALID_ARGUMENT, message="x" * 100_000)
     raised = from_status(grpc.StatusCode.INVALID_ARGUMENT, "", _metadata(wire))
     assert isinstance(raised, ValueError) and len(str(raised)) < 5_000
+
+
+def test_a_missing_protection_crosses_the_wire_with_what_was_found():
+    code, wire = to_status(SandboxProtectionError("refused", missing={"seccomp": "mode 0"}))
+    raised = from_status(code, wire.message, _metadata(wire))
+    assert isinstance(raised, SandboxProtectionError) and raised.missing == {"seccomp": "mode 0"}
+    assert str(raised) == "refused"
