@@ -1,4 +1,4 @@
-"""A three-node Swarm cluster of real engines, built once for these tests and removed after them (:mod:`tests.swarm_cluster`)."""
+"""A three-node Swarm cluster of real engines, built once for this directory's test module and removed after it (:mod:`tests.swarm_cluster`)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from tests.swarm_cluster import SwarmCluster, remove_orphans
 SLOTS = 1
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A host directory every node holds at the same path: where sandbox roots are made."""
     return tmp_path_factory.mktemp("swarm-roots")
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def swarm(docker_client, sandbox_image: str, shared_dir: Path) -> Iterator[SwarmCluster]:
     """The cluster, with this checkout's sandbox image on every node; removed at the end, as are
     the clusters of test runs that were killed."""
