@@ -1,4 +1,5 @@
-"""A three-node Swarm cluster of real engines, built once for this directory's test module and removed after it (:mod:`tests.swarm_cluster`)."""
+"""A three-node Swarm cluster of real engines, built once for the test module beside it and
+removed after it (:mod:`tests.swarm_cluster`)."""
 
 from __future__ import annotations
 
