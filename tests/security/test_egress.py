@@ -42,7 +42,7 @@ from protolink.sandbox.config import MiB
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.egress.events import EgressEvent
 from protolink.sandbox.egress.policy import DENY_ALL, EgressLimits, EgressPolicy
-from protolink.sandbox.placements.docker import EGRESS_PORT
+from protolink.sandbox.placements.server import EGRESS_PORT
 
 from .conftest import GVISOR, LIMITS, NO_ROUTE, NOBODY, PYTHON, RUNTIME, Attacker, still_serves
 

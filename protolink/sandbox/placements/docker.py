@@ -13,9 +13,9 @@ of the docker SDK's ``containers.create`` (:class:`ContainerSpec`). What it make
   core dumps, ``RLIMIT_NICE`` 0 (commands cannot raise their priority), ``RLIMIT_FSIZE`` of
   the disk budget when a root is writable, 1 MiB of logs;
 - roots bind-mounted at their own paths, read-only unless writable; the host's private
-  directory at :data:`SOCKET_DIR` (Unix socket) or :data:`SECRET_DIR` (TCP mode's token);
+  directory at :data:`~.server.SOCKET_DIR` (Unix socket) or :data:`~.server.SECRET_DIR` (TCP mode's token);
 - no network (``network_mode="none"``), or in TCP mode the server's port published on the
-  engine's host; with egress, the server's relay on loopback :data:`EGRESS_PORT` (the host
+  engine's host; with egress, the server's relay on loopback :data:`~.server.EGRESS_PORT` (the host
   dials in through the channel directory; still no network); the labels of
   :func:`~protolink.sandbox.leftovers.labels`;
 - under gVisor (the runtime's program is ``runsc``), the tuning of the ``GVISOR_*`` figures.
@@ -34,9 +34,6 @@ from docker.types import LogConfig, Mount, Ulimit
 from .. import leftovers
 from ..config import MiB, NoNetwork, PublishedPort, SandboxConfig
 from .server import CAPABILITIES, SOCKET_NAME, TCP_PORT, channel_mount, server_command
-from .server import EGRESS_PORT as EGRESS_PORT  # re-exported: where the tests reach the relay
-from .server import SECRET_DIR as SECRET_DIR
-from .server import SOCKET_DIR as SOCKET_DIR
 
 #: A tmpfs holds at most one entry per this many bytes of its size (and at least
 #: :data:`MIN_TMPFS_ENTRIES`). ``size=`` alone does not bound entries: a flood of empty files

@@ -12,7 +12,7 @@ import pytest
 
 from protolink.sandbox.cli import COMMAND_ENV
 from protolink.sandbox.config import NOBODY
-from protolink.sandbox.placements.docker import CAPABILITIES, SECRET_DIR, SOCKET_DIR
+from protolink.sandbox.placements.server import CAPABILITIES, SECRET_DIR, SOCKET_DIR
 from protolink.sandbox.provision import BUILT_IMAGES, SCRIPTS, built_kind
 from protolink_sandboxd.spawner import PROGRAM
 
