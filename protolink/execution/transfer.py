@@ -14,6 +14,10 @@ receives:
 - every stream stops at its :class:`TransferLimits` (:class:`TransferLimitError`);
 - a tree is extracted into a private sibling directory and renamed into place at the end, a file
   written to a temporary sibling and renamed or linked: a failed transfer leaves nothing.
+  A transfer that was killed leaves its sibling (``.protolink-transfer-`` and 16 hex digits);
+  the next transfer into that directory removes such leftovers when no other transfer is under
+  way there. Each transfer holds a shared ``flock`` on the directory while it runs, and only
+  the one that gets it exclusively sweeps, so a sibling in use is never touched.
 
 Reading never follows a link either: a tree is walked by descriptors, symlinks are stored as
 symlinks and special files are skipped and reported. The tar is built while it is read, one
@@ -22,7 +26,9 @@ header and one chunk at a time, so neither side holds a tree in memory.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -60,6 +66,11 @@ FILE_MODE, DIRECTORY_MODE = 0o644, 0o755
 #: name and link name, and the padding of both, so a stream of headers alone stays bounded.
 ENTRY_OVERHEAD_BYTES = 4 * tarfile.BLOCKSIZE + 2 * MAX_PATH_CHARS
 _TEMP_PREFIX = ".protolink-transfer-"
+#: What a killed transfer leaves; nothing else is ever removed as a leftover.
+_LEFTOVER = re.compile(re.escape(_TEMP_PREFIX) + "[0-9a-f]{16}")
+#: An existing tree that an overwrite moves aside, until the new one is in place: not a
+#: leftover, so a transfer killed between the two renames loses neither.
+_ASIDE_PREFIX = ".protolink-replaced-"
 _NEW_FILE_FLAGS = open_flags("O_WRONLY", "O_CREAT", "O_EXCL", "O_NOFOLLOW", "O_CLOEXEC")
 _FILE_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
 
@@ -137,6 +148,7 @@ def receive(destination: str, roots: Sequence[str], kind: Kind, chunks: Iterable
         raise ValueError(f"mode {mode:#o} is not a permission mode (set-id bits are refused)")
     target = _named(destination, roots)
     with open_directory(target.parent) as parent_fd:
+        _settle(parent_fd)
         if not overwrite:
             _require_absent(parent_fd, target)
         if kind == "file":
@@ -337,6 +349,24 @@ def _stays_inside(directory: tuple[str, ...], target: str) -> bool:
     return True
 
 
+def _settle(parent_fd: int) -> None:
+    """Hold the directory ``parent_fd`` for a transfer (a shared lock, until the descriptor
+    closes); first, when no transfer is under way there, remove what killed ones left."""
+    try:
+        fcntl.flock(parent_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # another transfer is under way: its sibling is not a leftover
+        pass
+    except OSError:  # a file system without locks: nothing can tell a leftover from a sibling in use
+        return
+    else:
+        with os.scandir(parent_fd) as entries:
+            leftovers = [entry.name for entry in entries if _LEFTOVER.fullmatch(entry.name)]
+        for name in leftovers:
+            with suppress(OSError):  # one this user cannot remove stays
+                _remove(parent_fd, name)
+    fcntl.flock(parent_fd, fcntl.LOCK_SH)
+
+
 def _replace(parent_fd: int, temp_name: str, target: WorkspacePath, overwrite: bool) -> None:
     """Rename the finished tree ``temp_name`` to the target; with ``overwrite``, whatever is
     there first moves aside, and is removed once the new tree is in place."""
@@ -344,7 +374,7 @@ def _replace(parent_fd: int, temp_name: str, target: WorkspacePath, overwrite: b
         _require_absent(parent_fd, target)
         os.rename(temp_name, target.name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
         return
-    aside = _temporary_name()
+    aside = _temporary_name(_ASIDE_PREFIX)
     try:
         os.rename(target.name, aside, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
     except FileNotFoundError:
@@ -355,7 +385,9 @@ def _replace(parent_fd: int, temp_name: str, target: WorkspacePath, overwrite: b
     except BaseException:
         os.rename(aside, target.name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
         raise
-    _remove(parent_fd, aside)
+    doomed = _temporary_name()  # a leftover, should this transfer be killed while removing it
+    os.rename(aside, doomed, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+    _remove(parent_fd, doomed)
 
 
 def _require_absent(parent_fd: int, target: WorkspacePath) -> None:
@@ -408,8 +440,8 @@ def _make_removable(parent_fd: int, name: str) -> None:
             os.close(fd)
 
 
-def _temporary_name() -> str:
-    return f"{_TEMP_PREFIX}{secrets.token_hex(8)}"
+def _temporary_name(prefix: str = _TEMP_PREFIX) -> str:
+    return f"{prefix}{secrets.token_hex(8)}"
 
 
 def _copy(chunks: Iterable[bytes], file: BinaryIO, limit: int, what: str) -> int:

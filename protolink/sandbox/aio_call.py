@@ -6,8 +6,9 @@ The protocol is :class:`~.grpc_call.CallState`'s, the one the blocking client ru
 server sends is checked there. Here the connection is read as it fills (into the state's one
 receive buffer, :class:`asyncio.BufferedProtocol`), while the server's window, granted again as
 each message is taken, holds back a server that a slow consumer does not keep up with. A ping
-goes out every :data:`PING_SECONDS` while the call is open; a server that answers it with nothing
-for as long fails the call, as grpcio's keepalives do (unless this loop was too busy to read).
+goes out every :data:`~protolink.wire.keepalive.PING_SECONDS` while the call is open; a server
+that answers it with nothing for as long fails the call, as the grpcio channel's keepalives
+(the same interval) do, unless this loop was too busy to read.
 Cancelling resets the stream and closes the connection: the server then kills and reaps whatever
 the call ran.
 """
@@ -19,12 +20,10 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from protolink.errors import SandboxError, SandboxNotReachedError, SandboxUnavailableError
+from protolink.wire.keepalive import PING_SECONDS
 
 from .grpc_call import CallState, authority, host_and_port
 
-#: Pings while the call is open, and how long an answer may take (grpcio's keepalive options
-#: in :func:`.client.channel_options`).
-PING_SECONDS = 2.0
 CONNECT_SECONDS = 5.0
 #: What the server may send beyond the messages taken: a few of its largest output events.
 WINDOW_BYTES = 1 << 22

@@ -39,6 +39,7 @@ from protolink.execution.resolve import Resolved
 from protolink.wire import convert
 from protolink.wire._pb import sandbox_pb2, sandbox_pb2_grpc
 from protolink.wire.operations import WIRE_OPERATIONS
+from protolink.wire.keepalive import CLIENT_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
@@ -358,12 +359,7 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
         # A message arrives in fewer, larger HTTP/2 frames (16 KiB by default), each one piece
         # gRPC copies and joins: a mebibyte of output costs the client about 12% less CPU.
         ("grpc.http2.max_frame_size", 1 << 20),
-        # While calls are in flight, a peer that stops answering pings (a frozen or vanished
-        # sandbox) fails them within seconds instead of at their deadlines.
-        ("grpc.keepalive_time_ms", 2_000),
-        ("grpc.keepalive_timeout_ms", 2_000),
-        ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.http2.ping_timeout_ms", 2_000),
+        *CLIENT_KEEPALIVE_OPTIONS,
         ("grpc.enable_retries", 0),
         # A sandbox that is starting is found within tens of milliseconds, not seconds; a
         # connection attempt itself may take a second (a busy server is slow to greet).

@@ -26,7 +26,7 @@ import secrets
 import shutil
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -90,6 +90,24 @@ def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> Awaitable[T]:
 
 #: How many CPUs each engine (``DOCKER_HOST``) has, asked once.
 _engine_cpus: dict[str, int] = {}
+
+
+def engine_cpus(docker_client: Any | None = None, info: Mapping[str, Any] | None = None) -> int:
+    """How many CPUs the engine (``DOCKER_HOST``) has, asked once per engine: told by ``info``
+    (what it already said of itself), else asked of ``docker_client`` (default: a client made
+    for the question). Blocking."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if host not in _engine_cpus:
+        if info is None:
+            made = docker_client is None
+            docker_client = engine.client() if made else docker_client
+            try:
+                info = docker_client.info()
+            finally:
+                if made:
+                    docker_client.close()
+        _engine_cpus[host] = int(info.get("NCPU") or 1)
+    return _engine_cpus[host]
 
 
 class DockerSandbox:
@@ -327,18 +345,17 @@ class DockerSandbox:
     def _engine_facts(self) -> EngineFacts:
         """What the engine says about itself: its CPUs (asked once per engine) and whether the
         configuration's runtime is gVisor's; a runtime it does not have is refused."""
-        host, runtime = os.environ.get("DOCKER_HOST", ""), self.config.runtime
-        info = self._docker.info() if runtime is not None or host not in _engine_cpus else {}
-        if host not in _engine_cpus:
-            _engine_cpus[host] = int(info["NCPU"])
+        runtime = self.config.runtime
+        info = self._docker.info() if runtime is not None else None
+        cpus = engine_cpus(self._docker, info)
         if runtime is None:
-            return EngineFacts(cpus=_engine_cpus[host])
+            return EngineFacts(cpus=cpus)
         runtimes = info.get("Runtimes") or {}
         if runtime not in runtimes:
             raise SandboxEngineError(f"could not start sandbox container {self.name}: {engine.no_runtime(runtime)} "
                                      f"(it has: {', '.join(sorted(runtimes)) or 'none'})")
         gvisor = os.path.basename(runtimes[runtime].get("path") or "") == "runsc"
-        return EngineFacts(cpus=_engine_cpus[host], gvisor=gvisor)
+        return EngineFacts(cpus=cpus, gvisor=gvisor)
 
     def _spec(self, engine_facts: EngineFacts, host: HostFacts) -> ContainerSpec:
         return container_spec(self.config, engine_facts, host)

@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 from protolink.errors import (
     ArchiveError,
     DocumentError,
+    QuotaExceededError,
     ResourceConflictError,
     ResourceUnchangedError,
     SandboxAuthenticationError,
@@ -25,6 +26,7 @@ from protolink.errors import (
     SandboxLimitError,
     SandboxNotFoundError,
     SandboxNotReachedError,
+    SandboxPermissionError,
     SandboxProtectionError,
     SandboxProtocolError,
     SandboxUnavailableError,
@@ -63,6 +65,11 @@ KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
     Kind.ERROR_KIND_UNSAFE_ARCHIVE: (grpc.StatusCode.INVALID_ARGUMENT, ArchiveError),
     Kind.ERROR_KIND_TRANSFER_LIMIT: (grpc.StatusCode.OUT_OF_RANGE, TransferLimitError),
     Kind.ERROR_KIND_PROTECTION_MISSING: (grpc.StatusCode.FAILED_PRECONDITION, SandboxProtectionError),
+    Kind.ERROR_KIND_SANDBOX_NOT_FOUND: (grpc.StatusCode.NOT_FOUND, SandboxNotFoundError),
+    Kind.ERROR_KIND_QUOTA_EXCEEDED: (grpc.StatusCode.RESOURCE_EXHAUSTED, QuotaExceededError),
+    Kind.ERROR_KIND_SANDBOX_PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, SandboxPermissionError),
+    Kind.ERROR_KIND_UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, SandboxUnavailableError),
+    Kind.ERROR_KIND_UNAUTHENTICATED: (grpc.StatusCode.UNAUTHENTICATED, SandboxAuthenticationError),
 }
 
 #: What a status without a (valid) error kind means: a transport or server fault.
@@ -72,8 +79,7 @@ STATUSES: dict[grpc.StatusCode, type[SandboxError] | None] = {
     grpc.StatusCode.UNKNOWN: SandboxError,
     grpc.StatusCode.INVALID_ARGUMENT: SandboxProtocolError,
     grpc.StatusCode.DEADLINE_EXCEEDED: SandboxUnavailableError,
-    # A sandbox's own "not found" travels with its kind; a bare one is the sandbox service's: it
-    # has no such sandbox for the caller.
+    # Every "not found" travels with its kind; a bare one can only mean no such sandbox.
     grpc.StatusCode.NOT_FOUND: SandboxNotFoundError,
     grpc.StatusCode.ALREADY_EXISTS: SandboxProtocolError,
     grpc.StatusCode.PERMISSION_DENIED: SandboxProtocolError,
@@ -91,7 +97,12 @@ STATUSES: dict[grpc.StatusCode, type[SandboxError] | None] = {
 # Most specific first: the first class an exception is an instance of decides its kind.
 _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
     (SandboxProtectionError, Kind.ERROR_KIND_PROTECTION_MISSING),
+    (SandboxUnavailableError, Kind.ERROR_KIND_UNAVAILABLE),
     (SandboxLimitError, Kind.ERROR_KIND_LIMIT_EXCEEDED),
+    (SandboxNotFoundError, Kind.ERROR_KIND_SANDBOX_NOT_FOUND),
+    (QuotaExceededError, Kind.ERROR_KIND_QUOTA_EXCEEDED),
+    (SandboxPermissionError, Kind.ERROR_KIND_SANDBOX_PERMISSION_DENIED),
+    (SandboxAuthenticationError, Kind.ERROR_KIND_UNAUTHENTICATED),
     (SandboxError, Kind.ERROR_KIND_INTERNAL),
     (ResourceConflictError, Kind.ERROR_KIND_CONFLICT),
     (ResourceUnchangedError, Kind.ERROR_KIND_RESOURCE_UNCHANGED),
@@ -110,7 +121,8 @@ _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
 
 
 def to_status(error: BaseException) -> tuple[grpc.StatusCode, errors_pb2.Error]:
-    """The status and wire error for an exception raised by an operation in the sandbox.
+    """The status and wire error for an exception raised by an operation in the sandbox, or
+    by the sandbox service refusing a call.
 
     Unexpected exceptions become ``INTERNAL`` with a fixed message: their text may hold
     details of the server, and only the server's log sees them.

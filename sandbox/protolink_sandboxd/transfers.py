@@ -3,7 +3,9 @@
 
 At most ``max_processes`` run at once; more calls wait. A call that ends early (canceled, or
 its client went away) closes the process's input: an upload then removes what it wrote and
-exits, within :data:`ABANDON_SECONDS`, or is killed. A download is killed at once.
+exits, within :data:`ABANDON_SECONDS`, or is killed. A download is killed at once. What a
+killed upload left, the next transfer into that directory removes
+(:mod:`protolink.execution.transfer`).
 """
 
 from __future__ import annotations

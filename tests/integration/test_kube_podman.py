@@ -25,7 +25,13 @@ import yaml
 from protolink.sandbox.config import Lease, SandboxConfig
 from protolink.sandbox.docker import seccomp_profile
 from protolink.sandbox.exec_client import Command, execute
-from protolink.sandbox.placements.kubernetes import SECCOMP_PROFILE, ClusterFacts, NodeFacts, pod_manifest
+from protolink.sandbox.placements.kubernetes import (
+    SECCOMP_PROFILE,
+    ClusterFacts,
+    NodeFacts,
+    pod_manifest,
+    scratch_volume,
+)
 from protolink.wire.roots import Root
 from tests.conftest import TEST_NAME_PREFIX, _require
 
@@ -58,6 +64,7 @@ class PlayedPod:
     init_pid: int
     server_pid: int
     container: str
+    volumes: set[str]  # those podman made for the Pod
 
 
 @pytest.fixture(scope="session")  # set up before the (session) image: fails at once without podman
@@ -91,7 +98,8 @@ def played(podman_installed: None, sandbox_image: str) -> Iterator[PlayedPod]:
         execute(f"unix://{channel}/sandbox.sock", None, Command(["/bin/true"], "/", {}, 30, 1024),
                 connect_seconds=HANG_GUARD)  # the server answers
         (server,) = Path(f"/proc/{tini}/task/{tini}/children").read_text().split()
-        yield PlayedPod(config, channel, work / "ro", tini, int(server), container)
+        volumes = inventory()["volume"] - before["volume"]
+        yield PlayedPod(config, channel, work / "ro", tini, int(server), container, volumes)
     finally:
         after = inventory()
         for kind, remove in (("pod", ("pod", "rm", "-f")), ("container", ("rm", "-f")),
@@ -148,3 +156,9 @@ def test_the_root_file_system_and_read_only_roots_cannot_be_written(played):
         assert code != 0 and "Read-only file system" in out
     code, _ = run(played, "/bin/sh", "-c", "echo x > /tmp/x && cat /tmp/x")
     assert code == 0  # /tmp is writable (a directory here, a tmpfs on Kubernetes)
+
+
+def test_the_scratch_volumes_are_the_pods_own(played):
+    """podman makes a volume of each emptyDir's name: named after the sandbox, two Pods played at
+    once do not share their /tmp."""
+    assert played.volumes == {scratch_volume(played.config.name, "tmp"), scratch_volume(played.config.name, "shm")}

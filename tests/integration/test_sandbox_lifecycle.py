@@ -73,6 +73,14 @@ async def test_container_lives_exactly_as_long_as_the_context(docker_client, san
         await sandbox.start()  # a sandbox is not restarted
 
 
+def test_the_engine_cpus_are_asked_once_per_engine(docker_client, monkeypatch):
+    """What the CI runner and every DockerSandbox take as the engine's CPUs."""
+    monkeypatch.setattr(sandbox_docker, "_engine_cpus", {})
+    assert sandbox_docker.engine_cpus() == docker_client.info()["NCPU"]
+    monkeypatch.setitem(sandbox_docker._engine_cpus, os.environ.get("DOCKER_HOST", ""), 64)
+    assert sandbox_docker.engine_cpus() == sandbox_docker.engine_cpus(docker_client) == 64
+
+
 async def test_cpus_the_engine_refuses_fall_back_to_a_quota(docker_client, sandbox_image, run, tmp_path,
                                                              monkeypatch):
     """An engine confined to some of its CPUs refuses a cpuset of others; the sandbox still starts,

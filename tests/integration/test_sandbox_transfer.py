@@ -9,6 +9,7 @@ import os
 import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -170,7 +171,9 @@ async def test_refused_paths_and_limits_leave_nothing(box: SandboxBackend, work:
     assert sorted(os.listdir(tmp_path)) == ["project", "ro", "work"]
 
 
-async def test_an_abandoned_upload_leaves_nothing(box: SandboxBackend, work: Path, run) -> None:
+async def stalled_upload(backend: SandboxBackend, work: Path, run) -> Any:
+    """An upload of a tree to ``work``/tree whose first KiB is sent, and nothing after: its call,
+    once its private directory is there."""
     sent = asyncio.Event()
 
     async def messages():
@@ -178,15 +181,43 @@ async def test_an_abandoned_upload_leaves_nothing(box: SandboxBackend, work: Pat
             destination=str(work / "tree"), roots=[str(work)], kind=transfer_pb2.TRANSFER_KIND_TAR))
         yield transfer_pb2.UploadChunk(data=hostile(("a", tarfile.REGTYPE, ""))[:1024])
         sent.set()
-        await asyncio.Event().wait()  # never finishes: the client gives up instead
+        await asyncio.Event().wait()  # never finishes
 
-    call = box.stream_method("Upload")(messages(), timeout=HANG_GUARD)
+    call = backend.stream_method("Upload")(messages(), timeout=HANG_GUARD)
     await asyncio.wait_for(sent.wait(), HANG_GUARD)
-    listing = await run(box, ["/bin/sh", "-c", f"until ls -A {work} | grep -q .; do :; done; ls -A {work}"])
+    await run(backend, ["/bin/sh", "-c", f"until ls -A {work} | grep -q .; do :; done"])
+    return call
+
+
+async def test_an_abandoned_upload_leaves_nothing(box: SandboxBackend, work: Path, run) -> None:
+    call = await stalled_upload(box, work, run)
+    listing = await run(box, ["/bin/ls", "-A", str(work)])
     assert listing.stdout.startswith(".protolink-transfer-")  # the upload is under way in a private directory
     call.cancel()
     emptied = await run(box, ["/bin/sh", "-c", f"while ls -A {work} | grep -q .; do :; done"])
     assert emptied.exit_code == 0 and os.listdir(work) == []
+
+
+#: Run as root in the container (docker exec): SIGKILL every transfer process, and wait until it
+#: has closed its files (its locks go with them). The bracket keeps the pattern from matching itself.
+KILL_TRANSFERS = ("for p in /proc/[0-9]*; do grep -q 'transfer_worke[r]' $p/cmdline 2>/dev/null || continue; "
+                  "kill -9 ${p#/proc/}; while [ -n \"$(ls $p/fd 2>/dev/null)\" ]; do :; done; done")
+
+
+async def test_what_a_killed_upload_left_is_removed_by_the_next(sandbox_image: str, work: Path, tmp_path: Path,
+                                                                docker_client, run) -> None:
+    sandbox = DockerSandbox([], writable=[work], image=sandbox_image)
+    async with sandbox as box:
+        call = await stalled_upload(box, work, run)
+        killed = docker_client.containers.get(sandbox.container_id).exec_run(["/bin/sh", "-c", KILL_TRANSFERS])
+        assert killed.exit_code == 0, killed.output
+        call.cancel()  # the server reads the dead process's answer only at the end of the data
+        (left,) = os.listdir(work)
+        assert left.startswith(".protolink-transfer-")  # the kill left it
+        single = tmp_path / "notes.txt"
+        single.write_text("notes\n")
+        await asyncio.wait_for(upload(box, single, str(work / "notes.txt")), HANG_GUARD)
+        assert os.listdir(work) == ["notes.txt"]
 
 
 async def test_an_upload_past_the_disk_budget_is_refused(sandbox_image: str, work: Path, tmp_path: Path) -> None:

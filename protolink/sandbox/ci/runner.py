@@ -34,7 +34,7 @@ from protolink.wire.roots import Root
 
 from ..config import Identity
 from ..disk import usage_bytes
-from ..docker import DockerSandbox
+from ..docker import DockerSandbox, engine_cpus
 from ..egress.events import EgressEvent
 from ..egress.policy import DENY_ALL
 from ..provision import ensure_image
@@ -165,9 +165,10 @@ class CiRunner:
         env = {**BASE_ENV, "HOME": str(workspace.home), **self.passed_env}
         if job.ca_file is not None:
             env.update(dict.fromkeys(CA_VARIABLES, await asyncio.to_thread(self._install_ca, workspace)))
+        cpus = job.cpus or float(await asyncio.to_thread(engine_cpus))  # a job without a bound may use them all
         self._sandbox = sandbox = DockerSandbox(
             roots=[Root(str(workspace.root), writable=True)], image=image, memory=job.memory, pids=job.pids,
-            cpus=job.cpus or float(_engine_cpus()), disk_bytes=job.disk_bytes, runtime=job.runtime,
+            cpus=cpus, disk_bytes=job.disk_bytes, runtime=job.runtime,
             egress=job.egress if job.allow else None, on_egress_event=self._egress_event,
             **({"name": self.name} if self.name else {}))
         with self._timed("sandbox_start"):
@@ -327,16 +328,6 @@ def _exit_status(code: int | None) -> int:
     if code is None:
         return EXIT_RUNNER_ERROR
     return 128 - code if code < 0 else code
-
-
-def _engine_cpus() -> int:
-    from .. import engine
-
-    client = engine.client()
-    try:
-        return int(client.info().get("NCPU") or 1)
-    finally:
-        client.close()
 
 
 async def run_job(job: CiJob, *, artifacts_dir: Path | str = "ci-artifacts", report_path: Path | str | None = None,

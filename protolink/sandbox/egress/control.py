@@ -18,12 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +27,8 @@ from typing import Any
 
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 
+from .. import detached
 from ..hostdirs import runtime_dir
-from ..leftovers import owner_gone
 from ..records import checked_name
 
 MAX_MESSAGE = 64 * 1024
@@ -142,26 +138,18 @@ async def start_daemon(name: str, channel_dir: Path, container_id: str, containe
     its log, when it ends or does not answer within ``timeout``."""
     files = EgressFiles.of(name)
     await stop_daemon(name)  # one of an earlier appliance of that name that has not noticed its end yet
-    log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "protolink.sandbox.egress.daemon", name, "--channel-dir", str(channel_dir),
-             "--container", container_id, "--container-pid", str(container_pid), *(f"--allow={rule}" for rule in allow)],
-            stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, cwd="/", start_new_session=True)
-    finally:
-        os.close(log_fd)
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise EgressControlError(f"the egress daemon of {name} ended as it started (exit {process.returncode}):\n"
-                                     + _tail(files.log))
+    process = detached.spawn(
+        [sys.executable, "-m", "protolink.sandbox.egress.daemon", name, "--channel-dir", str(channel_dir),
+         "--container", container_id, "--container-pid", str(container_pid), *(f"--allow={rule}" for rule in allow)],
+        files.log)
+
+    async def status() -> dict[str, Any] | None:
         with contextlib.suppress(NoEgressDaemonError, EgressDaemonUnresponsiveError):
             return await ask(name, "status", timeout=1.0)
-        if time.monotonic() > deadline:
-            process.kill()
-            raise EgressDaemonUnresponsiveError(f"the egress daemon of {name} did not answer within {timeout:g} s:\n"
-                                                + _tail(files.log))
-        await asyncio.sleep(0.05)
+        return None
+
+    return await detached.wait_ready(process, status, what=f"the egress daemon of {name}", log=files.log,
+                                     timeout=timeout, ended=EgressControlError, late=EgressDaemonUnresponsiveError)
 
 
 async def stop_daemon(name: str, *, timeout: float = 5.0) -> bool:
@@ -169,31 +157,13 @@ async def stop_daemon(name: str, *, timeout: float = 5.0) -> bool:
     process its pid file names, and only while that process is the one that wrote it); then
     remove its files, its logs included. True when one was running."""
     files = EgressFiles.of(name)
-    try:
-        record = json.loads(files.pid.read_text())
-        pid, owner = int(record["pid"]), str(record["owner"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pid, owner = 0, ""
-    running = bool(owner) and not owner_gone(owner)
+    record = detached.running(files.pid)
+    running = record is not None
     with contextlib.suppress(EgressControlError):
         await ask(name, "stop", timeout=min(timeout, 2.0))
         running = True
-    for signum in (None, signal.SIGTERM, signal.SIGKILL):
-        if not owner or owner_gone(owner):
-            break
-        if signum is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-        deadline = time.monotonic() + timeout
-        while not owner_gone(owner) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+    if record is not None and not await detached.gone(record, timeout):
+        await detached.end(record, timeout=timeout)
     for path in files.all():
         path.unlink(missing_ok=True)
     return running
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as error:
-        return f"(its log {path} cannot be read: {error})"

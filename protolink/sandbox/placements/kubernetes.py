@@ -17,7 +17,9 @@ server as on Docker (:mod:`.server`), held the same way where Kubernetes can say
 - no service account token, no service links, no host network, PID or IPC namespace;
 - memory and CPUs as requests equal to limits (the Guaranteed class: with the kubelet's static
   CPU manager a whole number of CPUs is a set of the node's CPUs, as Docker's cpuset);
-- /tmp and /dev/shm as memory-backed ``emptyDir`` volumes of the configured sizes;
+- /tmp and /dev/shm as memory-backed ``emptyDir`` volumes of the configured sizes, named after
+  the sandbox (:func:`scratch_volume`): podman's ``kube play`` makes a volume of each name, which
+  Pods played at once would otherwise share;
 - roots as ``hostPath`` directories at their own paths, read-only unless writable, and the
   node's private directory (the socket, or TCP mode's token) at :func:`~.server.channel_mount`;
 - under gVisor, the RuntimeClass that runs ``runsc`` (:attr:`ClusterFacts.runtime_class`);
@@ -44,6 +46,7 @@ What Docker says and a Pod cannot (the node's container runtime and kubelet deci
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -162,6 +165,13 @@ def cpu_quantity(cpus: float) -> str:
     return str(int(cpus)) if float(cpus).is_integer() else f"{max(1, round(cpus * 1000))}m"
 
 
+def scratch_volume(sandbox: str, purpose: str) -> str:
+    """The name of sandbox ``sandbox``'s ``purpose`` (``tmp``, ``shm``) ``emptyDir``, its own: the
+    start of the sandbox's name and a digest of all of it, a DNS-1123 label."""
+    digest = hashlib.sha256(sandbox.encode()).hexdigest()[:8]
+    return f"{sandbox[:40]}-{digest}-{purpose}"
+
+
 def _check_name(config: SandboxConfig) -> None:
     if _DNS_LABEL.fullmatch(config.name) is None:
         raise ValueError(f"sandbox config: name must be at most 63 lower-case letters, digits and '-', a letter or "
@@ -176,7 +186,8 @@ def _volume_mounts(config: SandboxConfig) -> list[dict[str, Any]]:
     roots = [{"name": f"root-{index}", "mountPath": root.path, "readOnly": not root.writable}
              for index, root in enumerate(config.roots)]
     # /tmp before the roots: a root below it (a test's directory) stays visible.
-    return [{"name": "tmp", "mountPath": "/tmp"}, {"name": "shm", "mountPath": "/dev/shm"}, *roots,
+    return [{"name": scratch_volume(config.name, "tmp"), "mountPath": "/tmp"},
+            {"name": scratch_volume(config.name, "shm"), "mountPath": "/dev/shm"}, *roots,
             {"name": "channel", "mountPath": channel_mount(config)}]
 
 
@@ -184,8 +195,8 @@ def _volumes(config: SandboxConfig, channel_dir: Path) -> list[dict[str, Any]]:
     roots = [{"name": f"root-{index}", "hostPath": {"path": root.path, "type": "Directory"}}
              for index, root in enumerate(config.roots)]
     return [*roots, {"name": "channel", "hostPath": {"path": str(channel_dir), "type": "Directory"}},
-            {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": str(config.limits.tmpfs_bytes)}},
-            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": str(config.limits.shm_bytes)}}]
+            *({"name": scratch_volume(config.name, purpose), "emptyDir": {"medium": "Memory", "sizeLimit": str(size)}}
+              for purpose, size in (("tmp", config.limits.tmpfs_bytes), ("shm", config.limits.shm_bytes)))]
 
 
 def _egress_rule(rule: CidrRule, denied: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]

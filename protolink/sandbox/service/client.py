@@ -6,8 +6,9 @@
 
 A Unix socket needs no setup: without ``token`` the service's local default token is read. A
 TCP address needs TLS: pass ``credentials`` (``grpc.ChannelCredentials``) or a ``channel``
-already built; a plaintext TCP channel is refused here, and by the service. Refusals are typed:
-SandboxNotFoundError, QuotaExceededError, SandboxPermissionError, SandboxAuthenticationError.
+already built; a plaintext TCP channel is refused here, and by the service. Refusals are typed,
+as the wire carries them (:mod:`protolink.wire.status`): SandboxNotFoundError, QuotaExceededError,
+SandboxPermissionError, SandboxAuthenticationError, ValueError, SandboxProtectionError.
 """
 
 from __future__ import annotations
@@ -21,11 +22,9 @@ from typing import Any
 import grpc
 
 from protolink.errors import (
-    QuotaExceededError,
     SandboxAuthenticationError,
     SandboxError,
     SandboxNotFoundError,
-    SandboxPermissionError,
     SandboxUnavailableError,
 )
 from protolink.wire._pb import sandbox_pb2, service_pb2, service_pb2_grpc
@@ -39,13 +38,6 @@ from .files import DEFAULT_NAME, ServiceFiles
 from .forward import SANDBOX_KEY
 from .tls import pinned_channel
 
-#: How each refusal of the service is raised.
-ERRORS: dict[grpc.StatusCode, type[SandboxError]] = {
-    grpc.StatusCode.NOT_FOUND: SandboxNotFoundError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: QuotaExceededError,
-    grpc.StatusCode.PERMISSION_DENIED: SandboxPermissionError,
-    grpc.StatusCode.UNAUTHENTICATED: SandboxAuthenticationError,
-}
 CALL_SECONDS = 10.0
 CREATE_SECONDS = 120.0
 
@@ -75,11 +67,6 @@ class SandboxStatus:
         return cls(message.id, message.template, message.image, message.memory_bytes, message.cpus, message.pids,
                    dict(message.labels), message.created, message.expires, message.idle_expires, message.workspace,
                    message.pooled, message.state, message.info)
-
-
-def _raised(error: grpc.aio.AioRpcError) -> Exception:
-    cls = ERRORS.get(error.code())
-    return cls(error.details() or error.code().name) if cls is not None else from_rpc_error(error)
 
 
 async def connect(address: str | None = None, token: str | None = None, *, name: str = DEFAULT_NAME,
@@ -144,7 +131,7 @@ class ServiceClient:
             return await getattr(self._stub, method)(request, metadata=self._metadata, timeout=timeout,
                                                      wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as error:
-            raise _raised(error) from None
+            raise from_rpc_error(error) from None
 
     async def create(self, template: str = "", *, image: str | None = None, memory_mib: int | None = None,
                      cpus: float | None = None, pids: int | None = None, allow: Sequence[str] | None = None,

@@ -8,34 +8,21 @@ container the service made, its workspaces and its files.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from protolink.errors import SandboxError
-
-from ..leftovers import owner_gone, remove_host_dirs
+from .. import detached
+from ..leftovers import remove_host_dirs
 from . import labels
 from .files import ServiceFiles
 
 
 def running(name: str) -> dict[str, Any] | None:
     """The pid record of service ``name`` while its process runs; None otherwise."""
-    try:
-        record = json.loads(ServiceFiles.of(name).pid.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or owner_gone(str(record.get("owner", ""))):
-        return None
-    return record
+    return detached.running(ServiceFiles.of(name).pid)
 
 
 async def start_service(name: str, arguments: Sequence[str] = (), *, timeout: float = 60.0) -> dict[str, Any]:
@@ -46,22 +33,14 @@ async def start_service(name: str, arguments: Sequence[str] = (), *, timeout: fl
         return record
     files = ServiceFiles.of(name)
     files.pid.unlink(missing_ok=True)
-    log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-    try:
-        process = subprocess.Popen([sys.executable, "-m", "protolink.sandbox.service", "--name", name, *arguments],
-                                   stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, cwd="/",
-                                   start_new_session=True)
-    finally:
-        os.close(log_fd)
-    deadline = time.monotonic() + timeout
-    while (record := running(name)) is None:
-        if process.poll() is not None or time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            raise SandboxError(f"the sandbox service {name} did not start (exit {process.poll()}):\n"
-                               + _tail(files))
-        await asyncio.sleep(0.05)
-    return record
+    process = detached.spawn([sys.executable, "-m", "protolink.sandbox.service", "--name", name, *arguments],
+                             files.log)
+
+    async def serving() -> dict[str, Any] | None:
+        return running(name)
+
+    return await detached.wait_ready(process, serving, what=f"the sandbox service {name}", log=files.log,
+                                     timeout=timeout)
 
 
 async def stop_service(name: str, *, timeout: float = 10.0) -> bool:
@@ -69,15 +48,7 @@ async def stop_service(name: str, *, timeout: float = 10.0) -> bool:
     record = running(name)
     if record is None:
         return False
-    owner, pid = str(record["owner"]), int(record["pid"])
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-        deadline = time.monotonic() + timeout
-        while not owner_gone(owner) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        if owner_gone(owner):
-            break
+    await detached.end(record, timeout=timeout)
     return True
 
 
@@ -97,9 +68,3 @@ def remove_everything(name: str, docker_client: Any) -> int:
         path.unlink(missing_ok=True)
     return len(found)
 
-
-def _tail(files: ServiceFiles, lines: int = 20) -> str:
-    try:
-        return "\n".join(files.log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as error:
-        return f"(its log {files.log} cannot be read: {error})"

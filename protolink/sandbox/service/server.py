@@ -15,13 +15,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from protolink.errors import (
-    QuotaExceededError,
-    SandboxError,
-    SandboxNotFoundError,
-    SandboxPermissionError,
-    SandboxProtectionError,
-)
+from protolink.errors import SandboxAuthenticationError, SandboxError, SandboxNotFoundError
 from protolink.wire._pb import service_pb2, service_pb2_grpc
 from protolink.wire.keepalive import SERVER_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
@@ -34,14 +28,6 @@ from .manager import Manager
 from .sandboxes import Placed
 from .tokens import Tenant, Tokens
 
-#: How each refusal travels.
-CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
-    (SandboxNotFoundError, grpc.StatusCode.NOT_FOUND),
-    (QuotaExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (SandboxPermissionError, grpc.StatusCode.PERMISSION_DENIED),
-    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
-    (SandboxError, grpc.StatusCode.UNAVAILABLE),
-)
 MAX_MESSAGE_BYTES = 64 << 20
 
 
@@ -56,8 +42,8 @@ class Gate:
         header = str(metadata.get("authorization", ""))
         tenant = self.tokens.tenant(header.removeprefix("Bearer ")) if header.startswith("Bearer ") else None
         if tenant is None:
-            self.events.emit("refused", method=method, code="UNAUTHENTICATED", reason="no known token")
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid token is required (authorization: Bearer)")
+            error = SandboxAuthenticationError("a valid token is required (authorization: Bearer)")
+            await refuse(context, error, self.events, None, method)
         self.events.emit("request", tenant.id, str(metadata.get(SANDBOX_KEY, "")), method=method)
         return tenant
 
@@ -71,15 +57,13 @@ class Gate:
             await refuse(context, error, self.events, tenant, method)
 
 
-async def refuse(context: grpc.aio.ServicerContext, error: BaseException, events: Events, tenant: Tenant,
+async def refuse(context: grpc.aio.ServicerContext, error: BaseException, events: Events, tenant: Tenant | None,
                  method: str) -> NoReturn:
-    code = next(code for kind, code in CODES if isinstance(error, kind))
-    metadata: tuple[tuple[str, bytes], ...] = ()
-    if isinstance(error, SandboxProtectionError):  # the client gets the same error, with what is missing
-        code, wire = to_status(error)
-        metadata = ((ERROR_METADATA_KEY, wire.SerializeToString()),)
-    events.emit("refused", tenant.id, method=method, code=code.name, reason=str(error))
-    await context.abort(code, str(error), trailing_metadata=metadata)
+    """End the call with ``error`` as the wire carries it (:func:`~protolink.wire.status.to_status`):
+    the client raises the same typed error. Its full text goes to the events only."""
+    code, wire = to_status(error)
+    events.emit("refused", tenant.id if tenant else "", method=method, code=code.name, reason=str(error))
+    await context.abort(code, wire.message, trailing_metadata=((ERROR_METADATA_KEY, wire.SerializeToString()),))
     raise AssertionError("unreachable")  # abort raises
 
 

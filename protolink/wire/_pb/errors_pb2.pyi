@@ -26,6 +26,11 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_UNSAFE_ARCHIVE: _ClassVar[ErrorKind]
     ERROR_KIND_TRANSFER_LIMIT: _ClassVar[ErrorKind]
     ERROR_KIND_PROTECTION_MISSING: _ClassVar[ErrorKind]
+    ERROR_KIND_SANDBOX_NOT_FOUND: _ClassVar[ErrorKind]
+    ERROR_KIND_QUOTA_EXCEEDED: _ClassVar[ErrorKind]
+    ERROR_KIND_SANDBOX_PERMISSION_DENIED: _ClassVar[ErrorKind]
+    ERROR_KIND_UNAVAILABLE: _ClassVar[ErrorKind]
+    ERROR_KIND_UNAUTHENTICATED: _ClassVar[ErrorKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
 ERROR_KIND_NOT_FOUND: ErrorKind
@@ -43,6 +48,11 @@ ERROR_KIND_RESOURCE_UNCHANGED: ErrorKind
 ERROR_KIND_UNSAFE_ARCHIVE: ErrorKind
 ERROR_KIND_TRANSFER_LIMIT: ErrorKind
 ERROR_KIND_PROTECTION_MISSING: ErrorKind
+ERROR_KIND_SANDBOX_NOT_FOUND: ErrorKind
+ERROR_KIND_QUOTA_EXCEEDED: ErrorKind
+ERROR_KIND_SANDBOX_PERMISSION_DENIED: ErrorKind
+ERROR_KIND_UNAVAILABLE: ErrorKind
+ERROR_KIND_UNAUTHENTICATED: ErrorKind
 
 class Error(_message.Message):
     __slots__ = ("kind", "message", "errno", "missing")

@@ -1,11 +1,15 @@
 """Transfers into and out of a directory (protolink.execution.transfer): the rules a hostile
-archive meets, the limits, and that a failed transfer leaves nothing behind."""
+archive meets, the limits, that a failed transfer leaves nothing behind, and that what a killed
+one left is removed by the next, never what one under way is writing."""
 
 from __future__ import annotations
 
 import io
 import os
+import signal
 import stat
+import subprocess
+import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -165,6 +169,75 @@ def test_an_interrupted_upload_leaves_nothing(root: Path, failure: Callable[[], 
     with pytest.raises((ConnectionError, ArchiveError)):
         receive(str(root / "tree"), canonical_roots([root]), "tar", chunks())
     assert only(root) == []
+
+
+#: A transfer in a process of its own: it writes the first chunk, says so, then waits for the rest
+#: on its input.
+SLOW_TRANSFER = """
+import sys
+from protolink.execution.transfer import receive
+destination, root, kind, first = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+data = sys.stdin.buffer
+
+def chunks():
+    yield data.read(first)
+    print("written", flush=True)
+    yield data.read()
+
+receive(destination, [root], kind, chunks())
+"""
+HANG_GUARD = 60
+
+
+def slow_transfer(root: Path, name: str, kind: str, data: bytes) -> subprocess.Popen[bytes]:
+    """A transfer of ``data`` to ``name`` that has written half of it and waits for the rest."""
+    process = subprocess.Popen([sys.executable, "-c", SLOW_TRANSFER, str(root / name), str(root), kind,
+                                str(len(data) // 2)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(data[:len(data) // 2])
+    process.stdin.flush()
+    assert process.stdout.readline() == b"written\n"
+    return process
+
+
+def payload(kind: str) -> bytes:
+    return os.urandom(200_000) if kind == "file" else archive((member("big"), os.urandom(200_000)))
+
+
+@pytest.mark.parametrize("kind", ["file", "tar"])
+def test_what_a_killed_transfer_left_is_removed_by_the_next(root: Path, kind: str) -> None:
+    killed = slow_transfer(root, "first", kind, payload(kind))
+    killed.kill()
+    assert killed.wait(HANG_GUARD) == -signal.SIGKILL
+    (left,) = only(root)
+    assert left.startswith(".protolink-transfer-")
+    (root / ".protolink-transfer-mine").write_text("not a transfer's")  # only the exact pattern goes
+    receive(str(root / "second"), canonical_roots([root]), kind, [payload(kind)])
+    assert only(root) == [".protolink-transfer-mine", "second"]
+
+
+@pytest.mark.parametrize("kind", ["file", "tar"])
+def test_a_transfer_under_way_is_never_swept(root: Path, kind: str) -> None:
+    data = payload(kind)
+    running = slow_transfer(root, "first", kind, data)
+    try:
+        receive(str(root / "second"), canonical_roots([root]), kind, [payload(kind)])
+        (writing,) = [name for name in only(root) if name != "second"]
+        assert writing.startswith(".protolink-transfer-")
+        running.communicate(data[len(data) // 2:], timeout=HANG_GUARD)
+    finally:
+        running.kill()
+    assert running.returncode == 0 and only(root) == ["first", "second"]
+    landed = (root / "first").read_bytes() if kind == "file" else (root / "first" / "big").read_bytes()
+    assert len(landed) == 200_000
+
+
+def test_a_replaced_tree_is_moved_aside_under_a_name_no_sweep_takes(root: Path) -> None:
+    """A transfer killed between moving the old tree aside and renaming the new one into place
+    leaves both; the old one is not a leftover."""
+    (root / ".protolink-replaced-0123456789abcdef").mkdir()
+    upload(root, archive((member("new"), b"new")))
+    assert only(root) == [".protolink-replaced-0123456789abcdef", "tree"]
 
 
 def test_an_existing_destination_needs_overwrite(root: Path) -> None:

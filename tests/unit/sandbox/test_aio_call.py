@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from protolink.errors import SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
-from protolink.sandbox import aio_call, client, grpc_call, hpack_codec
+from protolink.sandbox import aio_call, grpc_call, hpack_codec
 from protolink.sandbox.aio_call import AsyncCall
 from protolink.sandbox.grpc_call import DATA, GOAWAY, HEADERS, PING, RST_STREAM, SETTINGS, WINDOW_UPDATE, frame
 from protolink.sandbox.process_stream import EXECUTE, Output, ProcessStream, own_calls
@@ -308,8 +308,3 @@ async def test_a_process_fails_with_its_call_and_the_next_one_opens_a_new_call(t
         assert facts["exit_code"] == 0
         assert len(peers) == 2
         await stream.aclose()
-
-
-def test_the_pings_are_those_of_the_grpcio_channel():
-    options = dict(client.channel_options())
-    assert aio_call.PING_SECONDS * 1000 == options["grpc.keepalive_time_ms"] == options["grpc.keepalive_timeout_ms"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from protolink.sandbox.placements.kubernetes import (
     manifests,
     network_policy,
     pod_manifest,
+    scratch_volume,
 )
 from protolink.wire.roots import Root
 
@@ -27,6 +29,8 @@ CREATED = 1_700_000_000
 LEASE = Lease(owner="process:host:1:2", session="0123456789abcdef")
 NAME = "protolink-sandbox-0123456789abcdef"
 CLUSTER = ClusterFacts()
+#: What Kubernetes takes as a volume's name.
+DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
 @pytest.fixture
@@ -88,21 +92,35 @@ def test_cpus_are_whole_numbers_or_millicpus():
 
 
 def test_tmp_and_shm_are_memory_of_the_configured_sizes(node):
-    pod = pod_manifest(config(limits=Limits(tmpfs_bytes=3 * MiB, shm_bytes=2 * MiB)), CLUSTER, node)
+    pod = pod_manifest(config(limits=Limits(tmpfs_bytes=3 * MiB, shm_bytes=2 * MiB), name=NAME), CLUSTER, node)
     volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
-    assert volumes["tmp"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(3 * MiB)}
-    assert volumes["shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(2 * MiB)}
+    tmp, shm = f"{NAME}-875dfe6a-tmp", f"{NAME}-875dfe6a-shm"
+    assert volumes[tmp]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(3 * MiB)}
+    assert volumes[shm]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(2 * MiB)}
     mounts = {mount["mountPath"]: mount["name"] for mount in container(pod)["volumeMounts"]}
-    assert (mounts["/tmp"], mounts["/dev/shm"]) == ("tmp", "shm")
+    assert (mounts["/tmp"], mounts["/dev/shm"]) == (tmp, shm)
+
+
+def test_each_sandbox_has_scratch_volumes_of_its_own(node):
+    """podman's kube play makes a volume of each emptyDir's name: two Pods must not share one."""
+    long = "a" * 62
+    names = [NAME, "protolink-sandbox-0123456789abcdeg", f"{long}b", f"{long}c", "x"]
+    volumes = [scratch_volume(name, purpose) for name in names for purpose in ("tmp", "shm")]
+    assert len(set(volumes)) == len(volumes)
+    assert all(DNS_LABEL.fullmatch(volume) for volume in volumes)
+    played = [pod_manifest(config(name=name), CLUSTER, node) for name in (f"{long}b", f"{long}c")]
+    scratch = [{volume["name"] for volume in pod["spec"]["volumes"] if "emptyDir" in volume} for pod in played]
+    assert len(scratch[0]) == len(scratch[1]) == 2 and not scratch[0] & scratch[1]
 
 
 def test_roots_are_host_directories_read_only_unless_writable(tmp_path, node):
     (tmp_path / "ro").mkdir()
     (tmp_path / "rw").mkdir()
     ro, rw = str(tmp_path / "ro"), str(tmp_path / "rw")
-    pod = pod_manifest(config(Root(ro), Root(rw, writable=True)), CLUSTER, node)
+    pod = pod_manifest(config(Root(ro), Root(rw, writable=True), name=NAME), CLUSTER, node)
     assert container(pod)["volumeMounts"] == [
-        {"name": "tmp", "mountPath": "/tmp"}, {"name": "shm", "mountPath": "/dev/shm"},  # first: roots below /tmp
+        {"name": scratch_volume(NAME, "tmp"), "mountPath": "/tmp"},  # first: roots below /tmp
+        {"name": scratch_volume(NAME, "shm"), "mountPath": "/dev/shm"},
         {"name": "root-0", "mountPath": ro, "readOnly": True}, {"name": "root-1", "mountPath": rw, "readOnly": False},
         {"name": "channel", "mountPath": "/run/protolink"}]
     volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}

@@ -1,4 +1,5 @@
-"""A second service of the same name refuses to start instead of taking the first one's socket."""
+"""A second service of the same name refuses to start instead of taking the first one's socket;
+one that cannot start says why."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import os
 
 import pytest
 
+from protolink.errors import SandboxError
 from protolink.sandbox.leftovers import process_owner
 from protolink.sandbox.service.config import ServiceConfig
 from protolink.sandbox.service.daemon import serve
 from protolink.sandbox.service.files import ServiceFiles
+from protolink.sandbox.service.process import running, start_service
 
 
 async def test_a_second_service_of_a_name_refuses_to_start(tmp_path, monkeypatch):
@@ -21,3 +24,11 @@ async def test_a_second_service_of_a_name_refuses_to_start(tmp_path, monkeypatch
     with pytest.raises(ValueError, match="runs already"):
         await serve("svc", ServiceConfig.load(None, image="base:1"))
     assert files.socket.exists()
+
+
+async def test_a_service_that_cannot_start_says_why_and_leaves_no_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(tmp_path / "runtime"))
+    with pytest.raises(SandboxError, match=r"^the sandbox service svc ended as it started \(exit 2\):\n(.|\n)*"
+                                           r"unrecognized arguments: --bogus"):
+        await start_service("svc", ["--bogus"])
+    assert running("svc") is None
