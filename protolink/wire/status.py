@@ -23,6 +23,7 @@ from protolink.errors import (
     SandboxAuthenticationError,
     SandboxError,
     SandboxLimitError,
+    SandboxLostError,
     SandboxNotFoundError,
     SandboxNotReachedError,
     SandboxProtectionError,
@@ -63,6 +64,7 @@ KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
     Kind.ERROR_KIND_UNSAFE_ARCHIVE: (grpc.StatusCode.INVALID_ARGUMENT, ArchiveError),
     Kind.ERROR_KIND_TRANSFER_LIMIT: (grpc.StatusCode.OUT_OF_RANGE, TransferLimitError),
     Kind.ERROR_KIND_PROTECTION_MISSING: (grpc.StatusCode.FAILED_PRECONDITION, SandboxProtectionError),
+    Kind.ERROR_KIND_SANDBOX_LOST: (grpc.StatusCode.UNAVAILABLE, SandboxLostError),
 }
 
 #: What a status without a (valid) error kind means: a transport or server fault.
@@ -91,6 +93,7 @@ STATUSES: dict[grpc.StatusCode, type[SandboxError] | None] = {
 # Most specific first: the first class an exception is an instance of decides its kind.
 _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
     (SandboxProtectionError, Kind.ERROR_KIND_PROTECTION_MISSING),
+    (SandboxLostError, Kind.ERROR_KIND_SANDBOX_LOST),
     (SandboxLimitError, Kind.ERROR_KIND_LIMIT_EXCEEDED),
     (SandboxError, Kind.ERROR_KIND_INTERNAL),
     (ResourceConflictError, Kind.ERROR_KIND_CONFLICT),

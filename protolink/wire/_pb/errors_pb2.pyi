@@ -26,6 +26,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_UNSAFE_ARCHIVE: _ClassVar[ErrorKind]
     ERROR_KIND_TRANSFER_LIMIT: _ClassVar[ErrorKind]
     ERROR_KIND_PROTECTION_MISSING: _ClassVar[ErrorKind]
+    ERROR_KIND_SANDBOX_LOST: _ClassVar[ErrorKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
 ERROR_KIND_NOT_FOUND: ErrorKind
@@ -43,6 +44,7 @@ ERROR_KIND_RESOURCE_UNCHANGED: ErrorKind
 ERROR_KIND_UNSAFE_ARCHIVE: ErrorKind
 ERROR_KIND_TRANSFER_LIMIT: ErrorKind
 ERROR_KIND_PROTECTION_MISSING: ErrorKind
+ERROR_KIND_SANDBOX_LOST: ErrorKind
 
 class Error(_message.Message):
     __slots__ = ("kind", "message", "errno", "missing")
