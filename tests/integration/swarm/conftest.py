@@ -1,17 +1,35 @@
 """A three-node Swarm cluster of real engines, built once for the test module beside it and
-removed after it (:mod:`tests.swarm_cluster`)."""
+removed after it (:mod:`tests.swarm_cluster`); the product's gateway on each node, and a sandbox
+service on the host that places sandboxes on the cluster through them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import secrets
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import protolink
+from protolink.sandbox.service import labels
+from protolink.sandbox.service.client import ServiceClient, connect
+from protolink.sandbox.service.config import NodeGateway, ServiceConfig
+from protolink.sandbox.service.daemon import serve
+from protolink.sandbox.service.files import ServiceFiles
 from tests.conftest import TEST_NAME_PREFIX
-from tests.swarm_cluster import SwarmCluster, remove_orphans
+from tests.swarm_cluster import SwarmCluster, eventually, remove_orphans
+
+#: This checkout (with its .venv) and its Python, which each node holds read-only to run the gateway.
+CHECKOUT = Path(protolink.__file__).resolve().parents[1]
 
 #: Sandbox slots each node advertises: one, so that where sandboxes go shows the slots at work.
 SLOTS = 1
@@ -28,7 +46,8 @@ def swarm(docker_client, sandbox_image: str, shared_dir: Path) -> Iterator[Swarm
     """The cluster, with this checkout's sandbox image on every node; removed at the end, as are
     the clusters of test runs that were killed."""
     remove_orphans(docker_client)
-    with SwarmCluster(docker_client, TEST_NAME_PREFIX, nodes=3, slots=SLOTS, shared=[shared_dir]) as cluster:
+    with SwarmCluster(docker_client, TEST_NAME_PREFIX, nodes=3, slots=SLOTS, shared=[shared_dir],
+                      readonly=[CHECKOUT, Path(sys.base_prefix)]) as cluster:
         loading = time.monotonic()
         cluster.load_image(sandbox_image)
         figures = cluster.figures
@@ -37,3 +56,75 @@ def swarm(docker_client, sandbox_image: str, shared_dir: Path) -> Iterator[Swarm
               f"{', '.join(f'{b / 2**20:.0f} MiB' for b in figures.node_memory)}, image loaded in "
               f"{time.monotonic() - loading:.1f} s", file=sys.__stderr__, flush=True)
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def gateways(swarm: SwarmCluster) -> tuple[str, dict[str, NodeGateway]]:
+    """The gateways' token, and each node's gateway by hostname (they end with the nodes)."""
+    token = secrets.token_urlsafe(24)
+    python = str(CHECKOUT / ".venv" / "bin" / "python")
+    return token, {node.container: swarm.start_gateway(node, token, python) for node in swarm.nodes}
+
+
+@dataclass
+class SwarmService:
+    """A sandbox service on this host placing on the cluster: its name, files, a client of its
+    default token, and the cluster's manager."""
+
+    name: str
+    files: ServiceFiles
+    client: ServiceClient
+    cluster: SwarmCluster
+
+    def swarm_service(self, sandbox_id: str) -> dict[str, Any]:
+        """The Swarm service of one sandbox, as the manager lists it."""
+        with closing(self.cluster.manager.client()) as manager:
+            (found,) = manager.api.services(filters={"label": f"{labels.SANDBOX}={sandbox_id}"})
+        return found
+
+    def audit(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.files.audit.read_text().splitlines()]
+
+
+@pytest.fixture
+async def swarm_service(swarm: SwarmCluster, gateways, docker_client, sandbox_image: str,
+                        monkeypatch) -> AsyncIterator[SwarmService]:
+    """A service (in this process) whose ``[swarm]`` names the cluster's manager and gateways;
+    stopped after the test, the Swarm services it left removed."""
+    runtime = Path(tempfile.mkdtemp(prefix="pl-sw-"))
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(runtime))
+    token, by_node = gateways
+    (runtime / "gateway-token").write_text(token)
+    (runtime / "gateway-token").chmod(0o600)
+    nodes = "".join(f'[swarm.nodes."{node}"]\ngateway = "{gateway.address}"\nfingerprint = "{gateway.fingerprint}"\n'
+                    for node, gateway in by_node.items())
+    (runtime / "service.toml").write_text(
+        f'[templates.default]\nimage = "{docker_client.images.get(sandbox_image).id}"\nttl_seconds = 0\n'
+        f'idle_seconds = 0\n\n[swarm]\nmanager = "unix://{swarm.manager.socket}"\n'
+        f'gateway_token_file = "{runtime / "gateway-token"}"\n{nodes}')
+    config = ServiceConfig.load(runtime / "service.toml", image=sandbox_image)
+    name = f"{TEST_NAME_PREFIX}sw-{secrets.token_hex(4)}"
+    files = ServiceFiles.of(name)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(serve(name, config, stop=stop))
+    try:
+        await eventually(lambda: _started(files, serving), "the service started")
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        try:
+            yield SwarmService(name, files, client, swarm)
+        finally:
+            await client.aclose()
+    finally:
+        stop.set()
+        await serving
+        with closing(swarm.manager.client()) as manager:
+            for left in manager.api.services(filters={"label": f"{labels.SERVICE}={name}"}):
+                manager.api.remove_service(left["ID"])
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+async def _started(files: ServiceFiles, serving: asyncio.Task[None]) -> bool:
+    if serving.done():
+        serving.result()  # raises what stopped it
+        raise AssertionError("the service ended at start")
+    return files.pid.exists()
