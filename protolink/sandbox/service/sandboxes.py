@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from protolink.errors import SandboxUnavailableError
+from protolink.errors import SandboxNotReachedError, SandboxUnavailableError
 from protolink.execution.process_types import NO_EVENTS, ProcessSpec
 from protolink.wire._pb import sandbox_pb2
 from protolink.wire.roots import Root
@@ -122,6 +122,9 @@ class Placed:
     def channel(self) -> grpc.aio.Channel:
         """The channel to this sandbox's own server (opened on first use; on Swarm, to its node's
         gateway, opened when the task was found)."""
+        if self._channel is None and self.swarm_service:
+            raise SandboxNotReachedError(f"sandbox {self.id}: its node's gateway did not answer when the service "
+                                         f"found it")
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=channel_options())
         return self._channel

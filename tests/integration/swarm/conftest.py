@@ -68,13 +68,41 @@ def gateways(swarm: SwarmCluster) -> tuple[str, dict[str, NodeGateway]]:
 
 @dataclass
 class SwarmService:
-    """A sandbox service on this host placing on the cluster: its name, files, a client of its
-    default token, and the cluster's manager."""
+    """A sandbox service on this host placing on the cluster, run in this process: its name,
+    configuration, files, a client of its default token (while it runs), and the cluster."""
 
     name: str
+    config: ServiceConfig
     files: ServiceFiles
-    client: ServiceClient
     cluster: SwarmCluster
+    client: ServiceClient | None = None
+    _stop: asyncio.Event | None = None
+    _serving: asyncio.Task[None] | None = None
+
+    async def start(self) -> ServiceClient:
+        self.files.pid.unlink(missing_ok=True)  # a stopped service leaves it; this process would look running
+        self._stop = asyncio.Event()
+        self._serving = asyncio.create_task(serve(self.name, self.config, stop=self._stop))
+        await eventually(self._started, "the service started")
+        self.client = await connect(self.files.address, self.files.default_token.read_text(), timeout=30.0)
+        return self.client
+
+    async def stop(self) -> None:
+        """Stop it as SIGTERM does: its sandboxes stay for the next run to adopt."""
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+        if self._stop is not None and self._serving is not None:
+            self._stop.set()
+            await self._serving
+            self._stop = self._serving = None
+
+    async def _started(self) -> bool:
+        assert self._serving is not None
+        if self._serving.done():
+            self._serving.result()  # raises what stopped it
+            raise AssertionError("the service ended at start")
+        return self.files.pid.exists()
 
     def swarm_service(self, sandbox_id: str) -> dict[str, Any]:
         """The Swarm service of one sandbox, as the manager lists it."""
@@ -89,8 +117,8 @@ class SwarmService:
 @pytest.fixture
 async def swarm_service(swarm: SwarmCluster, gateways, docker_client, sandbox_image: str,
                         monkeypatch) -> AsyncIterator[SwarmService]:
-    """A service (in this process) whose ``[swarm]`` names the cluster's manager and gateways;
-    stopped after the test, the Swarm services it left removed."""
+    """A started service whose ``[swarm]`` names the cluster's manager and gateways; stopped
+    after the test, the Swarm services it left removed."""
     runtime = Path(tempfile.mkdtemp(prefix="pl-sw-"))
     monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(runtime))
     token, by_node = gateways
@@ -102,29 +130,15 @@ async def swarm_service(swarm: SwarmCluster, gateways, docker_client, sandbox_im
         f'[templates.default]\nimage = "{docker_client.images.get(sandbox_image).id}"\nttl_seconds = 0\n'
         f'idle_seconds = 0\n\n[swarm]\nmanager = "unix://{swarm.manager.socket}"\n'
         f'gateway_token_file = "{runtime / "gateway-token"}"\n{nodes}')
-    config = ServiceConfig.load(runtime / "service.toml", image=sandbox_image)
     name = f"{TEST_NAME_PREFIX}sw-{secrets.token_hex(4)}"
-    files = ServiceFiles.of(name)
-    stop = asyncio.Event()
-    serving = asyncio.create_task(serve(name, config, stop=stop))
+    service = SwarmService(name, ServiceConfig.load(runtime / "service.toml", image=sandbox_image),
+                           ServiceFiles.of(name), swarm)
     try:
-        await eventually(lambda: _started(files, serving), "the service started")
-        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
-        try:
-            yield SwarmService(name, files, client, swarm)
-        finally:
-            await client.aclose()
+        await service.start()
+        yield service
     finally:
-        stop.set()
-        await serving
+        await service.stop()
         with closing(swarm.manager.client()) as manager:
             for left in manager.api.services(filters={"label": f"{labels.SERVICE}={name}"}):
                 manager.api.remove_service(left["ID"])
         shutil.rmtree(runtime, ignore_errors=True)
-
-
-async def _started(files: ServiceFiles, serving: asyncio.Task[None]) -> bool:
-    if serving.done():
-        serving.result()  # raises what stopped it
-        raise AssertionError("the service ended at start")
-    return files.pid.exists()

@@ -47,6 +47,19 @@ async def test_a_client_runs_commands_in_a_sandbox_on_a_node_and_deleting_it_lea
         assert manager.api.services() == []
 
 
+async def test_a_restarted_service_adopts_its_swarm_sandboxes(swarm_service, run):
+    kept = await swarm_service.client.create(labels={"job": "adopted"})
+    assert (await run(kept.backend, ["/bin/sh", "-c", "echo kept > /tmp/mark"])).exit_code == 0
+    await kept.backend.aclose()
+    await swarm_service.stop()
+    client = await swarm_service.start()
+    (status,) = await client.list()
+    assert (status.id, status.state, status.labels) == (kept.id, "running", {"job": "adopted"})
+    again = await client.open(kept.id)
+    assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "kept\n"  # the same task
+    await again.delete()
+
+
 async def test_a_sandbox_on_a_node_that_dies_is_lost_and_new_ones_go_to_the_nodes_left(swarm_service, run, docker_client):
     client, cluster = swarm_service.client, swarm_service.cluster
     held = [await client.create()]
