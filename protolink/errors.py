@@ -22,6 +22,7 @@
         ├── SandboxUnavailableError                dead, unreachable or unresponsive
         │   ├── SandboxNotReachedError             no connection: the call never left the host
         │   ├── SandboxProtectionError             the server found a protection missing and refused
+        │   ├── SandboxLostError                   its node or task is gone: never recreated
         │   └── SandboxEngineError                 the Docker Engine lacks something a sandbox needs
         ├── RootNotWritableError   (PermissionError) a writable root the command user cannot write
         ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
@@ -132,6 +133,11 @@ class SandboxProtectionError(SandboxUnavailableError):
     def __init__(self, message: str, *, missing: dict[str, str]) -> None:
         super().__init__(message)
         self.missing = missing
+
+
+class SandboxLostError(SandboxUnavailableError):
+    """The sandbox's task is gone (its node left or stopped, the task failed): its state is lost
+    and it is never recreated; create a new one."""
 
 
 class SandboxEngineError(SandboxUnavailableError):

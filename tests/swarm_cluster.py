@@ -11,7 +11,10 @@
   (:data:`DATA_ROOT_OPTIONS`);
 - one network for all nodes: macvlan on one end of a veth pair made for it (the host engine's
   ``FORWARD DROP`` blocks traffic between other bridges; Swarm's virtual IPs need IPVS, which
-  this kernel lacks, so tasks are reached by their own addresses);
+  this kernel lacks, so tasks are reached by their own addresses); the other end holds the
+  network's gateway address, so the host reaches the nodes as a service's machine would;
+- ``readonly`` host directories at their own paths on every node: this checkout and its Python,
+  so that a node runs the product's gateway (:meth:`start_gateway`);
 - each daemon runs with ``--bridge none`` (a task without networks gets only ``lo``) and
   advertises :data:`~protolink.sandbox.placements.swarm.SLOT_RESOURCE` slots; node 1 is the
   manager, the others join it as workers; the host reaches each engine on a Unix socket in a host
@@ -26,34 +29,41 @@ the nodes by ``docker save | docker load`` (:meth:`load_image`).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import io
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
 
 from protolink.sandbox.leftovers import owner_gone, process_owner
 from protolink.sandbox.placements.swarm import SLOT_RESOURCE
+from protolink.sandbox.service.config import NodeGateway
+from protolink.sandbox.service.tls import CERTIFICATE_FILE, fingerprint_of
 
+T = TypeVar("T")
 #: How long a node's engine may take to answer, and the cluster to see every node ready: hang
 #: guards for a loaded machine, not expectations.
 READY_TIMEOUT_SECONDS = 120
 POLL_SECONDS = 0.05
 #: Where a node's engine listens for the host, inside the node (a host directory is mounted there).
 NODE_SOCKET_DIR = "/run/protolink-node"
+#: The port a node's gateway listens on, at the node's address.
+GATEWAY_PORT = 7443
 SWARM_PORT = 2377
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: Labels on what a cluster makes on the host engine: its name, and the process that made it.
@@ -84,6 +94,12 @@ class Node:
         hierarchy = CGROUP_ROOT / controller if (CGROUP_ROOT / controller).is_dir() else CGROUP_ROOT
         return hierarchy / self.cgroup_parent.lstrip("/") / container_id
 
+    @property
+    def files(self) -> Path:
+        """The host directory the node holds at :data:`NODE_SOCKET_DIR` (its engine's socket, its
+        gateway's token, state and log)."""
+        return self.socket.parent
+
     def host_pids(self, container_id: str) -> list[int]:
         """The host's pids of a container's processes on this node (its ``/proc/PID/root`` is the
         container's root: how a gateway reaches the server's socket)."""
@@ -106,12 +122,13 @@ class SwarmCluster:
     every node (a sandbox's roots). Names start with ``prefix``."""
 
     def __init__(self, host: docker.DockerClient, prefix: str, *, nodes: int = 3, slots: int = 2,
-                 shared: Iterable[Path] = ()) -> None:
+                 shared: Iterable[Path] = (), readonly: Iterable[Path] = ()) -> None:
         self.host = host
         self.name = f"{prefix}swarm-{secrets.token_hex(3)}"
         self.size = nodes
         self.slots = slots
         self.shared = tuple(shared)
+        self.readonly = tuple(readonly)
         self.nodes: list[Node] = []
         self.figures = Figures()
         self._labels = {CLUSTER_LABEL: self.name, OWNER_LABEL: process_owner()}
@@ -188,6 +205,24 @@ class SwarmCluster:
         if failures:
             raise failures[0]
 
+    def start_gateway(self, node: Node, token: str, python: str) -> NodeGateway:
+        """Run the product's gateway on ``node`` (as root in the node, with ``python``, which must
+        be on a ``readonly`` path) taking ``token``; once it answers, its address and fingerprint.
+        It ends with the node."""
+        (node.files / "gateway-token").write_text(token)
+        (node.files / "gateway-token").chmod(0o600)
+        inside = f"{NODE_SOCKET_DIR}/gateway"
+        command = (f"exec {python} -m protolink.sandbox.gateway --listen {node.address}:{GATEWAY_PORT} "
+                   f"--token-file {NODE_SOCKET_DIR}/gateway-token --state-dir {inside} "
+                   f"> {NODE_SOCKET_DIR}/gateway.log 2>&1")
+        run = self.host.api.exec_create(node.container, ["/bin/sh", "-c", command],
+                                        environment={"PYTHONDONTWRITEBYTECODE": "1"})
+        self.host.api.exec_start(run["Id"], detach=True)
+        certificate = node.files / "gateway" / CERTIFICATE_FILE
+        wait_until(lambda: certificate.exists() and _listens(node.address, GATEWAY_PORT),
+                   f"the gateway of {node.container} (log: {node.files / 'gateway.log'})")
+        return NodeGateway(f"{node.address}:{GATEWAY_PORT}", fingerprint_of(certificate.read_bytes()))
+
     def node_of_task(self, task: dict[str, Any]) -> Node:
         """The node a task (as the manager lists it) runs on."""
         with closing(self.manager.client()) as manager:
@@ -207,6 +242,10 @@ class SwarmCluster:
             subprocess.run(["ip", "link", "set", end, "up"], check=True)
         network = self.host.networks.create(self.name, driver="macvlan", options={"parent": veth},
                                             labels=self._labels)
+        network.reload()
+        (ipam,) = network.attrs["IPAM"]["Config"]
+        prefix = ipam["Subnet"].split("/")[1]
+        subprocess.run(["ip", "addr", "add", f"{ipam['Gateway']}/{prefix}", "dev", f"{veth[:-1]}b"], check=True)
         return network.name
 
     def _node(self, index: int, image: str, network: str) -> Node:
@@ -215,7 +254,8 @@ class SwarmCluster:
         sockets = self._workdir / f"socket-{index}"
         sockets.mkdir()
         cgroup_parent = f"/{name}"
-        binds = {"/usr": "/usr:ro", str(CGROUP_ROOT): f"{CGROUP_ROOT}:rw", str(sockets): f"{NODE_SOCKET_DIR}:rw", **{str(path): f"{path}:rw" for path in self.shared}}
+        binds = {"/usr": "/usr:ro", str(CGROUP_ROOT): f"{CGROUP_ROOT}:rw", str(sockets): f"{NODE_SOCKET_DIR}:rw", **{str(path): f"{path}:rw" for path in self.shared},
+                 **{str(path): f"{path}:ro" for path in self.readonly}}
         host_config = self.host.api.create_host_config(
             binds=[f"{source}:{target}" for source, target in binds.items()],
             cap_add=["ALL"], cap_drop=["SYS_RESOURCE"], security_opt=["seccomp=unconfined", "apparmor=unconfined"],
@@ -312,6 +352,14 @@ def _node_filesystem() -> bytes:
     return out.getvalue()
 
 
+def _listens(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
 def _answers(node: Node) -> bool:
     if not node.socket.exists():
         return False
@@ -333,6 +381,16 @@ def wait_until(done: Callable[[], bool], what: str, timeout: float = READY_TIMEO
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout} s for {what}")
         time.sleep(POLL_SECONDS)
+
+
+async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = READY_TIMEOUT_SECONDS) -> T:
+    """:func:`wait_until` for an async ``check``; returns what it answered."""
+    deadline = time.monotonic() + timeout
+    while not (found := await check()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout} s for {what}")
+        await asyncio.sleep(POLL_SECONDS)
+    return found
 
 
 def _remove_cgroup_tree(top: Path) -> None:

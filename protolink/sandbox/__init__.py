@@ -10,7 +10,7 @@ from protolink._lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(["SandboxError", "SandboxUnavailableError", "SandboxNotReachedError", "SandboxEngineError",
-                     "SandboxProtectionError", "RootNotWritableError", "SandboxProtocolError", "SandboxAuthenticationError", "SandboxLimitError"],
+                     "SandboxProtectionError", "SandboxLostError", "RootNotWritableError", "SandboxProtocolError", "SandboxAuthenticationError", "SandboxLimitError"],
                     "protolink.errors"),
     "connect": "protolink.sandbox.client",
     "SandboxBackend": "protolink.sandbox.client",

@@ -1,5 +1,5 @@
-"""``protolink-sandbox up | down | status | exec | egress | ci | serve | service | token``: a
-long-running sandbox appliance and its sandbox service, and a CI runner.
+"""``protolink-sandbox up | down | status | exec | egress | ci | serve | service | token | gateway``:
+a long-running sandbox appliance and its sandbox service, and a CI runner.
 
 ``up`` makes a Docker Engine answer (scripts/engine-up.sh), builds the images when needed
 (scripts/build-images.sh), starts the appliance with the roots given as ``--root PATH[:rw]`` or in
@@ -10,7 +10,8 @@ those hosts through a host-side proxy that a detached daemon runs (:mod:`.egress
 ``egress`` changes its allow-list live or shows its decisions. ``up`` also starts the sandbox
 service (:mod:`.service`; a sandbox per request), which ``down`` stops, removing every sandbox it
 made; ``serve`` runs the service in the foreground, ``service`` shows it, ``token add`` adds a token,
-``audit verify`` checks the service's audit log (:mod:`.service.audit`).
+``audit verify`` checks the service's audit log (:mod:`.service.audit`); ``gateway`` runs a Swarm
+node's gateway (:mod:`.gateway`).
 """
 
 from __future__ import annotations
@@ -431,7 +432,7 @@ def _parser() -> argparse.ArgumentParser:
     egress.add_argument("--follow", action="store_true", help="with --log: keep printing them as they come")
     egress.add_argument("--lines", type=int, default=50, help="with --log: how many recent decisions (default 50)")
     for verb, sub in commands.choices.items():
-        if verb not in ("ci", "serve", "audit"):  # a CI job's sandbox is its own; the others name it themselves
+        if verb not in ("ci", "serve", "audit", "gateway"):  # a CI job's sandbox is its own; the others name it themselves
             _add_name(sub)
     return parser
 
@@ -545,6 +546,10 @@ def _add_service(commands: Any) -> None:
     token.add_argument("--sandboxes", type=int, default=None, help="most sandboxes at once (default: no bound)")
     token.add_argument("--memory-mib", type=int, default=None, help="most memory in all its sandboxes")
     token.add_argument("--cpus", type=float, default=None, help="most CPUs in all its sandboxes")
+    from .gateway import add_arguments as gateway_arguments
+
+    gateway_arguments(commands.add_parser("gateway", help="run a Swarm node's gateway to its sandboxes "
+                                                          "(as root on the node; docs/swarm.md)"))
 
 
 def _add_audit(commands: Any) -> None:
@@ -614,6 +619,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .service.daemon import run as serve
 
         return serve(args)
+    if args.verb == "gateway":
+        from .gateway import run as gateway
+
+        return gateway(args)
     try:
         with engine_errors(f"{args.verb} appliance {args.name}"):
             if args.verb == "token":

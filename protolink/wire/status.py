@@ -24,6 +24,7 @@ from protolink.errors import (
     SandboxAuthenticationError,
     SandboxError,
     SandboxLimitError,
+    SandboxLostError,
     SandboxNotFoundError,
     SandboxNotReachedError,
     SandboxPermissionError,
@@ -70,6 +71,7 @@ KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
     Kind.ERROR_KIND_SANDBOX_PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, SandboxPermissionError),
     Kind.ERROR_KIND_UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, SandboxUnavailableError),
     Kind.ERROR_KIND_UNAUTHENTICATED: (grpc.StatusCode.UNAUTHENTICATED, SandboxAuthenticationError),
+    Kind.ERROR_KIND_SANDBOX_LOST: (grpc.StatusCode.UNAVAILABLE, SandboxLostError),
 }
 
 #: What a status without a (valid) error kind means: a transport or server fault.
@@ -97,6 +99,7 @@ STATUSES: dict[grpc.StatusCode, type[SandboxError] | None] = {
 # Most specific first: the first class an exception is an instance of decides its kind.
 _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
     (SandboxProtectionError, Kind.ERROR_KIND_PROTECTION_MISSING),
+    (SandboxLostError, Kind.ERROR_KIND_SANDBOX_LOST),
     (SandboxUnavailableError, Kind.ERROR_KIND_UNAVAILABLE),
     (SandboxLimitError, Kind.ERROR_KIND_LIMIT_EXCEEDED),
     (SandboxNotFoundError, Kind.ERROR_KIND_SANDBOX_NOT_FOUND),

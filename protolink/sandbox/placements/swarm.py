@@ -28,7 +28,8 @@ sandbox is the same on both engines as far as Swarm (API 1.41, Docker 20.10) let
   task joins its node's default bridge, and sandbox nodes run their daemon with
   ``"bridge": "none"``, which leaves the task only ``lo``. Only :class:`NoNetwork` is placed;
   TCP mode (:class:`~protolink.sandbox.config.PublishedPort`) needs a network and is refused;
-- the labels of :func:`~protolink.sandbox.leftovers.labels` on the service and on its container.
+- the labels of :func:`~protolink.sandbox.leftovers.labels`, and the placement's own, on the
+  service and on its container.
 
 What Swarm drops of the Docker placement's protections, since a service spec cannot carry them
 on this API: the seccomp profile and ``no-new-privileges`` (the task gets Docker's default
@@ -83,10 +84,12 @@ class SwarmFacts:
 @dataclass(frozen=True)
 class PlacementFacts:
     """What the service decided for one sandbox: the time it is created (Unix seconds, for its
-    labels) and the node labels its template requires."""
+    labels), the node labels its template requires, and labels of its own for the service and
+    its container (what a restarted service adopts it by)."""
 
     created: int
     node_labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,8 @@ def service_spec(config: SandboxConfig, swarm: SwarmFacts, placement: PlacementF
     if not isinstance(config.network, NoNetwork):
         raise ValueError(f"swarm placement: network must be NoNetwork (a task has no network), got {config.network!r}")
     engine = EngineFacts(cpus=swarm.node_cpus, gvisor=swarm.gvisor, cpuset_allowed=False)
-    labels = leftovers.labels(config.lease.owner, config.lease.session, config.lease.expiry_seconds, [],
-                              now=placement.created)
+    labels = {**placement.labels, **leftovers.labels(config.lease.owner, config.lease.session,
+                                                     config.lease.expiry_seconds, [], now=placement.created)}
     return ServiceSpec(
         name=config.name,
         labels=labels,

@@ -15,6 +15,21 @@ The configuration file is TOML::
     idle_seconds = 600                 # 0: no idle timeout
     pool = 2                           # warm, never-used sandboxes kept ready
     allow = ["pypi.org:443"]           # egress; absent: no network at all
+
+With a ``[swarm]`` table the service places every sandbox on a Docker Swarm cluster
+(docs/swarm.md): ``manager`` is a manager's engine, each node a gateway (``protolink-sandbox
+gateway``) the service reaches with TLS, pinned by fingerprint, and the token in
+``gateway_token_file``::
+
+    [swarm]
+    manager = "unix:///run/swarm-manager.sock"     # or tcp://HOST:PORT of a manager's engine
+    gateway_token_file = "/etc/protolink/gateway-token"
+    [swarm.nodes.node-1]                            # the node's hostname, as `docker node ls` shows it
+    gateway = "10.0.0.11:7443"
+    fingerprint = "sha256:..."                      # what the gateway printed
+
+Swarm placement keeps no warm pools and gives no egress and no managed workspace (refused when
+configured or asked); a create's roots must exist at the same paths on every node.
 """
 
 from __future__ import annotations
@@ -89,17 +104,67 @@ class Overrides:
 
 
 @dataclass(frozen=True)
+class NodeGateway:
+    """A Swarm node's gateway: its ``HOST:PORT`` and the fingerprint of its certificate."""
+
+    address: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class SwarmConfig:
+    """Where sandboxes are placed on Swarm: a manager's engine (a docker URL), the gateway of each
+    node by hostname, the file of the token the gateways take, and how long a sandbox's task may
+    take to run (it waits, pending, while no node has a slot)."""
+
+    manager: str
+    gateways: dict[str, NodeGateway]
+    token_file: Path
+    start_seconds: float = 120.0
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any]) -> SwarmConfig:
+        known = {"manager", "gateway_token_file", "nodes", "start_seconds"}
+        if unknown := set(table) - known:
+            raise ValueError(f"[swarm]: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+        missing = {"manager", "gateway_token_file", "nodes"} - set(table)
+        if missing:
+            raise ValueError(f"[swarm] needs {', '.join(sorted(missing))}")
+        gateways = {}
+        for node, entry in table["nodes"].items():
+            if not isinstance(entry, dict) or set(entry) != {"gateway", "fingerprint"}:
+                raise ValueError(f"[swarm.nodes.{node}] needs exactly gateway and fingerprint")
+            gateways[str(node)] = NodeGateway(str(entry["gateway"]), str(entry["fingerprint"]))
+        return cls(str(table["manager"]), gateways, Path(table["gateway_token_file"]),
+                   float(table.get("start_seconds", 120.0)))
+
+    def token(self) -> str:
+        """The token the gateways take; ValueError when its file is empty."""
+        token = self.token_file.read_text().strip()
+        if not token:
+            raise ValueError(f"the gateway token file {self.token_file} is empty")
+        return token
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
-    """Templates by name, the default one, and the host directories sandboxes may mount."""
+    """Templates by name, the default one, the host directories sandboxes may mount, and the
+    Swarm cluster that runs them (None: this host's engine)."""
 
     templates: dict[str, Template]
     default_template: str = DEFAULT_TEMPLATE
     allowed_roots: tuple[str, ...] = ()
+    swarm: SwarmConfig | None = None
 
     def __post_init__(self) -> None:
         if self.default_template not in self.templates:
             raise ValueError(f"the default template {self.default_template!r} is not among the templates "
                              f"({', '.join(sorted(self.templates))})")
+        if self.swarm is not None:
+            for template in self.templates.values():
+                if template.pool or template.allow is not None:
+                    raise ValueError(f"template {template.name!r}: a Swarm placement keeps no pool and gives "
+                                     f"no egress")
 
     @classmethod
     def load(cls, path: Path | None, *, image: str, pool: int | None = None) -> ServiceConfig:
@@ -112,7 +177,8 @@ class ServiceConfig:
         if pool is not None and default in templates:
             templates[default] = replace(templates[default], pool=pool)
         allowed = tuple(os.path.realpath(str(root)) for root in data.get("allowed_roots", ()))
-        return cls(templates, default, allowed)
+        swarm = SwarmConfig.from_table(data["swarm"]) if "swarm" in data else None
+        return cls(templates, default, allowed, swarm)
 
     def template(self, name: str) -> Template:
         """The template ``name`` (empty: the default); ValueError naming the known ones."""

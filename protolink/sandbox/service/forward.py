@@ -1,6 +1,10 @@
 """Forwarding: every ``/protolink.sandbox.v1.Sandbox/*`` call (and the health check) that names a
 sandbox goes, as the bytes that came, to that sandbox's own server.
 
+One implementation serves both hops: the service's (to the sandbox, or to the gateway of the
+Swarm node it runs on) and a node gateway's (:mod:`protolink.sandbox.gateway`, to the task's
+socket). Each gives :class:`Forwarder` its own ``resolve``, which finds the :class:`Target`.
+
 Nothing is parsed on the way but what the events need: each Execute request and event (argv,
 directory, exit, duration, output bytes), each ReplaceFile request and each Upload's summary (the
 path written). The
@@ -12,18 +16,21 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
 
+from protolink.errors import SandboxLostError
 from protolink.wire._pb import process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
+from protolink.wire.status import ERROR_METADATA_KEY, to_status
 
 from .events import Events
-from .sandboxes import Placed
 
 #: The metadata key that names the sandbox a forwarded call is for.
 SANDBOX_KEY = "protolink-sandbox-id"
+#: The metadata key that names, to a node's gateway, the task container a forwarded call is for.
+CONTAINER_KEY = "protolink-container-id"
 _SANDBOX = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"]
 #: Every forwarded method: whether it streams requests, and responses.
 FORWARDED: dict[str, tuple[bool, bool]] = {
@@ -34,19 +41,48 @@ FORWARDED: dict[str, tuple[bool, bool]] = {
 EXECUTE = f"/{_SANDBOX.full_name}/Execute"
 REPLACE_FILE = f"/{_SANDBOX.full_name}/ReplaceFile"
 UPLOAD = f"/{_SANDBOX.full_name}/Upload"
-#: Metadata the sandbox's server never sees: the service's own.
-_HELD_BACK = frozenset({"authorization", SANDBOX_KEY})
+#: Metadata the sandbox's server never sees: the service's and the gateway's own.
+_HELD_BACK = frozenset({"authorization", SANDBOX_KEY, CONTAINER_KEY})
 
-#: Finds the caller's sandbox for a call (aborting the call when there is none): its tenant id and record.
-Resolve = Callable[[grpc.aio.ServicerContext, str], Awaitable[tuple[str, Placed]]]
+
+class Target(Protocol):
+    """Where a forwarded call goes: a sandbox's ``id``, its ``state`` (``lost`` ends the call
+    with :class:`~protolink.errors.SandboxLostError`), its count of calls in flight and the
+    time of the last one (its idle clock), and the channel to it."""
+
+    id: str
+    state: str
+    active: int
+    last_used: float
+
+    def channel(self) -> grpc.aio.Channel: ...
+
+
+#: Finds the caller's target for a call (aborting the call when there is none): its tenant id and target.
+Resolve = Callable[[grpc.aio.ServicerContext, str], Awaitable[tuple[str, Target]]]
+
+
+async def abort_lost(context: grpc.aio.ServicerContext, message: str) -> None:
+    """End the call with :class:`~protolink.errors.SandboxLostError`, as the wire carries it."""
+    code, wire = to_status(SandboxLostError(message))
+    await context.abort(code, message, ((ERROR_METADATA_KEY, wire.SerializeToString()),))
 
 
 class Forwarder(grpc.GenericRpcHandler):
-    """The generic handler of the forwarded methods (:data:`FORWARDED`)."""
+    """The generic handler of the forwarded methods (:data:`FORWARDED`); ``events`` hears of the
+    commands and files (a gateway passes none)."""
 
     def __init__(self, resolve: Resolve, events: Events) -> None:
-        self.resolve = resolve
+        self._resolve = resolve
         self.events = events
+
+    async def resolve(self, context: grpc.aio.ServicerContext, method: str) -> tuple[str, Target]:
+        """The call's tenant and target; a lost target ends the call with the typed loss."""
+        tenant, target = await self._resolve(context, method)
+        if target.state == "lost":
+            await abort_lost(context, f"sandbox {target.id} is lost: its task is gone (its node left, or it "
+                                      f"failed); it is not recreated")
+        return tenant, target
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         method = handler_call_details.method
@@ -63,10 +99,10 @@ class Forwarder(grpc.GenericRpcHandler):
 
     def _unary(self, method: str) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            tenant, placed = await self.resolve(context, method)
-            response = await _one_answer(context, placed, placed.channel().unary_unary(method), request)
+            tenant, target = await self.resolve(context, method)
+            response = await _one_answer(context, target, target.channel().unary_unary(method), request)
             if method == REPLACE_FILE:
-                self._file_written(tenant, placed, request)
+                self._file_written(tenant, target, request)
             return response
 
         return forward
@@ -74,21 +110,21 @@ class Forwarder(grpc.GenericRpcHandler):
     def _stream_in(self, method: str) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], Awaitable[bytes]]:
         async def forward(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
             first = await _first(requests, context)
-            tenant, placed = await self.resolve(context, method)
-            response = await _one_answer(context, placed, placed.channel().stream_unary(method),
+            tenant, target = await self.resolve(context, method)
+            response = await _one_answer(context, target, target.channel().stream_unary(method),
                                          _watched(first, requests, None))
             if method == UPLOAD:
-                self._uploaded(tenant, placed, response)
+                self._uploaded(tenant, target, response)
             return response
 
         return forward
 
     def _stream_out(self, method: str) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-            _, placed = await self.resolve(context, method)
-            call = placed.channel().unary_stream(method)(request, metadata=_passed(context),
+            _, target = await self.resolve(context, method)
+            call = target.channel().unary_stream(method)(request, metadata=_passed(context),
                                                          timeout=context.time_remaining())
-            async for response in _relayed_stream(context, placed, call, None):
+            async for response in _relayed_stream(context, target, call, None):
                 yield response
 
         return forward
@@ -96,29 +132,29 @@ class Forwarder(grpc.GenericRpcHandler):
     def _streams(self, method: str) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]:
         async def forward(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
             first = await _first(requests, context)
-            tenant, placed = await self.resolve(context, method)
-            watch = Commands(self.events, tenant, placed.id) if method == EXECUTE else None
-            call = placed.channel().stream_stream(method)(_watched(first, requests, watch), metadata=_passed(context),
+            tenant, target = await self.resolve(context, method)
+            watch = Commands(self.events, tenant, target.id) if method == EXECUTE else None
+            call = target.channel().stream_stream(method)(_watched(first, requests, watch), metadata=_passed(context),
                                                           timeout=context.time_remaining())
-            async for response in _relayed_stream(context, placed, call, watch):
+            async for response in _relayed_stream(context, target, call, watch):
                 yield response
 
         return forward
 
-    def _uploaded(self, tenant: str, placed: Placed, response: bytes) -> None:
+    def _uploaded(self, tenant: str, target: Target, response: bytes) -> None:
         try:
             summary = transfer_pb2.TransferSummary.FromString(response)
         except DecodeError:
             return
-        self.events.emit("file.written", tenant, placed.id, path=summary.path, bytes=summary.bytes)
+        self.events.emit("file.written", tenant, target.id, path=summary.path, bytes=summary.bytes)
 
-    def _file_written(self, tenant: str, placed: Placed, request: bytes) -> None:
+    def _file_written(self, tenant: str, target: Target, request: bytes) -> None:
         try:
             parsed = workspace_pb2.ReplaceFileRequest.FromString(request)
         except DecodeError:
             return
         size = len(parsed.data) if parsed.HasField("data") else None
-        self.events.emit("file.written", tenant, placed.id, path=parsed.expected.resource_id, bytes=size)
+        self.events.emit("file.written", tenant, target.id, path=parsed.expected.resource_id, bytes=size)
 
 
 @dataclass
@@ -178,20 +214,20 @@ async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerConte
         raise AssertionError("unreachable") from None  # abort raises
 
 
-async def _one_answer(context: grpc.aio.ServicerContext, placed: Placed, open_call: Any, request: Any) -> bytes:
+async def _one_answer(context: grpc.aio.ServicerContext, target: Target, open_call: Any, request: Any) -> bytes:
     """The answer of a call that has one (``open_call(request)``), with the sandbox's use counted."""
-    placed.active += 1
+    target.active += 1
     try:
         return await _relayed(context, open_call(request, metadata=_passed(context), timeout=context.time_remaining()))
     finally:
-        placed.active -= 1
-        placed.last_used = time.time()
+        target.active -= 1
+        target.last_used = time.time()
 
 
-async def _relayed_stream(context: grpc.aio.ServicerContext, placed: Placed, call: Any,
+async def _relayed_stream(context: grpc.aio.ServicerContext, target: Target, call: Any,
                           watch: Commands | None) -> AsyncIterator[bytes]:
     """``call``'s answers as they come, then its status and trailing metadata, passed on."""
-    placed.active += 1
+    target.active += 1
     try:
         async for response in call:
             if watch is not None:
@@ -202,8 +238,8 @@ async def _relayed_stream(context: grpc.aio.ServicerContext, placed: Placed, cal
         await _abort_as(context, error)
     finally:
         call.cancel()
-        placed.active -= 1
-        placed.last_used = time.time()
+        target.active -= 1
+        target.last_used = time.time()
 
 
 async def _watched(first: bytes, requests: AsyncIterator[bytes], watch: Commands | None) -> AsyncIterator[bytes]:

@@ -5,7 +5,9 @@ from then), the template, the limits, the time to live and idle timeout
 (seconds), the egress rules, the managed workspace and the client's own labels. The owner
 (a tenant id, never a token) is in the container's name, ``SERVICE.TENANT.ID``: a pooled
 sandbox is started as ``SERVICE.pool.ID`` and renamed when a tenant claims it, and a
-container still named so when the service starts is a pool leftover, removed.
+container still named so when the service starts is a pool leftover, removed. A Swarm service
+(which keeps no pool) records its owner and id in labels (:data:`TENANT`, :data:`SANDBOX`):
+its name is ``SERVICE-TENANT-ID`` (:func:`swarm_name`), since Swarm takes no dots there.
 """
 
 from __future__ import annotations
@@ -21,12 +23,18 @@ IDLE = "io.protolink.service.idle"
 EGRESS = "io.protolink.service.egress"
 WORKSPACE = "io.protolink.service.workspace"
 POOLED = "io.protolink.service.pooled"
+TENANT = "io.protolink.service.tenant"
+SANDBOX = "io.protolink.service.sandbox"
 USER_PREFIX = "io.protolink.label."
 POOL_OWNER = "pool"
 
 
 def container_name(service: str, tenant: str, sandbox_id: str) -> str:
     return f"{service}.{tenant or POOL_OWNER}.{sandbox_id}"
+
+
+def swarm_name(service: str, tenant: str, sandbox_id: str) -> str:
+    return f"{service}-{tenant}-{sandbox_id}"
 
 
 def owner_of(name: str, service: str) -> tuple[str, str] | None:

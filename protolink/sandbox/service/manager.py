@@ -4,7 +4,10 @@
 cold), finds them for their owner only (another tenant's looks absent), renews and removes
 them, removes the ones whose time to live or idle timeout passed, and, at start, adopts the
 containers a previous run of the service left (:func:`.sandboxes.adopted`) and removes pool
-leftovers.
+leftovers. With a ``[swarm]`` configuration every sandbox is a Swarm service
+(:class:`~.swarm.SwarmPlacement`), adopted by its labels; one whose task is gone is lost: removed,
+never recreated, and its owner's next call ends with
+:class:`~protolink.errors.SandboxLostError`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 from itertools import chain
 from typing import Any
 
-from protolink.errors import QuotaExceededError, SandboxError, SandboxNotFoundError
+from protolink.errors import QuotaExceededError, SandboxError, SandboxLostError, SandboxNotFoundError
 
 from .. import engine
 from ..config import Identity
@@ -30,6 +33,7 @@ from .config import Overrides, ServiceConfig, Template
 from .events import Events
 from .files import ServiceFiles
 from .sandboxes import Placed
+from .swarm import SwarmPlacement
 from .tokens import Tenant
 
 log = logging.getLogger(__name__)
@@ -66,11 +70,16 @@ class Manager:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._unnamed: set[str] = set()  # ids of claimed pool members whose name still says "pool"
         self._docker: Any = None
+        self.swarm = SwarmPlacement(config.swarm) if config.swarm is not None else None
 
     async def start(self) -> None:
         """Adopt what a previous run left, then keep deadlines and pools."""
         self._docker = await asyncio.to_thread(engine.client)
         await self._adopt()
+        if self.swarm is not None:
+            await self.swarm.open()
+            await self._adopt_services()
+            self._spawn(self._watch_tasks())
         self._spawn(self._watch_deadlines())
         self._spawn(self._watch_containers())
         self._spawn(self._keep_pools())
@@ -95,13 +104,19 @@ class Manager:
                 await placed.egress.aclose()
         if self._docker is not None:
             await asyncio.to_thread(self._docker.close)
+        if self.swarm is not None:
+            await self.swarm.close()
 
     # What tenants ask --------------------------------------------------------------------
 
     def find(self, tenant: Tenant, sandbox_id: str) -> Placed:
-        """``tenant``'s running sandbox ``sandbox_id``; SandboxNotFoundError for any other."""
+        """``tenant``'s running sandbox ``sandbox_id``, or its lost Swarm sandbox (whose calls end
+        with the typed loss); SandboxNotFoundError for any other."""
         placed = self.sandboxes.get(sandbox_id)
-        if placed is None or placed.tenant != tenant.id or placed.state != "running":
+        if placed is None:
+            placed = next((ended for ended in self.ended if ended.id == sandbox_id and ended.state == "lost"
+                           and ended.swarm_service), None)
+        if placed is None or placed.tenant != tenant.id or placed.state not in ("running", "lost"):
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}")
         return placed
 
@@ -116,6 +131,8 @@ class Manager:
         the configuration does not allow) and ValueError refuse at once."""
         base = self.config.template(template_name)
         template = overrides.applied(base)
+        if self.swarm is not None and (overrides.workspace or template.allow is not None):
+            raise ValueError("a sandbox on Swarm has no managed workspace and no egress")
         roots = self.config.checked_roots(overrides.roots)
         self._check_quota(tenant, template)
         now = time.time()
@@ -136,7 +153,7 @@ class Manager:
             if overrides.workspace:
                 placed.workspace = await asyncio.to_thread(sandboxes.make_workspace, self.files.workspaces(),
                                                            placed.id, self.identity)
-            await sandboxes.start(self.name, placed, Overrides(roots=roots), self.events)
+            await sandboxes.start(self.name, placed, Overrides(roots=roots), self.events, self.swarm)
         except BaseException:
             del self.sandboxes[placed.id]
             if placed.workspace:
@@ -151,6 +168,8 @@ class Manager:
         """Give ``sandbox_id`` ``ttl_seconds`` (None: its own time to live) from now. Container
         labels cannot change: the new deadline is kept in the renewals file for the next run."""
         placed = self.find(tenant, sandbox_id)
+        if placed.state == "lost":
+            raise SandboxLostError(f"sandbox {sandbox_id} is lost: its task is gone")
         placed.renew(ttl_seconds, time.time())
         self._save_renewals()
         return placed
@@ -190,7 +209,7 @@ class Manager:
         if placed.renewed:
             self._save_renewals()
         try:
-            await sandboxes.remove(placed, self._docker)
+            await sandboxes.remove(placed, self._docker, self.swarm)
         finally:
             if placed.tenant:
                 self.ended.append(placed)
@@ -227,6 +246,54 @@ class Manager:
             self.sandboxes[placed.id] = placed
             log.info("adopted sandbox %s of tenant %s", placed.id, placed.tenant)
 
+    async def _adopt_services(self) -> None:
+        """Adopt the Swarm services a previous run left whose task still runs; the others are lost."""
+        assert self.swarm is not None
+        now = time.time()
+        renewals = self._load_renewals()
+        for found in await self.swarm.services(self.name, labels.SERVICE):
+            placed = sandboxes.adopted_service(found, now)
+            where = None if placed is None else await self.swarm.task(placed.swarm_service)
+            if placed is None or where is None:
+                await self.swarm.remove(found["Spec"]["Name"])
+                if placed is not None:
+                    placed.state = "lost"
+                    self.ended.append(placed)
+                    self._lose(placed, "its task was gone when the service started")
+                continue
+            placed.node, placed.container_id, placed.task_id = where
+            if placed.id in renewals:
+                placed.expires, placed.renewed = renewals[placed.id], True
+            try:
+                await sandboxes.connect_swarm(placed, self.swarm)
+            except SandboxError as error:
+                log.warning("could not reach adopted sandbox %s: %s", placed.id, error)
+            self.sandboxes[placed.id] = placed
+            log.info("adopted sandbox %s of tenant %s on node %s", placed.id, placed.tenant, placed.node)
+
+    def _lose(self, placed: Placed, why: str) -> None:
+        """Record that ``placed`` is lost, and why (the audit log keeps it)."""
+        log.warning("sandbox %s on node %s is lost: %s", placed.id, placed.node, why)
+        self.events.emit("sandbox.lost", placed.tenant, placed.id, node=placed.node, reason=why)
+
+    async def _watch_tasks(self) -> None:
+        """Report lost, and remove, a Swarm sandbox whose task no longer runs (its node is down or
+        left, the task failed or was removed): never recreated, its quota freed."""
+        assert self.swarm is not None
+        while True:
+            await asyncio.sleep(LIVENESS_SECONDS)
+            watched = {placed.swarm_service: placed for placed in self.sandboxes.values()
+                       if placed.swarm_service and placed.state == "running"}
+            try:
+                gone = await self.swarm.lost({name: placed.task_id for name, placed in watched.items()})
+            except Exception as error:  # the manager did not answer this time: asked again at the next tick
+                log.warning("could not ask the Swarm manager for the service's tasks: %s", error)
+                continue
+            for name in gone:
+                placed = watched[name]
+                self._lose(placed, "its task no longer runs (its node is down or left, or the task ended)")
+                self._spawn(self._remove(placed, "lost"))
+
     async def _watch_deadlines(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
@@ -242,7 +309,7 @@ class Manager:
         while True:
             await asyncio.sleep(LIVENESS_SECONDS)
             watched = [placed for placed in [*self.sandboxes.values(), *chain(*self.pools.values())]
-                       if placed.container_id and placed.state == "running"]
+                       if placed.container_id and not placed.swarm_service and placed.state == "running"]
             try:
                 running = await asyncio.to_thread(self._running_containers)
             except Exception as error:  # the engine did not answer this time: asked again at the next tick

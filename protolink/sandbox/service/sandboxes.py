@@ -2,8 +2,9 @@
 
 A :class:`Placed` sandbox is what the service knows of one sandbox: its owner, template,
 limits, deadlines and address. It is started here (a :class:`ServiceContainer`, a
-DockerSandbox whose container carries the labels of :mod:`.labels`), rebuilt from those labels
-when a restarted service adopts it, and removed here.
+DockerSandbox whose container carries the labels of :mod:`.labels`, or a Swarm service of one
+task, :class:`~.swarm.SwarmPlacement`), rebuilt from those labels when a restarted service
+adopts it, and removed here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from protolink.errors import SandboxNotReachedError, SandboxUnavailableError
 from protolink.execution.process_types import NO_EVENTS, ProcessSpec
 from protolink.wire._pb import sandbox_pb2
 from protolink.wire.roots import Root
@@ -36,6 +38,7 @@ from ..writable_roots import open_to
 from . import labels
 from .config import Overrides, Template
 from .events import Events
+from .swarm import SwarmPlacement
 
 log = logging.getLogger(__name__)
 #: What a pool member runs once while it waits (:func:`warm_up`).
@@ -43,6 +46,8 @@ WARM_UP = ProcessSpec(("/bin/true",), "/", {"PATH": "/usr/bin:/bin"}, 30, 1 << 1
 
 INFO = "/protolink.sandbox.v1.Sandbox/Info"
 INFO_SECONDS = 10.0
+#: How long a Swarm task's server may take to listen once the task runs (a hang guard).
+SWARM_SERVER_SECONDS = 60.0
 
 
 class ServiceContainer(DockerSandbox):
@@ -77,6 +82,9 @@ class Placed:
     state: str = "starting"
     address: str = ""
     container_id: str = ""
+    swarm_service: str = ""  # on Swarm: the service, its task and the node it runs on
+    task_id: str = ""
+    node: str = ""
     container_labels: dict[str, str] = field(default_factory=dict)
     docker: ServiceContainer | None = None
     egress: EgressService | None = None
@@ -112,7 +120,11 @@ class Placed:
         self.renewed = True
 
     def channel(self) -> grpc.aio.Channel:
-        """The channel to this sandbox's own server (opened on first use)."""
+        """The channel to this sandbox's own server (opened on first use; on Swarm, to its node's
+        gateway, opened when the task was found)."""
+        if self._channel is None and self.swarm_service:
+            raise SandboxNotReachedError(f"sandbox {self.id}: its node's gateway did not answer when the service "
+                                         f"found it")
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=channel_options())
         return self._channel
@@ -151,6 +163,22 @@ def adopted(service: str, name: str, container: dict[str, Any], now: float) -> P
     owner = labels.owner_of(name, service)
     if owner is None or owner[0] == labels.POOL_OWNER:
         return None
+    placed = _from_labels(found, owner[0], owner[1], now)
+    placed.address, placed.container_id = found.get(ADDRESS_LABEL, ""), container["Id"]
+    return placed
+
+
+def adopted_service(swarm_service: dict[str, Any], now: float) -> Placed | None:
+    """The sandbox a Swarm service (a manager's listing entry) holds; None for one without an owner."""
+    found = swarm_service["Spec"].get("Labels") or {}
+    if not found.get(labels.TENANT) or not found.get(labels.SANDBOX):
+        return None
+    placed = _from_labels(found, found[labels.TENANT], found[labels.SANDBOX], now)
+    placed.swarm_service = swarm_service["Spec"]["Name"]
+    return placed
+
+
+def _from_labels(found: dict[str, str], tenant: str, sandbox_id: str, now: float) -> Placed:
     limits = json.loads(found.get(labels.LIMITS, "{}"))
     template = Template(name=found.get(labels.TEMPLATE, ""), image=str(limits.get("image", "")),
                         memory_bytes=int(limits.get("memory_bytes", Limits.memory)),
@@ -161,10 +189,9 @@ def adopted(service: str, name: str, container: dict[str, Any], now: float) -> P
     created = float(found.get(labels.CREATED) or found.get(CREATED_LABEL) or now)
     user = {key.removeprefix(labels.USER_PREFIX): value for key, value in found.items()
             if key.startswith(labels.USER_PREFIX)}
-    placed = Placed(id=owner[1], tenant=owner[0], template=template, labels=user,
+    placed = Placed(id=sandbox_id, tenant=tenant, template=template, labels=user,
                     workspace=found.get(labels.WORKSPACE, ""), pooled=labels.POOLED in found, created=created,
-                    last_used=now, state="running", address=found.get(ADDRESS_LABEL, ""),
-                    container_id=container["Id"], container_labels=found)
+                    last_used=now, state="running", container_labels=found)
     placed.expires = created + template.ttl_seconds if template.ttl_seconds else 0.0
     return placed
 
@@ -181,17 +208,15 @@ def make_workspace(base: Path, sandbox_id: str, identity: Identity) -> str:
     return str(path)
 
 
-async def start(service: str, placed: Placed, overrides: Overrides, events: Events) -> None:
-    """Start ``placed``'s container and wait until its server answers; on failure nothing is left."""
+async def start(service: str, placed: Placed, overrides: Overrides, events: Events,
+                swarm: SwarmPlacement | None = None) -> None:
+    """Start ``placed``'s container (on ``swarm`` when given) and wait until its server answers;
+    on failure nothing is left."""
+    if swarm is not None:
+        await _start_on_swarm(service, placed, overrides, swarm)
+        return
     roots = overrides.roots + ((Root(placed.workspace, writable=True),) if placed.workspace else ())
-    template = placed.template
-    config = SandboxConfig(
-        roots=roots, image=template.image,
-        limits=Limits(memory=template.memory_bytes, cpus=template.cpus, pids=template.pids),
-        lease=Lease(owner=f"service:{service}", session=placed.id, expiry_seconds=None),
-        name=labels.container_name(service, placed.tenant, placed.id),
-        egress=None if template.allow is None else parse_policy(template.allow),
-    )
+    config = _sandbox_config(service, placed, roots, labels.container_name(service, placed.tenant, placed.id))
 
     def on_egress(event: Any) -> None:
         events.emit("egress", placed.tenant, placed.id, **asdict(event))
@@ -205,6 +230,51 @@ async def start(service: str, placed: Placed, overrides: Overrides, events: Even
     # The connection is made and the server's Info kept: a client's first call is its own.
     placed.info = await placed.channel().unary_unary(INFO)(sandbox_pb2.InfoRequest().SerializeToString(),
                                                           timeout=INFO_SECONDS, wait_for_ready=True)
+    placed.state = "running"
+
+
+def _sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: str) -> SandboxConfig:
+    template = placed.template
+    return SandboxConfig(
+        roots=roots, image=template.image,
+        limits=Limits(memory=template.memory_bytes, cpus=template.cpus, pids=template.pids),
+        lease=Lease(owner=f"service:{service}", session=placed.id, expiry_seconds=None),
+        name=name,
+        egress=None if template.allow is None else parse_policy(template.allow),
+    )
+
+
+async def _start_on_swarm(service: str, placed: Placed, overrides: Overrides, swarm: SwarmPlacement) -> None:
+    """Start ``placed`` as a Swarm service and wait until its server answers through its node's gateway."""
+    name = labels.swarm_name(service, placed.tenant, placed.id)
+    config = _sandbox_config(service, placed, overrides.roots, name)
+    found = {**container_labels(service, placed), labels.TENANT: placed.tenant, labels.SANDBOX: placed.id}
+    placed.node, placed.container_id, placed.task_id = await swarm.start(config, found)
+    placed.swarm_service, placed.container_labels = name, found
+    try:
+        await connect_swarm(placed, swarm)
+    except BaseException:
+        await remove(placed, None, swarm)
+        raise
+
+
+async def connect_swarm(placed: Placed, swarm: SwarmPlacement) -> None:
+    """Open ``placed``'s channel through its node's gateway and keep its server's Info, waiting
+    while the task's server is not listening yet (the gateway answers UNAVAILABLE meanwhile)."""
+    gateway = swarm.config.gateways.get(placed.node)
+    placed.address = gateway.address if gateway is not None else ""
+    placed._channel = await swarm.channel(placed.node, placed.container_id)
+    deadline = time.monotonic() + SWARM_SERVER_SECONDS
+    request = sandbox_pb2.InfoRequest().SerializeToString()
+    while True:
+        try:
+            placed.info = await placed.channel().unary_unary(INFO)(request, timeout=INFO_SECONDS, wait_for_ready=True)
+            break
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise SandboxUnavailableError(f"the server of sandbox {placed.id} on node {placed.node} does "
+                                              f"not answer: {error.details()}") from None
+        await asyncio.sleep(0.1)
     placed.state = "running"
 
 
@@ -237,14 +307,17 @@ async def resume_egress(placed: Placed, events: Events) -> None:
         log.warning("sandbox %s: its egress could not be resumed: %s", placed.id, error)
 
 
-async def remove(placed: Placed, docker_client: Any) -> None:
-    """Remove ``placed``'s container, host directories, workspace and connections."""
+async def remove(placed: Placed, docker_client: Any, swarm: SwarmPlacement | None = None) -> None:
+    """Remove ``placed``'s container (or Swarm service), host directories, workspace and connections."""
     if placed._channel is not None:
         await placed._channel.close()
         placed._channel = None
     if placed.egress is not None:
         await placed.egress.aclose()
-    if placed.docker is not None:
+    if placed.swarm_service:
+        assert swarm is not None, "a Swarm sandbox is removed through its placement"
+        await swarm.remove(placed.swarm_service)
+    elif placed.docker is not None:
         await placed.docker.aclose()
     elif placed.container_id:
         await asyncio.to_thread(remove_container, docker_client, placed.container_id)

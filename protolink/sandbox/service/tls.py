@@ -159,7 +159,8 @@ def server_credentials(certificate: ServiceCertificate) -> grpc.ServerCredential
 
 
 async def pinned_channel(address: str, fingerprint: str, *, options: Sequence[tuple[str, Any]] = (),
-                         connect_seconds: float = 10.0) -> grpc.aio.Channel:
+                         connect_seconds: float = 10.0,
+                         call_metadata: Sequence[tuple[str, str]] = ()) -> grpc.aio.Channel:
     """A channel to the service at ``address`` (``HOST:PORT``) that trusts exactly the
     certificate whose fingerprint is ``fingerprint`` (``sha256:HEX``, as ``up`` prints it).
 
@@ -167,8 +168,9 @@ async def pinned_channel(address: str, fingerprint: str, *, options: Sequence[tu
     compared in constant time: CertificateMismatchError when it differs. The channel then
     trusts that certificate alone (its root is the certificate, which may sign nothing else),
     so a server that presents another one at the handshake fails the first call. ``options``
-    go to the channel; SandboxNotReachedError when nothing answers with TLS at ``address``
-    within ``connect_seconds``.
+    go to the channel, and ``call_metadata`` to every call on it (the service's token and the
+    task a node's gateway forwards to); SandboxNotReachedError when nothing answers with TLS at
+    ``address`` within ``connect_seconds``.
     """
     import grpc
 
@@ -180,8 +182,21 @@ async def pinned_channel(address: str, fingerprint: str, *, options: Sequence[tu
                                        f"pinned {expected}: another server answers there, or its certificate "
                                        f"was replaced (ask its operator for the fingerprint `up` prints)")
     credentials = grpc.ssl_channel_credentials(root_certificates=certificate_pem)
+    if call_metadata:
+        credentials = grpc.composite_channel_credentials(credentials, grpc.metadata_call_credentials(
+            _FixedMetadata(tuple(call_metadata)), name="protolink"))
     return grpc.aio.secure_channel(address, credentials,
                                    options=[("grpc.ssl_target_name_override", SERVER_NAME), *options])
+
+
+class _FixedMetadata:
+    """Call credentials that add the same metadata to every call (grpc.AuthMetadataPlugin)."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = metadata
+
+    def __call__(self, context: Any, callback: Any) -> None:
+        callback(self.metadata, None)
 
 
 async def _fetch_certificate(address: str, timeout: float) -> bytes:

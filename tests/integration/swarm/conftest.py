@@ -1,17 +1,35 @@
 """A three-node Swarm cluster of real engines, built once for the test module beside it and
-removed after it (:mod:`tests.swarm_cluster`)."""
+removed after it (:mod:`tests.swarm_cluster`); the product's gateway on each node, and a sandbox
+service on the host that places sandboxes on the cluster through them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import secrets
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import protolink
+from protolink.sandbox.service import labels
+from protolink.sandbox.service.client import ServiceClient, connect
+from protolink.sandbox.service.config import NodeGateway, ServiceConfig
+from protolink.sandbox.service.daemon import serve
+from protolink.sandbox.service.files import ServiceFiles
 from tests.conftest import TEST_NAME_PREFIX
-from tests.swarm_cluster import SwarmCluster, remove_orphans
+from tests.swarm_cluster import SwarmCluster, eventually, remove_orphans
+
+#: This checkout (with its .venv) and its Python, which each node holds read-only to run the gateway.
+CHECKOUT = Path(protolink.__file__).resolve().parents[1]
 
 #: Sandbox slots each node advertises: one, so that where sandboxes go shows the slots at work.
 SLOTS = 1
@@ -28,7 +46,8 @@ def swarm(docker_client, sandbox_image: str, shared_dir: Path) -> Iterator[Swarm
     """The cluster, with this checkout's sandbox image on every node; removed at the end, as are
     the clusters of test runs that were killed."""
     remove_orphans(docker_client)
-    with SwarmCluster(docker_client, TEST_NAME_PREFIX, nodes=3, slots=SLOTS, shared=[shared_dir]) as cluster:
+    with SwarmCluster(docker_client, TEST_NAME_PREFIX, nodes=3, slots=SLOTS, shared=[shared_dir],
+                      readonly=[CHECKOUT, Path(sys.base_prefix)]) as cluster:
         loading = time.monotonic()
         cluster.load_image(sandbox_image)
         figures = cluster.figures
@@ -37,3 +56,89 @@ def swarm(docker_client, sandbox_image: str, shared_dir: Path) -> Iterator[Swarm
               f"{', '.join(f'{b / 2**20:.0f} MiB' for b in figures.node_memory)}, image loaded in "
               f"{time.monotonic() - loading:.1f} s", file=sys.__stderr__, flush=True)
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def gateways(swarm: SwarmCluster) -> tuple[str, dict[str, NodeGateway]]:
+    """The gateways' token, and each node's gateway by hostname (they end with the nodes)."""
+    token = secrets.token_urlsafe(24)
+    python = str(CHECKOUT / ".venv" / "bin" / "python")
+    return token, {node.container: swarm.start_gateway(node, token, python) for node in swarm.nodes}
+
+
+@dataclass
+class SwarmService:
+    """A sandbox service on this host placing on the cluster, run in this process: its name,
+    configuration, files, a client of its default token (while it runs), and the cluster."""
+
+    name: str
+    config: ServiceConfig
+    files: ServiceFiles
+    cluster: SwarmCluster
+    client: ServiceClient | None = None
+    _stop: asyncio.Event | None = None
+    _serving: asyncio.Task[None] | None = None
+
+    async def start(self) -> ServiceClient:
+        self.files.pid.unlink(missing_ok=True)  # a stopped service leaves it; this process would look running
+        self._stop = asyncio.Event()
+        self._serving = asyncio.create_task(serve(self.name, self.config, stop=self._stop))
+        await eventually(self._started, "the service started")
+        self.client = await connect(self.files.address, self.files.default_token.read_text(), timeout=30.0)
+        return self.client
+
+    async def stop(self) -> None:
+        """Stop it as SIGTERM does: its sandboxes stay for the next run to adopt."""
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+        if self._stop is not None and self._serving is not None:
+            self._stop.set()
+            await self._serving
+            self._stop = self._serving = None
+
+    async def _started(self) -> bool:
+        assert self._serving is not None
+        if self._serving.done():
+            self._serving.result()  # raises what stopped it
+            raise AssertionError("the service ended at start")
+        return self.files.pid.exists()
+
+    def swarm_service(self, sandbox_id: str) -> dict[str, Any]:
+        """The Swarm service of one sandbox, as the manager lists it."""
+        with closing(self.cluster.manager.client()) as manager:
+            (found,) = manager.api.services(filters={"label": f"{labels.SANDBOX}={sandbox_id}"})
+        return found
+
+    def audit(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.files.audit.read_text().splitlines()]
+
+
+@pytest.fixture
+async def swarm_service(swarm: SwarmCluster, gateways, docker_client, sandbox_image: str,
+                        monkeypatch) -> AsyncIterator[SwarmService]:
+    """A started service whose ``[swarm]`` names the cluster's manager and gateways; stopped
+    after the test, the Swarm services it left removed."""
+    runtime = Path(tempfile.mkdtemp(prefix="pl-sw-"))
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(runtime))
+    token, by_node = gateways
+    (runtime / "gateway-token").write_text(token)
+    (runtime / "gateway-token").chmod(0o600)
+    nodes = "".join(f'[swarm.nodes."{node}"]\ngateway = "{gateway.address}"\nfingerprint = "{gateway.fingerprint}"\n'
+                    for node, gateway in by_node.items())
+    (runtime / "service.toml").write_text(
+        f'[templates.default]\nimage = "{docker_client.images.get(sandbox_image).id}"\nttl_seconds = 0\n'
+        f'idle_seconds = 0\n\n[swarm]\nmanager = "unix://{swarm.manager.socket}"\n'
+        f'gateway_token_file = "{runtime / "gateway-token"}"\n{nodes}')
+    name = f"{TEST_NAME_PREFIX}sw-{secrets.token_hex(4)}"
+    service = SwarmService(name, ServiceConfig.load(runtime / "service.toml", image=sandbox_image),
+                           ServiceFiles.of(name), swarm)
+    try:
+        await service.start()
+        yield service
+    finally:
+        await service.stop()
+        with closing(swarm.manager.client()) as manager:
+            for left in manager.api.services(filters={"label": f"{labels.SERVICE}={name}"}):
+                manager.api.remove_service(left["ID"])
+        shutil.rmtree(runtime, ignore_errors=True)

@@ -117,6 +117,13 @@ def test_service_and_container_carry_the_reapers_labels():
     assert spec.container["Labels"] == spec.labels
 
 
+def test_the_placements_own_labels_join_them_and_never_replace_the_reapers():
+    placed = PlacementFacts(created=CREATED, labels={"io.protolink.service": "svc", "io.protolink.owner": "forged"})
+    spec = service_spec(config(lease=Lease(owner="o", session="s")), SWARM, placed)
+    assert spec.labels["io.protolink.service"] == "svc" and spec.labels["io.protolink.owner"] == "o"
+    assert spec.container["Labels"] == spec.labels
+
+
 def test_logs_are_bounded_as_on_docker():
     spec = service_spec(config(), SWARM, PLACED)
     assert spec.log_driver == {"Name": "json-file", "Options": {"max-size": "1m", "max-file": "1"}}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from protolink.errors import SandboxPermissionError
-from protolink.sandbox.service.config import Overrides, ServiceConfig
-from protolink.sandbox.service.labels import container_name, owner_of
+from protolink.sandbox.service.config import NodeGateway, Overrides, ServiceConfig
+from protolink.sandbox.service.labels import container_name, owner_of, swarm_name
 from protolink.wire.roots import Root
 
 
@@ -54,3 +54,39 @@ def test_a_container_name_holds_the_owner_and_the_id():
     assert owner_of(container_name("svc.a", "t1", "abc"), "svc.a") == ("t1", "abc")
     assert owner_of(container_name("svc", "", "abc"), "svc") == ("pool", "abc")
     assert owner_of("svc-other.t1.abc", "svc") is None and owner_of("svc.t1.abc.d", "svc") is None
+
+
+def test_a_swarm_table_names_the_manager_the_gateways_and_their_token(tmp_path):
+    (tmp_path / "token").write_text("secret\n")
+    path = tmp_path / "service.toml"
+    path.write_text(f"""
+[swarm]
+manager = "tcp://10.0.0.1:2376"
+gateway_token_file = "{tmp_path / 'token'}"
+[swarm.nodes."node-1"]
+gateway = "10.0.0.11:7443"
+fingerprint = "sha256:{'ab' * 32}"
+""")
+    swarm = ServiceConfig.load(path, image="base:1").swarm
+    assert swarm is not None and swarm.manager == "tcp://10.0.0.1:2376" and swarm.token() == "secret"
+    assert swarm.gateways == {"node-1": NodeGateway("10.0.0.11:7443", f"sha256:{'ab' * 32}")}
+    assert ServiceConfig.load(None, image="base:1").swarm is None
+
+
+@pytest.mark.parametrize(("table", "refusal"), [
+    ('[swarm]\nmanager = "unix:///m.sock"\n', "needs gateway_token_file, nodes"),
+    ('[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {n = {gateway = "a:1"}}\n',
+     "needs exactly gateway and fingerprint"),
+    ('[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\nnetwork = "x"\n', "unknown keys"),
+    ('[templates.default]\npool = 1\n[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\n', "no pool"),
+    ('[templates.default]\nallow = []\n[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\n', "no egress"),
+])
+def test_a_swarm_table_that_cannot_be_used_is_refused(tmp_path, table, refusal):
+    path = tmp_path / "service.toml"
+    path.write_text(table)
+    with pytest.raises(ValueError, match=refusal):
+        ServiceConfig.load(path, image="base:1")
+
+
+def test_a_swarm_service_name_has_no_dots():
+    assert swarm_name("svc", "0123", "abcd") == "svc-0123-abcd"

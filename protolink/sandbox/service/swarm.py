@@ -1,0 +1,147 @@
+"""The service's sandboxes on a Docker Swarm cluster: :class:`SwarmPlacement`.
+
+Each sandbox is a Swarm service of one task made by
+:func:`~protolink.sandbox.placements.swarm.service_spec` on the configured manager's engine; the
+service waits until the task runs, then reaches its server through the gateway of the node it
+landed on (:mod:`protolink.sandbox.gateway`): TLS pinned to the gateway's fingerprint, the
+gateways' token and the task's container id on every call. A task that stops running, or whose
+node goes down, is lost (:meth:`SwarmPlacement.lost`): Swarm never restarts it (restart policy
+``none``), and the service never recreates it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import grpc
+
+from protolink.errors import SandboxUnavailableError
+
+from ..client import channel_options
+from ..config import SandboxConfig
+from ..placements.swarm import PlacementFacts, SwarmFacts, service_spec
+from .config import SwarmConfig
+from .forward import CONTAINER_KEY
+from .tls import pinned_channel
+
+log = logging.getLogger(__name__)
+
+#: How often a starting task is looked at.
+POLL_SECONDS = 0.1
+#: Task states after which a task never runs again.
+ENDED = frozenset({"complete", "shutdown", "failed", "rejected", "orphaned", "remove"})
+
+
+class SwarmPlacement:
+    """Sandboxes as services on the Swarm of ``config``; :meth:`open` before use (blocking calls
+    run on threads)."""
+
+    def __init__(self, config: SwarmConfig) -> None:
+        self.config = config
+        self._token = ""
+        self._docker: Any = None
+
+    async def open(self) -> None:
+        import docker
+
+        self._token = self.config.token()
+        self._docker = await asyncio.to_thread(docker.DockerClient, base_url=self.config.manager, version="auto")
+
+    async def close(self) -> None:
+        if self._docker is not None:
+            await asyncio.to_thread(self._docker.close)
+
+    async def start(self, config: SandboxConfig, labels: dict[str, str]) -> tuple[str, str, str]:
+        """Create ``config``'s service (carrying ``labels``) and wait until its task runs: the
+        node's hostname, the task's container id and the task's id. SandboxUnavailableError when
+        no node runs it within the configured time, or it fails; nothing is left then."""
+        facts = SwarmFacts(node_cpus=await asyncio.to_thread(self._node_cpus))
+        spec = service_spec(config, facts, PlacementFacts(created=int(time.time()), labels=labels))
+        await asyncio.to_thread(self._docker.api.create_service, **spec.create_kwargs())
+        try:
+            return await self._running(config.name)
+        except BaseException:
+            await self.remove(config.name)
+            raise
+
+    async def channel(self, node: str, container_id: str) -> grpc.aio.Channel:
+        """A channel to a task's server through the gateway of ``node``."""
+        gateway = self.config.gateways.get(node)
+        if gateway is None:
+            raise SandboxUnavailableError(f"node {node} has no gateway in the service's [swarm.nodes]")
+        return await pinned_channel(gateway.address, gateway.fingerprint, options=channel_options(),
+                                    call_metadata=[("authorization", f"Bearer {self._token}"),
+                                                   (CONTAINER_KEY, container_id)])
+
+    async def remove(self, name: str) -> None:
+        """Remove the service ``name`` (its task's container goes with it, on its node)."""
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.NotFound):
+            await asyncio.to_thread(self._docker.api.remove_service, name)
+
+    async def services(self, service: str, label: str) -> list[dict[str, Any]]:
+        """The Swarm services carrying ``label=service``."""
+        return await asyncio.to_thread(self._docker.api.services, filters={"label": f"{label}={service}"})
+
+    async def task(self, name: str) -> tuple[str, str, str] | None:
+        """Where the service ``name``'s task runs (as :meth:`start` says), None when it does not."""
+        return await asyncio.to_thread(self._running_task, name, await asyncio.to_thread(self._down_nodes))
+
+    async def lost(self, names: dict[str, str]) -> list[str]:
+        """Of ``names`` (service name: its task's id), those whose task no longer runs: ended,
+        replaced, gone, or on a node that is down."""
+        down = await asyncio.to_thread(self._down_nodes)
+        found = []
+        for name, task_id in names.items():
+            running = await asyncio.to_thread(self._running_task, name, down)
+            if running is None or running[2] != task_id:
+                found.append(name)
+        return found
+
+    def _node_cpus(self) -> int:
+        ready = [node for node in self._docker.api.nodes() if node["Status"]["State"] == "ready"
+                 and node["Spec"].get("Availability") == "active"]
+        if not ready:
+            raise SandboxUnavailableError("the Swarm has no ready node")
+        return min(node["Description"]["Resources"]["NanoCPUs"] for node in ready) // 10**9
+
+    def _down_nodes(self) -> dict[str, str]:
+        """Each node by id: its hostname, or "" when it is down."""
+        return {node["ID"]: "" if node["Status"]["State"] != "ready" else node["Description"]["Hostname"]
+                for node in self._docker.api.nodes()}
+
+    def _running_task(self, name: str, nodes: dict[str, str]) -> tuple[str, str, str] | None:
+        import docker.errors
+
+        try:
+            tasks = self._docker.api.tasks(filters={"service": name})
+        except docker.errors.NotFound:
+            return None
+        for task in tasks:
+            hostname = nodes.get(task.get("NodeID", ""), "")
+            if task["Status"]["State"] == "running" and task.get("DesiredState") == "running" and hostname:
+                return hostname, task["Status"]["ContainerStatus"]["ContainerID"], task["ID"]
+        return None
+
+    async def _running(self, name: str) -> tuple[str, str, str]:
+        deadline = time.monotonic() + self.config.start_seconds
+        while True:
+            tasks = await asyncio.to_thread(self._docker.api.tasks, filters={"service": name})
+            for task in tasks:
+                state = task["Status"]["State"]
+                if state == "running":
+                    nodes = await asyncio.to_thread(self._down_nodes)
+                    return nodes.get(task["NodeID"], ""), task["Status"]["ContainerStatus"]["ContainerID"], task["ID"]
+                if state in ENDED:
+                    raise SandboxUnavailableError(f"the task of sandbox {name} ended as {state} before it ran: "
+                                                  f"{task['Status'].get('Err', '')}")
+            if time.monotonic() > deadline:
+                why = "; ".join(task["Status"].get("Err", "") for task in tasks) or "no task"
+                raise SandboxUnavailableError(f"no Swarm node ran sandbox {name} within "
+                                              f"{self.config.start_seconds:g} s ({why})")
+            await asyncio.sleep(POLL_SECONDS)

@@ -1,0 +1,87 @@
+"""The sandbox service placing sandboxes on a real three-node Swarm: a client on the host asks the
+service only; the service creates a Swarm service per sandbox and reaches its task through the
+node's gateway (TLS, token). A node that dies loses its sandbox, typed and audited.
+
+The node-loss test kills a node of the module's cluster, so it comes last in this module."""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+import pytest
+
+from protolink.errors import SandboxLostError
+from tests.swarm_cluster import Node, eventually, wait_until
+
+# Root: the cluster makes a veth pair and removes its nodes' cgroups.
+pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.timeout(900)]
+
+
+def _containers(nodes: list[Node]) -> list[str]:
+    found = []
+    for node in nodes:
+        with closing(node.client()) as client:
+            found += [f"{node.container}: {c['Names']}" for c in client.api.containers(all=True)]
+    return found
+
+
+def _node_of(service, sandbox_id: str) -> Node:
+    """The node the sandbox's task runs on, as the manager says."""
+    with closing(service.cluster.manager.client()) as manager:
+        (task,) = manager.api.tasks(filters={"service": service.swarm_service(sandbox_id)["ID"]})
+    return service.cluster.node_of_task(task)
+
+
+async def test_a_client_runs_commands_in_a_sandbox_on_a_node_and_deleting_it_leaves_nothing(swarm_service, run):
+    sandbox = await swarm_service.client.create()
+    node = _node_of(swarm_service, sandbox.id)
+    assert node in swarm_service.cluster.nodes
+    who = await run(sandbox.backend, ["/usr/bin/id", "-u"])
+    held = await run(sandbox.backend, ["/bin/grep", "-E", "^(NoNewPrivs|Seccomp):", "/proc/self/status"])
+    assert who.stdout == "65534\n"
+    assert held.stdout.split() == ["NoNewPrivs:", "1", "Seccomp:", "2"]  # the server's own, Swarm drops both
+    await sandbox.delete()
+    cluster = swarm_service.cluster
+    wait_until(lambda: not _containers(cluster.nodes), "every node to have no container left")
+    with closing(cluster.manager.client()) as manager:
+        assert manager.api.services() == []
+
+
+async def test_a_restarted_service_adopts_its_swarm_sandboxes(swarm_service, run):
+    kept = await swarm_service.client.create(labels={"job": "adopted"})
+    assert (await run(kept.backend, ["/bin/sh", "-c", "echo kept > /tmp/mark"])).exit_code == 0
+    await kept.backend.aclose()
+    await swarm_service.stop()
+    client = await swarm_service.start()
+    (status,) = await client.list()
+    assert (status.id, status.state, status.labels) == (kept.id, "running", {"job": "adopted"})
+    again = await client.open(kept.id)
+    assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "kept\n"  # the same task
+    await again.delete()
+
+
+async def test_a_sandbox_on_a_node_that_dies_is_lost_and_new_ones_go_to_the_nodes_left(swarm_service, run, docker_client):
+    client, cluster = swarm_service.client, swarm_service.cluster
+    held = [await client.create()]
+    while _node_of(swarm_service, held[-1].id) == cluster.manager:  # the manager must stay: it is the only one
+        held.append(await client.create())
+    doomed = held[-1]
+    victim = _node_of(swarm_service, doomed.id)
+    assert (await run(doomed.backend, ["/bin/echo", "alive"])).stdout == "alive\n"
+    docker_client.containers.get(victim.container).kill()
+
+    async def lost() -> bool:
+        return (await client.get(doomed.id)).state == "lost"
+
+    await eventually(lost, "lost")
+    with pytest.raises(SandboxLostError):
+        await run(doomed.backend, ["/bin/true"])
+    records = [record for record in swarm_service.audit() if record["fields"].get("sandbox") == doomed.id]
+    assert [record["fields"]["node"] for record in records if record["kind"] == "sandbox.lost"] == [victim.container]
+    fresh = await client.create()
+    assert _node_of(swarm_service, fresh.id) != victim
+    assert (await run(fresh.backend, ["/bin/echo", "fresh"])).stdout == "fresh\n"
+    for sandbox in [*held, fresh]:
+        await sandbox.delete()
+    left = [node for node in cluster.nodes if node != victim]
+    wait_until(lambda: not _containers(left), "the nodes left to have no container left")
