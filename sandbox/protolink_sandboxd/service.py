@@ -33,7 +33,7 @@ from .egress_relay import proxy_environment
 from .execute import ProcessCall, Runner
 from .spawner_client import SpawnerClient
 from .strays import StraySweeper
-from .transfers import TransferProcesses
+from .transfers import Transfer, TransferProcesses
 from .worker_pool import OperationFailed, WorkerPool
 
 SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].full_name
@@ -115,12 +115,20 @@ class SandboxService:
         convert.require(start.HasField("start"), "an upload starts with its destination")
         self._check_roots(start.start)
         async with self._transfers.start("Upload", first) as transfer:
-            async for message in messages:
-                if message and not await transfer.send(message):
-                    break  # it has answered already
-            else:
-                await transfer.send(b"")  # the stream ended: after the upload's end, or instead of it
-            return (await transfer.receive())[1]
+            # The process's answer is awaited while the client's messages are passed on: one
+            # that ends early (refused the data, or was killed) ends the call without waiting
+            # for a client that sends nothing more.
+            answer = asyncio.ensure_future(transfer.receive())
+            feeding = asyncio.ensure_future(_feed(messages, transfer))
+            try:
+                await asyncio.wait((answer, feeding), return_when=asyncio.FIRST_COMPLETED)
+                if feeding.done() and not answer.done():
+                    feeding.result()  # the client's stream failed: the call ends with its error
+                return (await answer)[1]
+            finally:
+                for task in (feeding, answer):
+                    task.cancel()
+                await asyncio.gather(feeding, answer, return_exceptions=True)
 
     async def download(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         self._check_roots(convert.parse(transfer_pb2.DownloadRequest, request))
@@ -185,3 +193,9 @@ async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> Non
     await context.abort(code, wire.message, trailing_metadata=((ERROR_METADATA_KEY, wire.SerializeToString()),))
 
 
+async def _feed(messages: AsyncIterator[bytes], transfer: Transfer) -> None:
+    """Pass an upload's messages on to its process, then the end of the stream."""
+    async for message in messages:
+        if message and not await transfer.send(message):
+            return  # it has answered already
+    await transfer.send(b"")  # the stream ended: after the upload's end, or instead of it

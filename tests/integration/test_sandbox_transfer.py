@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from protolink.errors import ArchiveError, TransferLimitError
+from protolink.errors import ArchiveError, SandboxLimitError, TransferLimitError
 from protolink.sandbox.client import SandboxBackend
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.transfer import TransferLimits, download, upload
@@ -211,7 +211,9 @@ async def test_what_a_killed_upload_left_is_removed_by_the_next(sandbox_image: s
         call = await stalled_upload(box, work, run)
         killed = docker_client.containers.get(sandbox.container_id).exec_run(["/bin/sh", "-c", KILL_TRANSFERS])
         assert killed.exit_code == 0, killed.output
-        call.cancel()  # the server reads the dead process's answer only at the end of the data
+        with pytest.raises(grpc.aio.AioRpcError) as ended:  # at once, though the client sends nothing more
+            await asyncio.wait_for(call, HANG_GUARD)
+        assert isinstance(from_rpc_error(ended.value), SandboxLimitError)
         (left,) = os.listdir(work)
         assert left.startswith(".protolink-transfer-")  # the kill left it
         single = tmp_path / "notes.txt"
