@@ -31,6 +31,7 @@ from .activity import Activity
 from .config import ServerConfig
 from .egress_relay import proxy_environment
 from .execute import ProcessCall, Runner
+from .send_buffers import enlarge_send_buffers
 from .spawner_client import SpawnerClient
 from .strays import StraySweeper
 from .transfers import TransferProcesses
@@ -96,6 +97,8 @@ class SandboxService:
         return convert.resolve_response(resolved).SerializeToString()
 
     async def execute(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        if not self._config.tcp:  # TCP sizes its buffers itself
+            enlarge_send_buffers(self._config.address.removeprefix("unix://"))
         async for event in ProcessCall(self._runner).events(requests):
             yield event
 
