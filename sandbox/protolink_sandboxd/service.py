@@ -31,6 +31,7 @@ from .activity import Activity
 from .config import ServerConfig
 from .egress_relay import proxy_environment
 from .execute import ProcessCall, Runner
+from .send_buffers import LARGE_EVENT_BYTES, enlarge_send_buffers
 from .spawner_client import SpawnerClient
 from .strays import StraySweeper
 from .transfers import Transfer, TransferProcesses
@@ -96,7 +97,13 @@ class SandboxService:
         return convert.resolve_response(resolved).SerializeToString()
 
     async def execute(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        """The call's events; before its first large one, the send buffers of the server's Unix
+        socket connections are enlarged (:mod:`protolink_sandboxd.send_buffers`; TCP sizes its own)."""
+        enlarge = not self._config.tcp
         async for event in ProcessCall(self._runner).events(requests):
+            if enlarge and len(event) >= LARGE_EVENT_BYTES:
+                enlarge = False
+                enlarge_send_buffers(self._config.address.removeprefix("unix://"))
             yield event
 
     async def perform(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
