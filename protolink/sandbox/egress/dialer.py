@@ -3,15 +3,20 @@
 The relay (``protolink_sandboxd.egress_relay``, inside the container) listens on
 :data:`~protolink.wire.egress.SOCKET_NAME` in the channel directory; the host dials in and
 waits. When a command connects to the relay, the relay writes
-:data:`~protolink.wire.egress.HANDOVER` on one standby connection and pipes the command's
-bytes over it: :class:`RelayDialer` gives that connection to the proxy and dials a replacement
-at once. The host never listens: the container cannot reach anything the host made.
+:data:`~protolink.wire.egress.HANDOVER` on one standby connection, either with the command's
+socket attached (the proxy then serves that socket itself, and the standby connection waits for
+the next) or alone, the relay piping the command's bytes over that connection (the proxy serves
+the standby connection, and :class:`RelayDialer` dials a replacement at once). A descriptor that
+is not a connected TCP socket is closed unread. The host never listens: the container cannot
+reach anything the host made.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import logging
+import socket
 from pathlib import Path
 from typing import Protocol
 
@@ -45,8 +50,7 @@ class RelayDialer:
         self._proxy = proxy
         self._standby = standby
         self._keepers: list[asyncio.Task[None]] = []
-        self._waiting: set[asyncio.StreamWriter] = set()
-        self._handling: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._handling: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
@@ -65,10 +69,10 @@ class RelayDialer:
             for _ in range(self._standby):
                 first.append(await self._dial_until(deadline))
         except BaseException:
-            for _, writer in first:
-                writer.close()
+            for standby in first:
+                standby.close()
             raise
-        self._keepers = [asyncio.ensure_future(self._keep(stream)) for stream in first]
+        self._keepers = [asyncio.ensure_future(self._keep(standby)) for standby in first]
 
     async def aclose(self) -> None:
         """Stop dialing and close every connection, standby or being served."""
@@ -76,15 +80,13 @@ class RelayDialer:
         tasks = [*self._keepers, *self._handling]
         for task in tasks:
             task.cancel()
-        for writer in [*self._waiting, *self._handling.values()]:
-            writer.close()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _dial_until(self, deadline: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _dial_until(self, deadline: float) -> socket.socket:
         pause = RETRY_SECONDS[0]
         while True:
             try:
-                return await asyncio.open_unix_connection(self._path, limit=CHUNK)
+                return await _dial(self._path)
             except OSError as error:
                 if asyncio.get_running_loop().time() + pause > deadline:
                     raise ConnectionError(
@@ -92,44 +94,120 @@ class RelayDialer:
             await asyncio.sleep(pause)
             pause = min(pause * 2, RETRY_SECONDS[1])
 
-    async def _keep(self, stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None) -> None:
-        """One standby slot: wait for a handover on ``stream``, serve it, dial the next; forever."""
+    async def _keep(self, standby: socket.socket | None) -> None:
+        """One standby slot: wait for a handover on ``standby`` and serve it; dial the next when
+        the relay took the connection itself, or closed it; forever."""
         pause = RETRY_SECONDS[0]
-        while True:
-            if stream is None:
-                try:
-                    stream = await asyncio.open_unix_connection(self._path, limit=CHUNK)
-                except OSError:
+        try:
+            while True:
+                if standby is None:
+                    try:
+                        standby = await _dial(self._path)
+                    except OSError:
+                        await asyncio.sleep(pause)
+                        pause = min(pause * 2, RETRY_SECONDS[1])
+                        continue
+                first, handed = await _receive(standby)
+                if first != HANDOVER:  # the relay closed it (it stops, or holds enough): dial again after a pause
+                    if handed is not None:
+                        handed.close()
+                    standby.close()
+                    standby = None
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, RETRY_SECONDS[1])
                     continue
-            reader, writer = stream
-            stream = None
-            self._waiting.add(writer)
-            try:
-                first = await reader.read(1)
-            except OSError:
-                first = b""
-            finally:
-                self._waiting.discard(writer)
-            if first != HANDOVER:  # the relay closed it (it stops, or holds enough): dial again after a pause
-                writer.close()
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, RETRY_SECONDS[1])
-                continue
-            pause = RETRY_SECONDS[0]
-            self._serve(reader, writer)
+                pause = RETRY_SECONDS[0]
+                if handed is None:  # the relay pipes the command's bytes over this connection
+                    standby, piped = None, standby
+                    self._serve(piped)
+                elif _is_tcp_connection(handed):
+                    self._serve(handed)
+                else:
+                    log.warning("the egress relay handed over a descriptor that is not a TCP connection; closed")
+                    handed.close()
+        finally:
+            if standby is not None:
+                standby.close()
 
-    def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.ensure_future(self._handle(reader, writer))
-        self._handling[task] = writer
-        task.add_done_callback(self._handling.pop)
+    def _serve(self, sock: socket.socket) -> None:
+        task = asyncio.ensure_future(self._handle(sock))
+        self._handling.add(task)
+        task.add_done_callback(self._handling.discard)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, sock: socket.socket) -> None:
+        writer = None
         try:
+            if sock.family == socket.AF_UNIX:
+                reader, writer = await asyncio.open_unix_connection(sock=sock, limit=CHUNK)
+            else:
+                reader, writer = await asyncio.open_connection(sock=sock, limit=CHUNK)
             await self._proxy.handle(reader, writer)
         except Exception:  # the proxy promises never to raise; one connection's failure must not end others
             log.exception("the egress proxy failed on a connection")
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
+            else:
+                sock.close()
 
+
+async def _dial(path: Path) -> socket.socket:
+    """A new connection to the relay's socket, non-blocking."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, str(path))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def _receive(standby: socket.socket) -> tuple[bytes, socket.socket | None]:
+    """The next byte the relay writes on ``standby`` (b"": it closed, or failed) and the socket
+    that came with it, if one did. Descriptors beyond one are closed."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            data, ancillary, flags, _ = standby.recvmsg(
+                1, socket.CMSG_SPACE(_INT.itemsize), socket.MSG_CMSG_CLOEXEC)
+            break
+        except BlockingIOError:
+            pass
+        except OSError:
+            return b"", None
+        ready = loop.create_future()
+        loop.add_reader(standby.fileno(), lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            loop.remove_reader(standby.fileno())
+    descriptors = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            descriptors.frombytes(payload[:len(payload) - len(payload) % _INT.itemsize])
+    handed = None
+    for descriptor in descriptors:
+        if handed is None and not flags & socket.MSG_CTRUNC:
+            try:
+                handed = socket.socket(fileno=descriptor)
+                continue
+            except OSError:  # not a socket
+                pass
+        socket.close(descriptor)
+    return data, handed
+
+
+def _is_tcp_connection(sock: socket.socket) -> bool:
+    """Whether ``sock`` is a connected TCP socket (what the relay hands over, and nothing else);
+    made non-blocking when it is."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+        return False
+    try:
+        sock.getpeername()
+    except OSError:
+        return False
+    sock.setblocking(False)
+    return True
+
+
+_INT = array.array("i")

@@ -98,7 +98,10 @@ async def test_a_failing_handler_ends_its_connection_only(relay, socket_path):
     await dialer.start()
     try:
         handler.fail = True
-        assert await echo_through(relay, b"lost") == b""
+        try:  # the handed-over connection ends: closed with its input unread, it may be reset
+            assert await echo_through(relay, b"lost") == b""
+        except ConnectionResetError:
+            pass
         handler.fail = False
         assert await echo_through(relay, b"next") == b"next"
     finally:
