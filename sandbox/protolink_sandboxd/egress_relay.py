@@ -15,20 +15,24 @@ connect to, but not connect to one the host made. The socket is created by the o
 channel directory (the server acts as it for a moment), in that owner's mode-0700 directory:
 commands cannot open it.
 
-The relay hands a command's connection itself to the host: HANDOVER with the accepted socket
-attached (``SCM_RIGHTS``) on a standby connection, which it keeps for the next one, and it closes
-its own copy. The command's bytes then go to the host's proxy with no hop in the container: the
-relay's work is one ``accept`` and one ``sendmsg`` a connection, on the container's CPU that the
-commands share. Where the kernel cannot pass the socket (gVisor's sockets are not the host's),
-the relay pipes instead: it writes HANDOVER alone on a standby connection and joins the two
-with :class:`protolink.net.join.Join` (inside the kernel, splice through a pipe a direction,
-where it can). The host tells the two apart by the descriptor. The relay decides nothing: the
-host's proxy reads the request and applies the policy.
+The relay passes sockets to the host (``SCM_RIGHTS``) where the kernel can: on the first
+standby connection, HANDOVER with its loopback listeners attached. From then on the host accepts
+commands' connections itself, and the command's bytes reach the host's proxy with no hop in the
+container and no work on the container's CPU, which the commands share. The relay keeps its copy
+of the listeners and watches that standby connection: once it ends (the host's daemon stopped),
+the relay accepts again and hands the listeners to the next standby connection, and the
+connections it accepted meanwhile one by one (HANDOVER with the connection attached). Where the
+kernel cannot pass a socket (gVisor's sockets are not the host's: EINVAL), the relay pipes
+instead: it writes HANDOVER alone on a standby connection and joins the two with
+:class:`protolink.net.join.Join` (inside the kernel, splice through a pipe a direction, where it
+can). The host tells these apart by what is attached. The relay decides nothing: the host's
+proxy reads the request and applies the policy.
 
-Everything is bounded: at most ``max_standby`` standby connections are held (more are closed at
-once), at most ``max_tunnels`` command connections are piped or waiting (more are closed at
-once), and a command connection waits at most ``standby_seconds`` for a standby one (none: it is
-closed); a piped tunnel buffers at most :data:`WRITE_BUFFER_BYTES` a direction for a slow reader.
+Everything the relay holds is bounded: at most ``max_standby`` standby connections (more are
+closed at once), at most ``max_tunnels`` command connections piped or waiting (more are closed
+at once), and a command connection waits at most ``standby_seconds`` for a standby one (none: it
+is closed); a piped tunnel buffers at most :data:`WRITE_BUFFER_BYTES` a direction for a slow
+reader. What the host accepts, its dialer bounds.
 """
 
 from __future__ import annotations
@@ -99,7 +103,8 @@ class EgressRelay:
         self._socket_path = socket_path
         self._command_uid = command_uid
         self._limits = limits
-        self._listeners: list[socket.socket] = []
+        self._listeners: list[socket.socket] = []  # the Unix socket's, then the loopback ones
+        self._holder: socket.socket | None = None  # the standby connection whose host holds the loopback listeners
         self._idle: deque[socket.socket] = deque()
         self._busy: set[socket.socket] = set()  # its host's queue is full: used again once it has room
         self._waiting: deque[_Waiting] = deque()
@@ -120,9 +125,14 @@ class EgressRelay:
 
     @property
     def standby(self) -> int:
-        """Standby connections held and still open."""
+        """Standby connections held and still open (the one whose host holds the listeners included)."""
         self._drop_dead()
-        return len(self._idle) + len(self._busy)
+        return len(self._idle) + len(self._busy) + (self._holder is not None)
+
+    @property
+    def handed_over(self) -> bool:
+        """Whether a host accepts commands' connections itself now."""
+        return self._holder is not None
 
     async def start(self) -> None:
         """Create the Unix socket (as its directory's owner) and the loopback listeners."""
@@ -147,6 +157,10 @@ class EgressRelay:
             loop.remove_reader(listener.fileno())
             listener.close()
         self._listeners = []
+        if self._holder is not None:
+            loop.remove_reader(self._holder.fileno())
+            self._holder.close()
+            self._holder = None
         for standby in (*self._idle, *self._busy):
             self._discard(standby)
         self._idle.clear()
@@ -194,6 +208,7 @@ class EgressRelay:
             return
         self._idle.append(sock)
         self._serve_waiting()
+        self._hand_listeners()
 
     def _command_arrived(self, sock: socket.socket) -> None:
         if self._closed or self.tunnels >= self._limits.max_tunnels:
@@ -212,14 +227,45 @@ class EgressRelay:
         """Give the waiting commands' connections to standby connections, first come first served."""
         while self._waiting and (standby := self._take()) is not None:
             waiting = self._waiting[0]
-            if self._pass_descriptors and not self._hand_over(waiting.sock, standby):
+            sent = self._pass_descriptors and self._send(standby, [waiting.sock])
+            if sent is None:
                 continue  # that standby connection is gone or full; the command waits for the next
             self._waiting.popleft()
             waiting.timer.cancel()
-            if self._pass_descriptors:
+            if sent:
+                self._idle.append(standby)
                 waiting.sock.close()  # the host holds the connection now
             else:
                 self._pipe(waiting.sock, standby)
+
+    def _hand_listeners(self) -> None:
+        """Give the loopback listeners to a host, which accepts commands' connections from then on."""
+        loop = asyncio.get_running_loop()
+        while self._pass_descriptors and self._holder is None and not self._closed and not self._waiting:
+            standby = self._take()
+            if standby is None:
+                return
+            sent = self._send(standby, self._listeners[1:])
+            if sent is None:
+                continue
+            if not sent:
+                self._idle.append(standby)
+                return
+            self._holder = standby
+            for listener in self._listeners[1:]:
+                loop.remove_reader(listener.fileno())
+            loop.add_reader(standby.fileno(), self._holder_gone)
+
+    def _holder_gone(self) -> None:
+        """The host that held the listeners closed its standby connection (or wrote on it): accept again."""
+        assert self._holder is not None
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._holder.fileno())
+        self._holder.close()
+        self._holder = None
+        for listener in self._listeners[1:]:
+            loop.add_reader(listener.fileno(), _accept_all, listener, self._command_arrived)
+        self._hand_listeners()
 
     def _take(self) -> socket.socket | None:
         """A live standby connection, or None."""
@@ -230,25 +276,24 @@ class EgressRelay:
             self._discard(standby)
         return None
 
-    def _hand_over(self, command: socket.socket, standby: socket.socket) -> bool:
-        """Send ``command`` to the host over ``standby``; whether it went. The standby connection
-        is kept (idle, or busy until its host has read), unless it is gone; once the kernel
-        refuses to pass a socket, the relay pipes from then on (True: the caller pipes this one)."""
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [command.fileno()]))]
+    def _send(self, standby: socket.socket, socks: list[socket.socket]) -> bool | None:
+        """Send HANDOVER with ``socks`` attached over ``standby``: True once sent; None when
+        ``standby`` is gone (closed) or full (busy until its host has read); False when the kernel
+        refuses to pass sockets, and from then on the relay pipes."""
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [sock.fileno() for sock in socks]))]
         try:
             standby.sendmsg([HANDOVER], rights, socket.MSG_DONTWAIT)
         except BlockingIOError:
             self._busy.add(standby)
             asyncio.get_running_loop().add_writer(standby.fileno(), self._has_room, standby)
-            return False
+            return None
         except OSError as error:
             if error.errno in _GONE:
                 self._discard(standby)
-                return False
+                return None
             log.warning("egress: the kernel does not pass sockets to the host (%s); relaying instead", error)
             self._pass_descriptors = False
-            return True
-        self._idle.append(standby)
+            return False
         return True
 
     def _has_room(self, standby: socket.socket) -> None:
@@ -256,6 +301,7 @@ class EgressRelay:
         self._busy.discard(standby)
         self._idle.append(standby)
         self._serve_waiting()
+        self._hand_listeners()
 
     def _pipe(self, command: socket.socket, standby: socket.socket) -> None:
         task = asyncio.ensure_future(self._join(command, standby))

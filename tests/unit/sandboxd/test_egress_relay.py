@@ -61,21 +61,19 @@ async def command(relay: EgressRelay) -> tuple[asyncio.StreamReader, asyncio.Str
     return await asyncio.open_connection("127.0.0.1", relay.port)
 
 
-async def handed_over(host: socket.socket) -> socket.socket:
-    """The command's connection the relay hands over on the host's standby socket ``host``."""
-    loop = asyncio.get_running_loop()
+async def handed_over(host: socket.socket) -> list[socket.socket]:
+    """The sockets the relay hands over next on the host's standby socket ``host``."""
     while True:
         try:
-            data, ancillary, _, _ = host.recvmsg(1, socket.CMSG_SPACE(4))
+            data, ancillary, _, _ = host.recvmsg(1, socket.CMSG_SPACE(8))
             break
         except BlockingIOError:
             await asyncio.sleep(0.001)
     assert data == HANDOVER and len(ancillary) == 1
-    descriptor = array.array("i", ancillary[0][2])[0]
-    sock = socket.socket(fileno=descriptor)
-    sock.setblocking(False)
-    del loop
-    return sock
+    socks = [socket.socket(fileno=descriptor) for descriptor in array.array("i", ancillary[0][2])]
+    for sock in socks:
+        sock.setblocking(False)
+    return socks
 
 
 async def standby_socket(relay: EgressRelay) -> socket.socket:
@@ -89,34 +87,47 @@ async def standby_socket(relay: EgressRelay) -> socket.socket:
     return sock
 
 
-async def test_hands_commands_connections_to_the_host_and_keeps_the_standby_connection(handing):
+async def test_hands_its_listeners_to_the_host_which_accepts_commands_connections_itself(handing):
     host = await standby_socket(handing)
+    (listener, *_) = await within(handed_over(host))
+    assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) and listener.getsockname()[1] == handing.port
+    assert handing.handed_over
     loop = asyncio.get_running_loop()
-    for number in range(3):  # one standby connection carries every handover
+    for number in range(3):
         reader, writer = await command(handing)
-        connection = await within(handed_over(host))
-        assert connection.type == socket.SOCK_STREAM and connection.getpeername() == writer.get_extra_info("sockname")
+        connection, _ = await within(loop.sock_accept(listener))
         writer.write(b"request %d" % number)
         assert await within(loop.sock_recv(connection, 100)) == b"request %d" % number
         await loop.sock_sendall(connection, b"answer")
-        connection.close()  # the relay kept no copy: the command sees the end at once
+        connection.close()  # the relay holds no copy: the command sees the end at once
         assert await within(reader.read()) == b"answer"
         writer.close()
         assert handing.tunnels == 0 and handing.standby == 1
+    listener.close()
     host.close()
 
 
-async def test_commands_wait_for_a_standby_connection_to_hand_them_over(handing):
-    streams = [await command(handing) for _ in range(3)]
-    while handing.tunnels < 3:
+async def test_once_that_host_is_gone_the_relay_accepts_and_hands_over_to_the_next(handing):
+    first = await standby_socket(handing)
+    old_listeners = await within(handed_over(first))
+    first.close()  # the daemon that held the listeners ended
+    for listener in old_listeners:
+        listener.close()
+    while handing.handed_over:
+        await asyncio.sleep(0.001)
+    streams = [await command(handing) for _ in range(2)]
+    while handing.tunnels < 2:  # accepted by the relay, waiting for a standby connection
         await asyncio.sleep(0.001)
     host = await standby_socket(handing)
-    connections = [await within(handed_over(host)) for _ in streams]
+    connections = [(await within(handed_over(host)))[0] for _ in streams]
     assert sorted(c.getpeername() for c in connections) == sorted(w.get_extra_info("sockname") for _, w in streams)
-    assert handing.tunnels == 0
+    (listener, *_) = await within(handed_over(host))  # then the listeners
+    assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    assert handing.tunnels == 0 and handing.handed_over
     for connection, (_, writer) in zip(connections, streams, strict=True):
         connection.close()
         writer.close()
+    listener.close()
     host.close()
 
 
