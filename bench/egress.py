@@ -4,6 +4,7 @@ Needs a Docker Engine and the sandbox image (built when missing), and the packag
 pip is configured for::
 
     python bench/egress.py [--size-mb 200] [--runs 3] [--connections 200] [--pip-runs 3]
+                           [--image IMAGE] [--baseline CHECKOUT --baseline-image IMAGE]
 
 It starts an appliance of its own (``protolink-sandbox up --allow ...`` over a temporary
 workspace, with the test-only ``PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK=1`` so that its proxy may
@@ -20,6 +21,10 @@ the host's take turns:
   ``index-url``, else PyPI's default; the index's certificate authority from pip's ``cert``
   setting, copied into the workspace and passed to the sandbox's pip with ``--cert``, as a user
   would): target <= 1.3x the host's wall time.
+
+With ``--baseline``, a second appliance runs another checkout's code (its host side through
+``PYTHONPATH``, its container from ``--baseline-image``, that checkout's image) and takes its
+turn beside the others in the download and latency cases: a before-and-after in one run.
 
 The same client code (this file, standard library only) runs on both sides; it times itself, so
 ``protolink-sandbox exec``'s own start is not counted. The sandbox runs its commands at nice 19,
@@ -64,12 +69,16 @@ BATCH = 25
 
 # The client: runs on the host and in the sandbox (python3 egress.py client ...).
 
-def _open(host: str, port: int, proxy: str | None) -> socket.socket:
-    """A connection to ``host:port``, directly or through an HTTP proxy's CONNECT tunnel."""
+def _open(host: str, port: int, proxy: str | None, marks: list[float]) -> socket.socket:
+    """A connection to ``host:port``, directly or through an HTTP proxy's CONNECT tunnel; the
+    time is appended to ``marks`` once connected and once the tunnel is open."""
     if proxy is None:
-        return socket.create_connection((host, port))
+        sock = socket.create_connection((host, port))
+        marks += [time.perf_counter()] * 2
+        return sock
     where = urlsplit(proxy)
     sock = socket.create_connection((where.hostname, where.port))
+    marks.append(time.perf_counter())
     sock.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
     head = b""
     while b"\r\n\r\n" not in head:
@@ -79,23 +88,26 @@ def _open(host: str, port: int, proxy: str | None) -> socket.socket:
         head += data
     if head.split(b" ", 2)[1] != b"200":
         raise ConnectionError(f"the proxy refused {host}:{port}: {head.splitlines()[0].decode()}")
+    marks.append(time.perf_counter())
     return sock
 
 
-def _get(host: str, port: int, size: int, proxy: str | None) -> tuple[float, float, int]:
-    """GET ``size`` bytes: (seconds to the first byte, seconds to the last, bytes of body)."""
+def _get(host: str, port: int, size: int, proxy: str | None) -> tuple[list[float], float, int]:
+    """GET ``size`` bytes: (seconds to connected, to the tunnel open, to the first byte; seconds
+    to the last; bytes of body)."""
     buffer = bytearray(CHUNK)
     view = memoryview(buffer)
     started = time.perf_counter()
-    with _open(host, port, proxy) as sock:
+    marks: list[float] = []
+    with _open(host, port, proxy, marks) as sock:
         sock.sendall(f"GET /bytes/{size} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
         received = sock.recv_into(buffer)
-        first = time.perf_counter() - started
+        marks.append(time.perf_counter())
         head_end = bytes(view[:received]).find(b"\r\n\r\n") + 4
         total = received - head_end
         while (got := sock.recv_into(buffer)) > 0:
             total += got
-    return first, time.perf_counter() - started, total
+    return [mark - started for mark in marks], time.perf_counter() - started, total
 
 
 def client(argv: list[str]) -> None:
@@ -107,8 +119,8 @@ def client(argv: list[str]) -> None:
         _, seconds, size = _get(argv[1], int(argv[2]), int(argv[3]), proxy)
         print(json.dumps({"seconds": seconds, "bytes": size}))
     elif argv[0] == "latency":
-        firsts = [_get(argv[1], int(argv[2]), 1, proxy)[0] for _ in range(int(argv[3]))]
-        print(json.dumps({"firsts": firsts}))
+        marks = [_get(argv[1], int(argv[2]), 1, proxy)[0] for _ in range(int(argv[3]))]
+        print(json.dumps({"marks": marks}))
     else:
         started = time.perf_counter()
         done = subprocess.run(argv[2:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -182,37 +194,45 @@ def index_hosts(index: str, cert: str | None, package: str) -> list[str]:
 
 
 class Bench:
-    """One appliance with egress, a loopback server, and the cases in turns."""
+    """One appliance with egress (and, with a baseline, another), a loopback server, and the
+    cases in turns."""
 
-    def __init__(self, name: str, workspace: Path, port: int, script: Path) -> None:
+    def __init__(self, name: str, workspace: Path, port: int, script: Path, baseline: Path | None) -> None:
         self.name, self.workspace, self.port, self.script = name, workspace, port, script
+        self.baseline = baseline
 
-    def inside(self, *argv: str) -> dict:
-        out = run([CLI, "exec", "--name", self.name, "--timeout", "900", "--cwd", str(self.workspace), "--",
-                   "python3", str(self.script), "client", *argv])
+    def inside(self, *argv: str, baseline: bool = False) -> dict:
+        name, env = (f"{self.name}-base", {"PYTHONPATH": str(self.baseline)}) if baseline else (self.name, {})
+        out = run([CLI, "exec", "--name", name, "--timeout", "900", "--cwd", str(self.workspace), "--",
+                   "python3", str(self.script), "client", *argv], **env)
         return json.loads(out)
 
     def outside(self, *argv: str, nice: int = 0) -> dict:
         return json.loads(run(["nice", "-n", str(nice), sys.executable, __file__, "client", *argv]))
 
     def download(self, size: int, runs: int) -> list[float]:
-        """Median seconds of a ``size``-byte download: through the proxy, directly, directly at nice 19."""
+        """Median seconds of a ``size``-byte download: through the proxy, directly, directly at nice
+        19, and through the baseline's proxy when there is one."""
         return self._in_turns(runs, "download", "127.0.0.1", str(self.port), str(size),
                               value=lambda answer: answer["seconds"])
 
-    def latency(self, count: int) -> list[float]:
-        """Median seconds to the first byte, as :meth:`download`, in turns of :data:`BATCH` connections."""
+    def latency(self, count: int) -> list[list[float]]:
+        """Median seconds to connected, to the tunnel open and to the first byte (each median
+        apart), as :meth:`download`, in turns of :data:`BATCH` connections."""
         return self._in_turns(max(1, count // BATCH), "latency", "127.0.0.1", str(self.port), str(BATCH),
-                              value=lambda answer: answer["firsts"])
+                              value=lambda answer: answer["marks"])
 
-    def _in_turns(self, turns: int, *argv: str, value: Any) -> list[float]:
+    def _in_turns(self, turns: int, *argv: str, value: Any) -> list[Any]:
         """The client's median for ``argv`` in the sandbox through the proxy, on the host directly,
-        and on the host at the nice level the sandbox's commands run at (19), taking turns."""
+        on the host at the nice level the sandbox's commands run at (19), and in the baseline's
+        sandbox through its proxy when there is one, taking turns."""
         cases: list[tuple[Any, list[float]]] = [
             (lambda: self.inside("--proxy", *argv), []),
             (lambda: self.outside(*argv), []),
             (lambda: self.outside(*argv, nice=COMMAND_NICE), []),
         ]
+        if self.baseline is not None:
+            cases.append((lambda: self.inside("--proxy", *argv, baseline=True), []))
         for _ in range(turns):
             for measure, found in cases:
                 answer = measure()
@@ -220,7 +240,7 @@ class Bench:
                     assert answer["bytes"] == int(argv[-1]), answer
                 got = value(answer)
                 found.extend(got if isinstance(got, list) else [got])
-        return [statistics.median(found) for _, found in cases]
+        return [_median(found) for _, found in cases]
 
     def pip(self, index: str, cert: str | None, runs: int) -> tuple[list[float], str]:
         """Median seconds of ``pip install`` into a fresh venv: in the sandbox, on the host, and
@@ -251,14 +271,23 @@ class Bench:
         return [statistics.median(found) for found in times], versions
 
 
+def _median(found: list[Any]) -> Any:
+    """The median of numbers, or of each place of lists of numbers."""
+    if found and isinstance(found[0], list):
+        return [statistics.median(values) for values in zip(*found, strict=True)]
+    return statistics.median(found)
+
+
 def _installed(answer: dict, where: str) -> float:
     if answer["code"] != 0:
         sys.exit(f"pip install {where} failed:\n{answer['stderr']}")
     return float(answer["seconds"])
 
 
-def row(what: str, sandbox: str, host: str, nice: str, ratio: str, target: str, met: bool) -> None:
-    print(f"{what:<40}{sandbox:>12}{host:>12}{nice:>14}{ratio:>10}  {target:<10}{'met' if met else 'NOT met'}")
+def row(what: str, sandbox: str, host: str, nice: str, ratio: str, target: str, met: bool,
+        baseline: str = "") -> None:
+    print(f"{what:<40}{sandbox:>12}{host:>12}{nice:>14}{ratio:>10}  {target:<10}{'met' if met else 'NOT met':<9}"
+          f"{baseline}")
 
 
 def main() -> None:
@@ -268,7 +297,12 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=200, help="connections timed on each side")
     parser.add_argument("--pip-runs", type=int, default=3, help="pip installs on each side (0: none)")
     parser.add_argument("--cpus", default="1", help="the appliance's CPUs (`up --cpus`; default 1, as `up`'s)")
+    parser.add_argument("--image", help="the appliance's image (default: `up`'s)")
+    parser.add_argument("--baseline", type=Path, help="a checkout whose code runs a second appliance, in turns")
+    parser.add_argument("--baseline-image", help="the image built from --baseline's checkout")
     args = parser.parse_args()
+    if (args.baseline is None) != (args.baseline_image is None):
+        parser.error("--baseline and --baseline-image go together")
     index = pip_setting("index-url") or "https://pypi.org/simple"
     cert = pip_setting("cert")
     allow = index_hosts(index, cert, PACKAGES[0]) if args.pip_runs else []
@@ -284,12 +318,19 @@ def main() -> None:
             if os.geteuid() == 0:
                 os.chown(workspace, NOBODY, NOBODY)
             rules = [f"--allow=127.0.0.1/32:{port}", *(f"--allow={rule}" for rule in allow)]
-            run([CLI, "up", "--name", name, "--root", f"{workspace}:rw", "--cpus", args.cpus, *rules],
-                PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK="1")
+            appliances = [(name, args.image, {})]
+            if args.baseline is not None:
+                appliances.append((f"{name}-base", args.baseline_image, {"PYTHONPATH": str(args.baseline.resolve())}))
+            started = []
             try:
-                measure(Bench(name, workspace, port, script), args, index, cert, allow)
+                for appliance, image, env in appliances:
+                    run([CLI, "up", "--name", appliance, "--root", f"{workspace}:rw", "--cpus", args.cpus,
+                         *(["--image", image] if image else []), *rules], PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK="1", **env)
+                    started.append((appliance, env))
+                measure(Bench(name, workspace, port, script, args.baseline), args, index, cert, allow)
             finally:
-                run([CLI, "down", "--name", name])
+                for appliance, env in started:
+                    run([CLI, "down", "--name", appliance], **env)
     finally:
         server.kill()
 
@@ -298,17 +339,25 @@ def measure(bench: Bench, args: argparse.Namespace, index: str, cert: str | None
     load = os.getloadavg()
     print(f"appliance {bench.name} ({args.cpus} CPU), allowed: {', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"{'':<40}{'sandbox':>12}{'host':>12}{'host nice 19':>14}{'ratio':>10}  target")
+    print(f"{'':<40}{'sandbox':>12}{'host':>12}{'host nice 19':>14}{'ratio':>10}  target{'':<14}"
+          + ("baseline (its sandbox; ratio)" if args.baseline else ""))
     size = args.size_mb * 1_000_000
-    proxied, direct, niced = bench.download(size, args.runs)
+    proxied, direct, niced, *before = bench.download(size, args.runs)
     ratio = direct / proxied
     row(f"{args.size_mb} MB download, median of {args.runs}", f"{size / proxied / 1e6:.0f} MB/s",
         f"{size / direct / 1e6:.0f} MB/s", f"{size / niced / 1e6:.0f} MB/s", f"{ratio:.2f}x",
-        f">= {THROUGHPUT_TARGET}x", ratio >= THROUGHPUT_TARGET)
-    proxied, direct, niced = bench.latency(args.connections)
+        f">= {THROUGHPUT_TARGET}x", ratio >= THROUGHPUT_TARGET,
+        "".join(f"{size / seconds / 1e6:.0f} MB/s; {direct / seconds:.2f}x" for seconds in before))
+    marks = bench.latency(args.connections)
+    proxied, direct, niced, *before = (case[-1] for case in marks)
     added = (proxied - direct) * 1e3
     row(f"connect + first byte, median of {args.connections}", f"{proxied * 1e3:.2f} ms", f"{direct * 1e3:.2f} ms",
-        f"{niced * 1e3:.2f} ms", f"+{added:.2f} ms", f"<= {LATENCY_TARGET_MS:g} ms", added <= LATENCY_TARGET_MS)
+        f"{niced * 1e3:.2f} ms", f"+{added:.2f} ms", f"<= {LATENCY_TARGET_MS:g} ms", added <= LATENCY_TARGET_MS,
+        "".join(f"{seconds * 1e3:.2f} ms; +{(seconds - direct) * 1e3:.2f} ms" for seconds in before))
+    labels = ("connected", "CONNECT answered", "first byte")
+    for where, case in (("sandbox", marks[0]), *((("baseline", marks[3]),) if before else ())):
+        print(f"  {where}, medians from the start: "
+              + ", ".join(f"{label} {mark * 1e3:.2f} ms" for label, mark in zip(labels, case, strict=True)))
     if args.pip_runs:
         (inside, outside, niced), versions = bench.pip(index, cert, args.pip_runs)
         row(f"pip install ({len(PACKAGES)} + deps), median of {args.pip_runs}", f"{inside:.1f} s", f"{outside:.1f} s",

@@ -251,7 +251,11 @@ class Join:
             return  # one request, bounded by its length: the client's half-close is not the server's business
         peer = side.peer.transport
         if peer.can_write_eof() and not peer.is_closing():
-            peer.write_eof()
+            try:
+                peer.write_eof()
+            except OSError as error:  # reset by its peer while this side was not read (spliced)
+                self._lost(error)
+                return
         if side.peer.eof and self._ended_by == "both":
             self._finish("eof")
 

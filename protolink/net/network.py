@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import select
 import socket
 import ssl
 from collections.abc import Iterator, Sequence
@@ -49,14 +51,40 @@ class SystemNetwork:
         return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
     async def connect(self, address: IPAddress, port: int, *, server_name: str | None) -> Streams:
-        if server_name is None:
-            return await asyncio.open_connection(str(address), port, flags=socket.AI_NUMERICHOST)
-        if self._ssl_context is None:
-            self._ssl_context = ssl.create_default_context()
-        return await asyncio.open_connection(
-            str(address), port, ssl=self._ssl_context, server_hostname=server_name,
-            flags=socket.AI_NUMERICHOST,
-        )
+        sock = await _connected(address, port)
+        try:
+            if server_name is None:
+                return await asyncio.open_connection(sock=sock)
+            if self._ssl_context is None:
+                self._ssl_context = ssl.create_default_context()
+            return await asyncio.open_connection(sock=sock, ssl=self._ssl_context, server_hostname=server_name)
+        except BaseException:
+            sock.close()
+            raise
+
+
+async def _connected(address: IPAddress, port: int) -> socket.socket:
+    """A non-blocking TCP socket connected to exactly ``address``: at once when the handshake
+    completed within ``connect`` (as on loopback: no turn of the event loop), else once the
+    event loop sees it writable."""
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # the protocol: asyncio sets TCP_NODELAY
+    sock.setblocking(False)
+    target = (str(address), port)
+    try:
+        try:
+            sock.connect(target)
+        except BlockingIOError:
+            poll = select.poll()
+            poll.register(sock, select.POLLOUT)
+            if not poll.poll(0):
+                await asyncio.get_running_loop().sock_connect(sock, target)
+            elif error := sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                raise OSError(error, os.strerror(error)) from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 _network: ContextVar[Network] = ContextVar("protolink_network", default=SystemNetwork())

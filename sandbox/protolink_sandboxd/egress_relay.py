@@ -4,6 +4,7 @@ the host dialed in.
 ::
 
     command ──TCP──► 127.0.0.1:PORT (and [::1]:PORT when the container has IPv6 loopback)
+                       │ hands the connection to the host (HANDOVER with its descriptor), or
                        │ takes one standby connection, writes HANDOVER, then pipes both ways
                        ▼
     /run/protolink/egress.sock   the host keeps standby connections open here (RelayDialer)
@@ -12,18 +13,31 @@ The host dials in; the container never dials out: it has no network, and under g
 (``--host-uds=create``) a container may create a socket on a host mount for the host to
 connect to, but not connect to one the host made. The socket is created by the owner of the
 channel directory (the server acts as it for a moment), in that owner's mode-0700 directory:
-commands cannot open it. Everything is bounded: at most ``max_standby`` standby connections
-are held (more are closed at once), at most ``max_tunnels`` command connections are open or
-waiting (more are closed at once), and a command connection waits at most
-``standby_seconds`` for a standby one (none: it is closed); a tunnel buffers at most
-:data:`WRITE_BUFFER_BYTES` a direction for a slow reader. Paired connections are joined by
-:class:`protolink.net.join.Join`, as the host's proxy joins its own: inside the kernel (splice
-through a pipe a direction) where it can, else at the transport level. The relay decides
-nothing: the host's proxy reads the request and applies the policy.
+commands cannot open it.
+
+The relay passes sockets to the host (``SCM_RIGHTS``) where the kernel can: on the first
+standby connection, HANDOVER with its loopback listeners attached. From then on the host accepts
+commands' connections itself, and the command's bytes reach the host's proxy with no hop in the
+container and no work on the container's CPU, which the commands share. The relay keeps its copy
+of the listeners and watches that standby connection: once it ends (the host's daemon stopped),
+the relay accepts again and hands the listeners to the next standby connection, and the
+connections it accepted meanwhile one by one (HANDOVER with the connection attached). Where the
+kernel cannot pass a socket (gVisor's sockets are not the host's: EINVAL), the relay pipes
+instead: it writes HANDOVER alone on a standby connection and joins the two with
+:class:`protolink.net.join.Join` (inside the kernel, splice through a pipe a direction, where it
+can). The host tells these apart by what is attached. The relay decides nothing: the host's
+proxy reads the request and applies the policy.
+
+Everything the relay holds is bounded: at most ``max_standby`` standby connections (more are
+closed at once), at most ``max_tunnels`` command connections piped or waiting (more are closed
+at once), and a command connection waits at most ``standby_seconds`` for a standby one (none: it
+is closed); a piped tunnel buffers at most :data:`WRITE_BUFFER_BYTES` a direction for a slow
+reader. What the host accepts, its dialer bounds.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import errno
@@ -31,6 +45,7 @@ import logging
 import os
 import socket
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from protolink.net.join import Join
@@ -38,22 +53,22 @@ from protolink.wire.egress import HANDOVER
 
 from .privileges import acting_as
 
-#: What the stream of a connection reads ahead before it is paired (a request head, usually).
+#: What the stream of a piped connection reads ahead before it is paired (a request head, usually).
 CHUNK = 128 * 1024
-#: What a direction of a tunnel buffers (its pipe) for a slow reader before it stops reading its writer:
-#: some 64 tunnels carrying data (the proxy's limit) cost the server tens of MiB, not hundreds.
+#: What a direction of a piped tunnel buffers (its pipe) for a slow reader before it stops reading
+#: its writer: some 64 tunnels carrying data (the proxy's limit) cost tens of MiB, not hundreds.
 WRITE_BUFFER_BYTES = 256 * 1024
 #: Hosts whose connections commands make directly, not through the proxy.
 NO_PROXY = "localhost,127.0.0.1,::1"
+#: errno values of a standby connection the host has closed.
+_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN})
 
 log = logging.getLogger("sandbox")
-
-_Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 @dataclass(frozen=True)
 class RelayLimits:
-    """How many standby connections the relay holds, how many tunnels (open or waiting for a
+    """How many standby connections the relay holds, how many tunnels (piped or waiting for a
     standby connection) it carries, and how long a command's connection waits for a standby one."""
 
     max_standby: int = 32
@@ -70,20 +85,32 @@ def proxy_environment(port: int) -> dict[str, str]:
     return env
 
 
+class _Waiting:
+    """A command's connection waiting for a standby one, closed after ``seconds``."""
+
+    def __init__(self, relay: EgressRelay, sock: socket.socket, seconds: float) -> None:
+        self.sock = sock
+        self.timer = asyncio.get_running_loop().call_later(seconds, relay._expired, self)
+
+
 class EgressRelay:
     """Listens for commands on loopback ``port`` and for the host's standby connections on the
     Unix socket ``socket_path``; see the module's docstring. :meth:`start`, then :meth:`aclose`."""
 
-    def __init__(self, port: int, socket_path: str, *, command_uid: int, limits: RelayLimits = RelayLimits()) -> None:
+    def __init__(self, port: int, socket_path: str, *, command_uid: int, limits: RelayLimits = RelayLimits(),
+                 pass_descriptors: bool = True) -> None:
         self._port = port
         self._socket_path = socket_path
         self._command_uid = command_uid
         self._limits = limits
-        self._servers: list[asyncio.Server] = []
-        self._idle: deque[_Stream] = deque()
-        self._waiters: deque[asyncio.Future[_Stream]] = deque()
+        self._listeners: list[socket.socket] = []  # the Unix socket's, then the loopback ones
+        self._holder: socket.socket | None = None  # the standby connection whose host holds the loopback listeners
+        self._idle: deque[socket.socket] = deque()
+        self._busy: set[socket.socket] = set()  # its host's queue is full: used again once it has room
+        self._waiting: deque[_Waiting] = deque()
         self._tunnels: set[asyncio.Task[None]] = set()
         self._joined: set[Join] = set()
+        self._pass_descriptors = pass_descriptors  # False: pipe every connection; so once the kernel refuses
         self._closed = False
 
     @property
@@ -93,43 +120,65 @@ class EgressRelay:
 
     @property
     def tunnels(self) -> int:
-        """Command connections open or waiting for a standby connection."""
-        return len(self._tunnels)
+        """Command connections piped or waiting for a standby connection."""
+        return len(self._tunnels) + len(self._waiting)
 
     @property
     def standby(self) -> int:
-        """Standby connections held and still open."""
-        return sum(not _ended(stream) for stream in self._idle)
+        """Standby connections held and still open (the one whose host holds the listeners included)."""
+        self._drop_dead()
+        return len(self._idle) + len(self._busy) + (self._holder is not None)
+
+    @property
+    def handed_over(self) -> bool:
+        """Whether a host accepts commands' connections itself now."""
+        return self._holder is not None
 
     async def start(self) -> None:
         """Create the Unix socket (as its directory's owner) and the loopback listeners."""
+        loop = asyncio.get_running_loop()
         try:
-            self._servers.append(await asyncio.start_unix_server(
-                self._standby_arrived, sock=self._unix_socket(), limit=CHUNK))
+            self._listen(loop, self._unix_socket(), self._standby_arrived)
             for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
                 sock = _loopback_socket(family, address, self._port)
                 if sock is not None:
                     self._port = sock.getsockname()[1]
-                    self._servers.append(await asyncio.start_server(self._command_arrived, sock=sock, limit=CHUNK))
+                    self._listen(loop, sock, self._command_arrived)
         except BaseException:
             await self.aclose()
             raise
         log.info("egress relay on 127.0.0.1:%d, standby connections at %s", self._port, self._socket_path)
 
     async def aclose(self) -> None:
-        """Stop listening and close every standby connection and tunnel."""
+        """Stop listening and close every standby connection, waiting command and piped tunnel."""
         self._closed = True
-        for server in self._servers:
-            server.close()
-        while self._idle:
-            _close(self._idle.popleft())
-        for waiter in self._waiters:
-            waiter.cancel()  # the command's connection is closed: no standby connection came
+        loop = asyncio.get_running_loop()
+        for listener in self._listeners:
+            loop.remove_reader(listener.fileno())
+            listener.close()
+        self._listeners = []
+        if self._holder is not None:
+            loop.remove_reader(self._holder.fileno())
+            self._holder.close()
+            self._holder = None
+        for standby in (*self._idle, *self._busy):
+            self._discard(standby)
+        self._idle.clear()
+        while self._waiting:
+            waiting = self._waiting.popleft()
+            waiting.timer.cancel()
+            waiting.sock.close()  # no standby connection came
         for join in list(self._joined):
             join.abort()  # its tunnel ends
         tunnels = list(self._tunnels)
         if tunnels:
             await asyncio.wait(tunnels)
+
+    def _listen(self, loop: asyncio.AbstractEventLoop, listener: socket.socket,
+                arrived: Callable[[socket.socket], None]) -> None:
+        listener.setblocking(False)
+        self._listeners.append(listener)
+        loop.add_reader(listener.fileno(), _accept_all, listener, arrived)
 
     def _unix_socket(self) -> socket.socket:
         """The listening Unix socket, bound by the owner of its directory: uid 0 without
@@ -152,77 +201,170 @@ class EgressRelay:
             raise
         return sock
 
-    def _standby_arrived(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stream = (reader, writer)
-        alive = [held for held in self._idle if not _ended(held)]
-        for held in self._idle:
-            if _ended(held):
-                _close(held)
-        self._idle = deque(alive)
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(stream)
-                return
-        if self._closed or len(self._idle) >= self._limits.max_standby:
-            _close(stream)
+    def _standby_arrived(self, sock: socket.socket) -> None:
+        self._drop_dead()
+        if self._closed or len(self._idle) + len(self._busy) >= self._limits.max_standby:
+            sock.close()
             return
-        self._idle.append(stream)
+        self._idle.append(sock)
+        self._serve_waiting()
+        self._hand_listeners()
 
-    async def _command_arrived(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        command = (reader, writer)
-        if self._closed or len(self._tunnels) >= self._limits.max_tunnels:
-            _close(command)
+    def _command_arrived(self, sock: socket.socket) -> None:
+        if self._closed or self.tunnels >= self._limits.max_tunnels:
+            sock.close()
             return
-        task = asyncio.current_task()
-        assert task is not None
-        self._tunnels.add(task)
-        host: _Stream | None = None
+        self._waiting.append(_Waiting(self, sock, self._limits.standby_seconds))
+        self._serve_waiting()
+
+    def _expired(self, waiting: _Waiting) -> None:
+        self._waiting.remove(waiting)
+        waiting.sock.close()
+        log.warning("egress: no standby connection from the host within %gs; a command's connection closed",
+                    self._limits.standby_seconds)
+
+    def _serve_waiting(self) -> None:
+        """Give the waiting commands' connections to standby connections, first come first served."""
+        while self._waiting and (standby := self._take()) is not None:
+            waiting = self._waiting[0]
+            sent = self._pass_descriptors and self._send(standby, [waiting.sock])
+            if sent is None:
+                continue  # that standby connection is gone or full; the command waits for the next
+            self._waiting.popleft()
+            waiting.timer.cancel()
+            if sent:
+                self._idle.append(standby)
+                waiting.sock.close()  # the host holds the connection now
+            else:
+                self._pipe(waiting.sock, standby)
+
+    def _hand_listeners(self) -> None:
+        """Give the loopback listeners to a host, which accepts commands' connections from then on."""
+        loop = asyncio.get_running_loop()
+        while self._pass_descriptors and self._holder is None and not self._closed and not self._waiting:
+            standby = self._take()
+            if standby is None:
+                return
+            sent = self._send(standby, self._listeners[1:])
+            if sent is None:
+                continue
+            if not sent:
+                self._idle.append(standby)
+                return
+            self._holder = standby
+            for listener in self._listeners[1:]:
+                loop.remove_reader(listener.fileno())
+            loop.add_reader(standby.fileno(), self._holder_gone)
+
+    def _holder_gone(self) -> None:
+        """The host that held the listeners closed its standby connection (or wrote on it): accept again."""
+        assert self._holder is not None
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._holder.fileno())
+        self._holder.close()
+        self._holder = None
+        for listener in self._listeners[1:]:
+            loop.add_reader(listener.fileno(), _accept_all, listener, self._command_arrived)
+        self._hand_listeners()
+
+    def _take(self) -> socket.socket | None:
+        """A live standby connection, or None."""
+        while self._idle:
+            standby = self._idle.popleft()
+            if _alive(standby):
+                return standby
+            self._discard(standby)
+        return None
+
+    def _send(self, standby: socket.socket, socks: list[socket.socket]) -> bool | None:
+        """Send HANDOVER with ``socks`` attached over ``standby``: True once sent; None when
+        ``standby`` is gone (closed) or full (busy until its host has read); False when the kernel
+        refuses to pass sockets, and from then on the relay pipes."""
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [sock.fileno() for sock in socks]))]
         try:
-            host = await self._take_standby()
-            if host is None:
-                log.warning("egress: no standby connection from the host within %gs; a command's connection closed",
-                            self._limits.standby_seconds)
-                return
-            await self._join(command, host)
-        finally:
-            self._tunnels.discard(task)
-            _close(command)
-            if host is not None:
-                _close(host)
+            standby.sendmsg([HANDOVER], rights, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            self._busy.add(standby)
+            asyncio.get_running_loop().add_writer(standby.fileno(), self._has_room, standby)
+            return None
+        except OSError as error:
+            if error.errno in _GONE:
+                self._discard(standby)
+                return None
+            log.warning("egress: the kernel does not pass sockets to the host (%s); relaying instead", error)
+            self._pass_descriptors = False
+            return False
+        return True
 
-    async def _join(self, command: _Stream, host: _Stream) -> None:
-        """Hand ``host`` over (HANDOVER), then carry bytes both ways until the host's side
+    def _has_room(self, standby: socket.socket) -> None:
+        asyncio.get_running_loop().remove_writer(standby.fileno())
+        self._busy.discard(standby)
+        self._idle.append(standby)
+        self._serve_waiting()
+        self._hand_listeners()
+
+    def _pipe(self, command: socket.socket, standby: socket.socket) -> None:
+        task = asyncio.ensure_future(self._join(command, standby))
+        self._tunnels.add(task)
+        task.add_done_callback(self._tunnels.discard)
+
+    async def _join(self, command: socket.socket, host: socket.socket) -> None:
+        """Hand ``host`` over (HANDOVER alone), then carry bytes both ways until the host's side
         ends (the proxy is done, or closed it) or either connection is lost. A command that
         half-closes its side still gets the answer."""
-        join = Join(command, host, ended_by="server", write_buffer_bytes=WRITE_BUFFER_BYTES)
-        self._joined.add(join)
+        streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         try:
-            await join.run(to_server=HANDOVER)
+            streams.append(await asyncio.open_connection(sock=command, limit=CHUNK))
+            streams.append(await asyncio.open_unix_connection(sock=host, limit=CHUNK))
+            join = Join(streams[0], streams[1], ended_by="server", write_buffer_bytes=WRITE_BUFFER_BYTES)
+            self._joined.add(join)
+            try:
+                await join.run(to_server=HANDOVER)
+            finally:
+                self._joined.discard(join)
         finally:
-            self._joined.discard(join)
+            for _, writer in streams:
+                writer.close()
+            for sock in (command, host)[len(streams):]:  # not taken over by a transport
+                sock.close()
 
-    async def _take_standby(self) -> _Stream | None:
-        """A live standby connection, waiting for one up to ``standby_seconds``; None if none came."""
-        while self._idle:
-            stream = self._idle.popleft()
-            if not _ended(stream):
-                return stream
-            _close(stream)
-        waiter: asyncio.Future[_Stream] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+    def _drop_dead(self) -> None:
+        alive = deque(standby for standby in self._idle if _alive(standby))
+        for standby in self._idle:
+            if standby not in alive:
+                self._discard(standby)
+        self._idle = alive
+
+    def _discard(self, standby: socket.socket) -> None:
+        if standby in self._busy:
+            self._busy.discard(standby)
+            asyncio.get_running_loop().remove_writer(standby.fileno())
+        standby.close()
+
+
+def _alive(standby: socket.socket) -> bool:
+    """Whether the host keeps a standby connection open (it writes nothing on one)."""
+    try:
+        standby.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True
+    except OSError:
+        pass
+    return False  # its end, or bytes no host writes there
+
+
+def _accept_all(listener: socket.socket, arrived: Callable[[socket.socket], None]) -> None:
+    """Accept every connection waiting on ``listener`` (non-blocking), each to ``arrived``."""
+    while True:
         try:
-            await asyncio.wait((waiter,), timeout=self._limits.standby_seconds)
-        except asyncio.CancelledError:
-            if waiter.done():  # handed over in the same instant
-                _close(waiter.result())
-            raise
-        finally:
-            if not waiter.done():
-                waiter.cancel()
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
-        return None if waiter.cancelled() else waiter.result()
+            sock, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as error:  # out of descriptors, or the connection aborted before accept
+            log.warning("egress relay: accept failed: %s", error)
+            return
+        sock.setblocking(False)
+        arrived(sock)
 
 
 def _loopback_socket(family: socket.AddressFamily, address: str, port: int) -> socket.socket | None:
@@ -239,13 +381,4 @@ def _loopback_socket(family: socket.AddressFamily, address: str, port: int) -> s
         if family == socket.AF_INET6 and error.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
             return None
         raise SystemExit(f"the egress relay cannot listen on {address}:{port}: {error.strerror}") from None
-    sock.setblocking(False)
     return sock
-
-
-def _ended(stream: _Stream) -> bool:
-    return stream[0].at_eof() or stream[1].is_closing()
-
-
-def _close(stream: _Stream) -> None:
-    stream[1].close()

@@ -2,18 +2,30 @@
 
 The relay (``protolink_sandboxd.egress_relay``, inside the container) listens on
 :data:`~protolink.wire.egress.SOCKET_NAME` in the channel directory; the host dials in and
-waits. When a command connects to the relay, the relay writes
-:data:`~protolink.wire.egress.HANDOVER` on one standby connection and pipes the command's
-bytes over it: :class:`RelayDialer` gives that connection to the proxy and dials a replacement
+waits. The relay writes :data:`~protolink.wire.egress.HANDOVER` on a standby connection with
+what it gives attached:
+
+- its loopback listeners: :class:`RelayDialer` accepts commands' connections from them itself
+  and gives each to the proxy, for as long as that standby connection stays open;
+- a command's connection (one the relay accepted while no host held the listeners): the proxy
+  serves it; the standby connection waits for the next;
+- nothing: the relay pipes the command's bytes over that connection (where sockets cannot be
+  passed); the proxy serves the standby connection, and a replacement is dialed at once.
+
+A descriptor that is not a TCP socket (listening, or connected) is closed unused. At most
+:data:`MAX_HANDLING` connections are served at once; beyond, a command's connection is closed
 at once. The host never listens: the container cannot reach anything the host made.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import logging
+import os
+import socket
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from protolink.wire.egress import HANDOVER
 
@@ -21,6 +33,11 @@ log = logging.getLogger(__name__)
 
 #: The largest read the proxy's side of a connection buffers before it waits for its reader.
 CHUNK = 256 * 1024
+#: Connections served at once (the proxy refuses beyond its own limit, which is lower); beyond
+#: this, a command's connection is closed at once: a flood costs the host no more descriptors.
+MAX_HANDLING = 256
+#: The most descriptors one HANDOVER carries (a listener for IPv4 and one for IPv6).
+MAX_HANDED = 2
 #: Pauses between attempts while the relay's socket is missing or refuses (doubling, then the most).
 RETRY_SECONDS = (0.05, 1.0)
 #: How long :meth:`RelayDialer.start` waits for the relay to answer.
@@ -35,8 +52,9 @@ class ConnectionHandler(Protocol):
 
 class RelayDialer:
     """Keeps ``standby`` connections open to the relay's Unix socket ``socket_path`` and gives
-    each one the relay hands a command's connection to ``proxy.handle``, dialing a replacement
-    at once. :meth:`start`, then :meth:`aclose` (which ends every connection it holds or handles)."""
+    every command's connection the relay hands over (see the module's docstring) to
+    ``proxy.handle``. :meth:`start`, then :meth:`aclose` (which ends every connection it holds,
+    accepts from or handles)."""
 
     def __init__(self, socket_path: Path, proxy: ConnectionHandler, *, standby: int = 4) -> None:
         if standby < 1:
@@ -45,8 +63,7 @@ class RelayDialer:
         self._proxy = proxy
         self._standby = standby
         self._keepers: list[asyncio.Task[None]] = []
-        self._waiting: set[asyncio.StreamWriter] = set()
-        self._handling: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._handling: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
@@ -65,10 +82,10 @@ class RelayDialer:
             for _ in range(self._standby):
                 first.append(await self._dial_until(deadline))
         except BaseException:
-            for _, writer in first:
-                writer.close()
+            for standby in first:
+                standby.close()
             raise
-        self._keepers = [asyncio.ensure_future(self._keep(stream)) for stream in first]
+        self._keepers = [asyncio.ensure_future(self._keep(standby)) for standby in first]
 
     async def aclose(self) -> None:
         """Stop dialing and close every connection, standby or being served."""
@@ -76,15 +93,13 @@ class RelayDialer:
         tasks = [*self._keepers, *self._handling]
         for task in tasks:
             task.cancel()
-        for writer in [*self._waiting, *self._handling.values()]:
-            writer.close()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _dial_until(self, deadline: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _dial_until(self, deadline: float) -> socket.socket:
         pause = RETRY_SECONDS[0]
         while True:
             try:
-                return await asyncio.open_unix_connection(self._path, limit=CHUNK)
+                return await _dial(self._path)
             except OSError as error:
                 if asyncio.get_running_loop().time() + pause > deadline:
                     raise ConnectionError(
@@ -92,44 +107,166 @@ class RelayDialer:
             await asyncio.sleep(pause)
             pause = min(pause * 2, RETRY_SECONDS[1])
 
-    async def _keep(self, stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None) -> None:
-        """One standby slot: wait for a handover on ``stream``, serve it, dial the next; forever."""
+    async def _keep(self, standby: socket.socket | None) -> None:
+        """One standby slot: wait for a handover on ``standby`` and serve what it brings; dial the
+        next when the relay took the connection itself, or closed it; forever."""
         pause = RETRY_SECONDS[0]
-        while True:
-            if stream is None:
-                try:
-                    stream = await asyncio.open_unix_connection(self._path, limit=CHUNK)
-                except OSError:
+        listeners: list[socket.socket] = []  # handed over on this standby connection, accepted from while it lasts
+        try:
+            while True:
+                if standby is None:
+                    try:
+                        standby = await _dial(self._path)
+                    except OSError:
+                        await asyncio.sleep(pause)
+                        pause = min(pause * 2, RETRY_SECONDS[1])
+                        continue
+                first, handed = await _receive(standby)
+                if first != HANDOVER:  # the relay closed it (it stops, or holds enough): dial again after a pause
+                    _close_all(handed)
+                    _close_all(self._stop_accepting(listeners))
+                    standby.close()
+                    standby = None
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, RETRY_SECONDS[1])
                     continue
-            reader, writer = stream
-            stream = None
-            self._waiting.add(writer)
+                pause = RETRY_SECONDS[0]
+                if not handed:  # the relay pipes the command's bytes over this connection
+                    _close_all(self._stop_accepting(listeners))
+                    standby, piped = None, standby
+                    self._serve(piped)
+                for sock in handed:
+                    kind = _tcp_kind(sock)
+                    if kind == "connection":
+                        self._serve(sock)
+                    elif kind == "listener":
+                        listeners.append(sock)
+                        asyncio.get_running_loop().add_reader(sock.fileno(), self._accept_all, sock)
+                    else:
+                        log.warning("the egress relay handed over a descriptor that is not a TCP socket; closed")
+                        sock.close()
+        finally:
+            _close_all(self._stop_accepting(listeners))
+            if standby is not None:
+                standby.close()
+
+    def _stop_accepting(self, listeners: list[socket.socket]) -> list[socket.socket]:
+        """Stop accepting from ``listeners`` (emptied); what they were, to close."""
+        loop = asyncio.get_running_loop()
+        for listener in listeners:
+            loop.remove_reader(listener.fileno())
+        stopped = listeners[:]
+        listeners.clear()
+        return stopped
+
+    def _accept_all(self, listener: socket.socket) -> None:
+        while True:
             try:
-                first = await reader.read(1)
-            except OSError:
-                first = b""
-            finally:
-                self._waiting.discard(writer)
-            if first != HANDOVER:  # the relay closed it (it stops, or holds enough): dial again after a pause
-                writer.close()
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, RETRY_SECONDS[1])
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:  # out of descriptors: leave the rest in the backlog for a moment
+                log.warning("the egress proxy cannot accept a command's connection: %s", error)
+                loop = asyncio.get_running_loop()
+                loop.remove_reader(listener.fileno())
+                loop.call_later(RETRY_SECONDS[1], self._resume_accepting, listener)
+                return
+            if len(self._handling) >= MAX_HANDLING:
+                sock.close()
                 continue
-            pause = RETRY_SECONDS[0]
-            self._serve(reader, writer)
+            sock.setblocking(False)
+            self._serve(sock)
 
-    def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.ensure_future(self._handle(reader, writer))
-        self._handling[task] = writer
-        task.add_done_callback(self._handling.pop)
+    def _resume_accepting(self, listener: socket.socket) -> None:
+        if listener.fileno() >= 0 and not self._closed:
+            asyncio.get_running_loop().add_reader(listener.fileno(), self._accept_all, listener)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _serve(self, sock: socket.socket) -> None:
+        task = asyncio.ensure_future(self._handle(sock))
+        self._handling.add(task)
+        task.add_done_callback(self._handling.discard)
+
+    async def _handle(self, sock: socket.socket) -> None:
+        writer = None
         try:
+            if sock.family == socket.AF_UNIX:
+                reader, writer = await asyncio.open_unix_connection(sock=sock, limit=CHUNK)
+            else:
+                reader, writer = await asyncio.open_connection(sock=sock, limit=CHUNK)
             await self._proxy.handle(reader, writer)
         except Exception:  # the proxy promises never to raise; one connection's failure must not end others
             log.exception("the egress proxy failed on a connection")
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
+            else:
+                sock.close()
 
+
+async def _dial(path: Path) -> socket.socket:
+    """A new connection to the relay's socket, non-blocking."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, str(path))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def _receive(standby: socket.socket) -> tuple[bytes, list[socket.socket]]:
+    """The next byte the relay writes on ``standby`` (b"": it closed, or failed) and the sockets
+    that came with it (at most :data:`MAX_HANDED`; any others, and what is not a socket, are closed)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            data, ancillary, flags, _ = standby.recvmsg(
+                1, socket.CMSG_SPACE(MAX_HANDED * _INT.itemsize), socket.MSG_CMSG_CLOEXEC)
+            break
+        except BlockingIOError:
+            pass
+        except OSError:
+            return b"", []
+        ready = loop.create_future()
+        loop.add_reader(standby.fileno(), lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            loop.remove_reader(standby.fileno())
+    descriptors = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            descriptors.frombytes(payload[:len(payload) - len(payload) % _INT.itemsize])
+    handed = []
+    for descriptor in descriptors:
+        if not flags & socket.MSG_CTRUNC:
+            try:
+                handed.append(socket.socket(fileno=descriptor))
+                continue
+            except OSError:  # not a socket
+                pass
+        os.close(descriptor)
+    return data, handed
+
+
+def _tcp_kind(sock: socket.socket) -> Literal["connection", "listener"] | None:
+    """What a handed-over socket is: a TCP connection, a listening TCP socket, or neither;
+    made non-blocking when it is one of the two."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+        return None
+    sock.setblocking(False)
+    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        return "listener"
+    try:
+        sock.getpeername()
+    except OSError:
+        return None
+    return "connection"
+
+
+def _close_all(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
+
+
+_INT = array.array("i")

@@ -1,9 +1,12 @@
-"""The egress relay on real loopback and Unix sockets: pairing, piping, bounds, closing."""
+"""The egress relay on real loopback and Unix sockets: handing commands' connections over,
+pairing and piping (where sockets cannot be passed), bounds, closing."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import os
+import socket
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,13 +23,27 @@ async def within(awaitable):
     return await asyncio.wait_for(awaitable, GUARD)
 
 
-@pytest.fixture
-async def relay(tmp_path: Path) -> AsyncIterator[EgressRelay]:
+async def started(tmp_path: Path, *, pass_descriptors: bool) -> EgressRelay:
     channel = tmp_path / "channel"
     channel.mkdir(mode=0o700)
-    relay = EgressRelay(0, str(channel / "egress.sock"), command_uid=65534,
+    relay = EgressRelay(0, str(channel / "egress.sock"), command_uid=65534, pass_descriptors=pass_descriptors,
                         limits=RelayLimits(max_standby=2, max_tunnels=3, standby_seconds=GUARD))
     await relay.start()
+    return relay
+
+
+@pytest.fixture
+async def relay(tmp_path: Path) -> AsyncIterator[EgressRelay]:
+    """A relay that pipes every connection, as where the kernel cannot pass sockets (gVisor)."""
+    relay = await started(tmp_path, pass_descriptors=False)
+    yield relay
+    await relay.aclose()
+
+
+@pytest.fixture
+async def handing(tmp_path: Path) -> AsyncIterator[EgressRelay]:
+    """A relay that hands commands' connections over."""
+    relay = await started(tmp_path, pass_descriptors=True)
     yield relay
     await relay.aclose()
 
@@ -42,6 +59,76 @@ async def standby(relay: EgressRelay) -> tuple[asyncio.StreamReader, asyncio.Str
 
 async def command(relay: EgressRelay) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection("127.0.0.1", relay.port)
+
+
+async def handed_over(host: socket.socket) -> list[socket.socket]:
+    """The sockets the relay hands over next on the host's standby socket ``host``."""
+    while True:
+        try:
+            data, ancillary, _, _ = host.recvmsg(1, socket.CMSG_SPACE(8))
+            break
+        except BlockingIOError:
+            await asyncio.sleep(0.001)
+    assert data == HANDOVER and len(ancillary) == 1
+    socks = [socket.socket(fileno=descriptor) for descriptor in array.array("i", ancillary[0][2])]
+    for sock in socks:
+        sock.setblocking(False)
+    return socks
+
+
+async def standby_socket(relay: EgressRelay) -> socket.socket:
+    """A host's standby connection as a plain socket, once the relay holds it."""
+    held = relay.standby
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(relay._socket_path)
+    sock.setblocking(False)
+    while relay.standby == held:
+        await asyncio.sleep(0.001)
+    return sock
+
+
+async def test_hands_its_listeners_to_the_host_which_accepts_commands_connections_itself(handing):
+    host = await standby_socket(handing)
+    (listener, *_) = await within(handed_over(host))
+    assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) and listener.getsockname()[1] == handing.port
+    assert handing.handed_over
+    loop = asyncio.get_running_loop()
+    for number in range(3):
+        reader, writer = await command(handing)
+        connection, _ = await within(loop.sock_accept(listener))
+        writer.write(b"request %d" % number)
+        assert await within(loop.sock_recv(connection, 100)) == b"request %d" % number
+        await loop.sock_sendall(connection, b"answer")
+        connection.close()  # the relay holds no copy: the command sees the end at once
+        assert await within(reader.read()) == b"answer"
+        writer.close()
+        assert handing.tunnels == 0 and handing.standby == 1
+    listener.close()
+    host.close()
+
+
+async def test_once_that_host_is_gone_the_relay_accepts_and_hands_over_to_the_next(handing):
+    first = await standby_socket(handing)
+    old_listeners = await within(handed_over(first))
+    first.close()  # the daemon that held the listeners ended
+    for listener in old_listeners:
+        listener.close()
+    while handing.handed_over:
+        await asyncio.sleep(0.001)
+    streams = [await command(handing) for _ in range(2)]
+    while handing.tunnels < 2:  # accepted by the relay, waiting for a standby connection
+        await asyncio.sleep(0.001)
+    host = await standby_socket(handing)
+    connections = [(await within(handed_over(host)))[0] for _ in streams]
+    assert sorted(c.getpeername() for c in connections) == sorted(w.get_extra_info("sockname") for _, w in streams)
+    (listener, *_) = await within(handed_over(host))  # then the listeners
+    assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    assert handing.tunnels == 0 and handing.handed_over
+    for connection, (_, writer) in zip(connections, streams, strict=True):
+        connection.close()
+        writer.close()
+    listener.close()
+    host.close()
 
 
 async def test_pairs_a_command_with_a_standby_connection_and_pipes_both_ways(relay):
