@@ -749,7 +749,7 @@ print(json.dumps(outcomes))
 async def test_a_thousand_connections_at_once(egress):
     """A command opens 1,000 connections to the proxy at once, each asking CONNECT to an allowed loopback server, and holds every tunnel it gets open.
 
-    The limits hold: at most max_connections (64) tunnels are opened, the rest are refused (503 or 429 from the proxy, or closed by the relay at its bound of open tunnels) with denied events; none hangs; the sandbox's other calls answer meanwhile and a new connection is allowed once the command ends.
+    The limits hold: at most max_connections (64) tunnels are opened, the rest are refused (503 or 429 from the proxy, or closed at the bound of connections served at once: the host's, or the relay's under gVisor) with denied events; none hangs; the sandbox's other calls answer meanwhile and a new connection is allowed once the command ends.
     """
     port = egress.servers.http_port
     await egress.allow([f"web.egress.test:{port}"], loopback=True)
