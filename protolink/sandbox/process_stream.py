@@ -153,7 +153,7 @@ class ProcessStream:
                 await call.write(request)
             except grpc.aio.AioRpcError as error:
                 raise from_rpc_error(error) from None
-            except grpc.aio.UsageError:
+            except (grpc.aio.UsageError, asyncio.InvalidStateError):  # the call is over (cancelled, say)
                 raise SandboxUnavailableError("the sandbox's process stream has ended") from None
 
     def _cancel(self, call: Any, request_id: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 from protolink.execution.process_types import ProcessSpec
 from protolink.sandbox import connect, process_stream
+from protolink.sandbox.client import attach
 from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.wire.status import NOT_CONNECTED_DETAILS
 
@@ -249,3 +251,22 @@ async def test_a_call_that_could_not_be_sent_is_made_once_more(fake, monkeypatch
         script.unsent = 2
         with pytest.raises(SandboxUnavailableError, match=NOT_CONNECTED_DETAILS):
             await backend.info()
+
+
+async def test_a_backend_closed_as_soon_as_it_attached_leaves_no_failure_behind(fake):
+    """Closing cancels the call opened at attach before its opening request is written; that
+    write fails quietly, not as a task whose error nobody retrieved (reported on the loop)."""
+    script, address = fake
+    reported: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: reported.append(context))
+    channel = grpc.aio.insecure_channel(address)  # a service's channel, say: the call is grpcio's
+    try:
+        backend = await attach(channel)
+        await backend.aclose()
+        async with asyncio.timeout(60):  # a hang guard: the opening write ends
+            while backend._processes._tasks:
+                await asyncio.sleep(0.01)
+        gc.collect()
+        assert reported == []
+    finally:
+        await channel.close()
