@@ -126,13 +126,16 @@ async def attach(
     at once with its ``info``, already at hand). Closing the backend closes the channel only
     when it ``owns_channel``. With the server's plaintext ``address`` (``unix:///path`` or
     ``[tcp://]host:port``), processes run on connections of their own to it, without grpcio's
-    receive (:func:`.process_stream.own_calls`); without it, on the channel."""
+    receive (:func:`.process_stream.own_calls`); without it, on the channel. The processes' call
+    is opened at once (:meth:`.process_stream.ProcessStream.open`)."""
     response = info if info is not None else await _call(
         sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
         metadata=tuple(metadata), timeout=timeout, wait_for_ready=True,
     )
-    return SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
-                          owns_channel=owns_channel, address=address)
+    backend = SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
+                             owns_channel=owns_channel, address=address)
+    backend._processes.open()  # the first command's connection and stream, set up meanwhile
+    return backend
 
 
 class SandboxBackend(Operations):

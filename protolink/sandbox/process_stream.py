@@ -4,7 +4,9 @@ Each process is a request on the call, with an id of its own; the events of ever
 come back on the call tagged with that id, and one reader hands each to the process it belongs
 to. The call is made on a connection of the client's own when the backend knows the server's
 address (:mod:`.aio_call`: no grpcio in the receive of output), else through grpcio's channel
-(a sandbox service's). It is opened on first use and again after it fails; a failure of the
+(a sandbox service's). It is opened when the backend attaches (:meth:`ProcessStream.open`: the
+first command does not pay for the connection and the stream on each hop), on first use after
+it ended, and again after it fails; a failure of the
 call fails every process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError`
 and friends).
 Everything the server sends is untrusted: events are parsed and checked in order (an output
@@ -44,6 +46,11 @@ QUEUED_EVENTS = 8
 #: one. An open call is also why gRPC's fork handlers may crash a child the host process forks
 #: meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
 IDLE_CALL_SECONDS = 1.0
+
+#: The request that opens a call ahead of its first process: a cancel of request 0, which no
+#: process has (ids start at 1), so the server (and a service that forwards the call to it once
+#: its first request arrives) takes it and does nothing.
+OPENING = process_pb2.ExecuteRequest(id=0, cancel=True)
 
 EXECUTE = f"/{sandbox_pb2.DESCRIPTOR.services_by_name['Sandbox'].full_name}/Execute"
 
@@ -101,7 +108,14 @@ class ProcessStream:
             if not finished:
                 self._cancel(call, request.id)
             if not self._waiting:
-                self._idle_close = asyncio.get_running_loop().call_later(IDLE_CALL_SECONDS, self._end_idle, call)
+                self._end_when_idle(call)
+
+    def open(self) -> None:
+        """Open the call now, ahead of the first process, sending :data:`OPENING` on it; like an
+        idle one it ends after IDLE_CALL_SECONDS unless a process comes."""
+        call = self._open()
+        self._keep(self._write_quietly(call, OPENING))
+        self._end_when_idle(call)
 
     async def aclose(self) -> None:
         """End the call: the server kills and reaps whatever still runs on it."""
@@ -110,6 +124,11 @@ class ProcessStream:
         if self._call is not None:
             self._call.cancel()
             self._call = None
+
+    def _end_when_idle(self, call: Any) -> None:
+        if self._idle_close is not None:
+            self._idle_close.cancel()
+        self._idle_close = asyncio.get_running_loop().call_later(IDLE_CALL_SECONDS, self._end_idle, call)
 
     def _end_idle(self, call: Any) -> None:
         if call is self._call and not self._waiting:
@@ -134,7 +153,7 @@ class ProcessStream:
                 await call.write(request)
             except grpc.aio.AioRpcError as error:
                 raise from_rpc_error(error) from None
-            except grpc.aio.UsageError:
+            except (grpc.aio.UsageError, asyncio.InvalidStateError):  # the call is over (cancelled, say)
                 raise SandboxUnavailableError("the sandbox's process stream has ended") from None
 
     def _cancel(self, call: Any, request_id: int) -> None:

@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
         return REFUSED
 
     def serve() -> int:
-        # The reaper's pages stay shared while neither side writes them: the collector would
-        # write to every object it scans, and what the server alone needs is imported here.
+        # Pages stay shared with the reaper (where this is its child) and with the workers and
+        # spawner forked below while neither side writes them: the collector would write to
+        # every object it scans, and what the server alone needs is imported here.
         gc.freeze()
         import asyncio
 

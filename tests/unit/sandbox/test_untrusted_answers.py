@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 from protolink.execution.process_types import ProcessSpec
 from protolink.sandbox import connect, process_stream
+from protolink.sandbox.client import attach
 from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
 from protolink.wire.status import NOT_CONNECTED_DETAILS
 
@@ -47,6 +49,7 @@ class Script:
         #: Calls to fail the way gRPC fails a call it could not send, before answering any.
         self.unsent = 0
         self.calls: list[str] = []
+        self.ended = 0  # Execute calls over
 
     async def _answered(self, name: str, context: Any) -> None:
         self.calls.append(name)
@@ -59,18 +62,25 @@ class Script:
         return self.info.SerializeToString()
 
     async def _execute(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
-        """Answers the first process's request with the scripted events, under its id unless an event has one."""
+        """Answers the first process's request with the scripted events, under its id unless an
+        event has one; a cancel (the request that opens the call, say) gets nothing, as it does
+        from the real server when no such process runs."""
         await self._answered("Execute", context)
-        async for request in requests:
-            request_id = process_pb2.ExecuteRequest.FromString(request).id
-            for event in self.events:
-                tagged = process_pb2.ExecuteEvent()
-                tagged.CopyFrom(event)
-                tagged.id = tagged.id or request_id
-                yield tagged.SerializeToString()
-            if self.then_silence:
-                await asyncio.sleep(3600)
-            return
+        try:
+            async for request in requests:
+                parsed = process_pb2.ExecuteRequest.FromString(request)
+                if parsed.cancel:
+                    continue
+                for event in self.events:
+                    tagged = process_pb2.ExecuteEvent()
+                    tagged.CopyFrom(event)
+                    tagged.id = tagged.id or parsed.id
+                    yield tagged.SerializeToString()
+                if self.then_silence:
+                    await asyncio.sleep(3600)
+                return
+        finally:
+            self.ended += 1
 
     async def _read_text(self, request: bytes, context: Any) -> bytes:
         return self.read_text.SerializeToString()
@@ -222,12 +232,16 @@ async def test_a_call_waits_a_moment_for_a_lost_connection_to_come_back(tmp_path
                 await returning
 
 
-async def test_a_call_that_could_not_be_sent_is_made_once_more(fake):
+async def test_a_call_that_could_not_be_sent_is_made_once_more(fake, monkeypatch):
     """A connection lost just before a call fails it unsent (gRPC: "failed to connect to all
     addresses"); the backend makes such a call once more, a process included, and no more."""
     script, address = fake
     script.events = [output("ran"), finished(exit_code=0)]  # no started: a short command's output says it ran
+    monkeypatch.setattr(process_stream, "IDLE_CALL_SECONDS", 0.05)
     async with await connect(address) as backend:
+        async with asyncio.timeout(60):  # a hang guard: the call opened at attach ends, idle
+            while script.calls != ["Info", "Execute"] or script.ended != 1:
+                await asyncio.sleep(0.01)
         script.calls.clear()
         script.unsent = 1
         assert (await backend.info()).boundary == "sandbox:fake"
@@ -237,3 +251,22 @@ async def test_a_call_that_could_not_be_sent_is_made_once_more(fake):
         script.unsent = 2
         with pytest.raises(SandboxUnavailableError, match=NOT_CONNECTED_DETAILS):
             await backend.info()
+
+
+async def test_a_backend_closed_as_soon_as_it_attached_leaves_no_failure_behind(fake):
+    """Closing cancels the call opened at attach before its opening request is written; that
+    write fails quietly, not as a task whose error nobody retrieved (reported on the loop)."""
+    script, address = fake
+    reported: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: reported.append(context))
+    channel = grpc.aio.insecure_channel(address)  # a service's channel, say: the call is grpcio's
+    try:
+        backend = await attach(channel)
+        await backend.aclose()
+        async with asyncio.timeout(60):  # a hang guard: the opening write ends
+            while backend._processes._tasks:
+                await asyncio.sleep(0.01)
+        gc.collect()
+        assert reported == []
+    finally:
+        await channel.close()
