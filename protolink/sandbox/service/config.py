@@ -28,8 +28,10 @@ gateway``) the service reaches with TLS, pinned by fingerprint, and the token in
     gateway = "10.0.0.11:7443"
     fingerprint = "sha256:..."                      # what the gateway printed
 
-Swarm placement keeps no warm pools and gives no egress and no managed workspace (refused when
-configured or asked); a create's roots must exist at the same paths on every node.
+The ``[swarm]`` table may also come from a file of its own (``serve --swarm FILE``, ``up --swarm
+FILE``), which replaces the configuration file's. Swarm placement keeps no warm pools and gives no
+egress and no managed workspace (refused when configured or asked); a create's roots must exist
+at the same paths on every node.
 """
 
 from __future__ import annotations
@@ -146,6 +148,20 @@ class SwarmConfig:
         return token
 
 
+def load_swarm_table(path: Path) -> dict[str, Any]:
+    """The ``[swarm]`` table of the TOML file ``path``, checked; ValueError when it has none or it
+    does not hold."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ValueError(f"cannot read the Swarm file {path}: {error.strerror}") from None
+    table = tomllib.loads(text).get("swarm")
+    if not isinstance(table, dict):
+        raise ValueError(f"{path} has no [swarm] table")
+    SwarmConfig.from_table(table)
+    return table
+
+
 @dataclass(frozen=True)
 class ServiceConfig:
     """Templates by name, the default one, the host directories sandboxes may mount, and the
@@ -167,10 +183,14 @@ class ServiceConfig:
                                      f"no egress")
 
     @classmethod
-    def load(cls, path: Path | None, *, image: str, pool: int | None = None) -> ServiceConfig:
+    def load(cls, path: Path | None, *, image: str, pool: int | None = None,
+             swarm: Path | None = None) -> ServiceConfig:
         """The configuration in ``path`` (None: a default template only); ``image`` is a
-        template's image unless it names one; ``pool`` replaces the default template's pool size."""
+        template's image unless it names one; ``pool`` replaces the default template's pool size;
+        the ``[swarm]`` table of the file ``swarm`` replaces the configuration's."""
         data: dict[str, Any] = tomllib.loads(path.read_text()) if path is not None else {}
+        if swarm is not None:
+            data["swarm"] = load_swarm_table(swarm)
         default = data.get("default_template", DEFAULT_TEMPLATE)
         tables = data.get("templates") or {default: {}}
         templates = {name: Template.from_table(name, table, image) for name, table in tables.items()}
