@@ -61,6 +61,8 @@ async def serve(name: str, config: ServiceConfig, *, tcp: str | None = None,
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if config.swarm is not None:  # before any Swarm service exists: `down` finds them through it
+        write_private(files.swarm, json.dumps({"manager": config.swarm.manager}))
     try:
         await manager.start()
         await server.start()

@@ -36,6 +36,28 @@ POLL_SECONDS = 0.1
 ENDED = frozenset({"complete", "shutdown", "failed", "rejected", "orphaned", "remove"})
 
 
+def manager_client(manager: str) -> Any:
+    """A docker client of the Swarm manager's engine ``manager`` (a docker URL); blocking."""
+    import docker
+
+    return docker.DockerClient(base_url=manager, version="auto")
+
+
+def remove_services(manager: str, label: str, service: str) -> int:
+    """Remove every Swarm service carrying ``label=service`` on ``manager`` (blocking); how many."""
+    import docker.errors
+
+    client = manager_client(manager)
+    try:
+        found = client.api.services(filters={"label": f"{label}={service}"})
+        for each in found:
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_service(each["ID"])
+    finally:
+        client.close()
+    return len(found)
+
+
 class SwarmPlacement:
     """Sandboxes as services on the Swarm of ``config``; :meth:`open` before use (blocking calls
     run on threads)."""
@@ -46,10 +68,8 @@ class SwarmPlacement:
         self._docker: Any = None
 
     async def open(self) -> None:
-        import docker
-
         self._token = self.config.token()
-        self._docker = await asyncio.to_thread(docker.DockerClient, base_url=self.config.manager, version="auto")
+        self._docker = await asyncio.to_thread(manager_client, self.config.manager)
 
     async def close(self) -> None:
         if self._docker is not None:

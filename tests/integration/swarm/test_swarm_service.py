@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from contextlib import closing
 
+import docker
 import pytest
 
 from protolink.errors import SandboxLostError
+from protolink.sandbox.service import labels
+from protolink.sandbox.service.client import connect
+from protolink.sandbox.service.process import remove_everything, start_service, stop_service
 from tests.swarm_cluster import Node, eventually, wait_until
 
 # Root: the cluster makes a veth pair and removes its nodes' cgroups.
@@ -58,6 +62,31 @@ async def test_a_restarted_service_adopts_its_swarm_sandboxes(swarm_service, run
     again = await client.open(kept.id)
     assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "kept\n"  # the same task
     await again.delete()
+
+
+def _swarm_services(service) -> list[str]:
+    with closing(service.cluster.manager.client()) as manager:
+        return [found["Spec"]["Name"] for found in
+                manager.api.services(filters={"label": f"{labels.SERVICE}={service.name}"})]
+
+
+async def test_down_removes_the_swarm_services_of_a_service_that_up_started_with_a_swarm_file(swarm_service):
+    await swarm_service.stop()  # the same service, now detached as `up --swarm FILE` starts it
+    name, files, runtime = swarm_service.name, swarm_service.files, swarm_service.runtime
+    await start_service(name, ["--config", str(runtime / "service.toml"), "--swarm", str(runtime / "swarm.toml")])
+    try:
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        try:
+            made = [(await client.create()).id, (await client.create()).id]
+        finally:
+            await client.aclose()
+        assert sorted(found.rsplit("-", 1)[1] for found in _swarm_services(swarm_service)) == sorted(made)
+    finally:
+        assert await stop_service(name)
+    with closing(docker.from_env()) as host:
+        assert remove_everything(name, host) == 2
+    assert _swarm_services(swarm_service) == [] and not files.swarm.exists()
+    wait_until(lambda: not _containers(swarm_service.cluster.nodes), "every node to have no container left")
 
 
 async def test_a_sandbox_on_a_node_that_dies_is_lost_and_new_ones_go_to_the_nodes_left(swarm_service, run, docker_client):
