@@ -120,6 +120,13 @@ class Manager:
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}")
         return placed
 
+    async def reach(self, tenant: Tenant, sandbox_id: str) -> Placed:
+        """:meth:`find`, connected: a Swarm sandbox whose gateway did not answer before is connected
+        again (SandboxNotReachedError when it still does not)."""
+        placed = self.find(tenant, sandbox_id)
+        await sandboxes.reach(placed, self.swarm)
+        return placed
+
     def listing(self, tenant: Tenant) -> list[Placed]:
         """``tenant``'s sandboxes that run, then those that ended lately."""
         running = [placed for placed in self.sandboxes.values() if placed.tenant == tenant.id]
@@ -264,8 +271,8 @@ class Manager:
             placed.node, placed.container_id, placed.task_id = where
             if placed.id in renewals:
                 placed.expires, placed.renewed = renewals[placed.id], True
-            try:
-                await sandboxes.connect_swarm(placed, self.swarm)
+            try:  # its task ran: one try now, the others at its calls (sandboxes.reach)
+                await sandboxes.connect_swarm(placed, self.swarm, patience=0)
             except SandboxError as error:
                 log.warning("could not reach adopted sandbox %s: %s", placed.id, error)
             self.sandboxes[placed.id] = placed

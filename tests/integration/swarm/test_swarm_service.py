@@ -11,7 +11,7 @@ from contextlib import closing
 import docker
 import pytest
 
-from protolink.errors import SandboxLostError
+from protolink.errors import SandboxLostError, SandboxUnavailableError
 from protolink.sandbox.service import labels
 from protolink.sandbox.service.client import connect
 from protolink.sandbox.service.process import remove_everything, start_service, stop_service
@@ -61,6 +61,37 @@ async def test_a_restarted_service_adopts_its_swarm_sandboxes(swarm_service, run
     assert (status.id, status.state, status.labels) == (kept.id, "running", {"job": "adopted"})
     again = await client.open(kept.id)
     assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "kept\n"  # the same task
+    await again.delete()
+
+
+async def test_a_sandbox_whose_gateway_does_not_answer_fails_typed_and_is_reached_again_later(
+        swarm_service, gateways, run):
+    _, by_node = gateways
+    cluster = swarm_service.cluster
+    kept = await swarm_service.client.create()
+    assert (await run(kept.backend, ["/bin/sh", "-c", "echo kept > /tmp/mark"])).exit_code == 0
+    node = _node_of(swarm_service, kept.id)
+    await kept.backend.aclose()
+    await swarm_service.stop()
+    cluster.stop_gateway(node)
+    try:  # adopted while its gateway is down: its task runs, so it is not lost
+        client = await swarm_service.start()
+        assert [(status.id, status.state) for status in await client.list()] == [(kept.id, "running")]
+        with pytest.raises(SandboxUnavailableError, match=f"answers at {by_node[node.container].address}") as refused:
+            await client.open(kept.id)  # its first call, Info, is refused typed
+        assert not isinstance(refused.value, SandboxLostError)
+    finally:
+        assert cluster.restart_gateway(node) == by_node[node.container]
+    again = await client.open(kept.id)  # reached at this call
+    assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "kept\n"
+    cluster.stop_gateway(node)  # now while the service holds a connection through it
+    try:
+        with pytest.raises(SandboxUnavailableError) as failed:
+            await run(again.backend, ["/bin/true"])
+        assert not isinstance(failed.value, SandboxLostError)
+    finally:
+        cluster.restart_gateway(node)
+    assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "kept\n"
     await again.delete()
 
 
