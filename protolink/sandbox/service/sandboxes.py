@@ -216,7 +216,7 @@ async def start(service: str, placed: Placed, overrides: Overrides, events: Even
         await _start_on_swarm(service, placed, overrides, swarm)
         return
     roots = overrides.roots + ((Root(placed.workspace, writable=True),) if placed.workspace else ())
-    config = _sandbox_config(service, placed, roots, labels.container_name(service, placed.tenant, placed.id))
+    config = sandbox_config(service, placed, roots, labels.container_name(service, placed.tenant, placed.id))
 
     def on_egress(event: Any) -> None:
         events.emit("egress", placed.tenant, placed.id, **asdict(event))
@@ -233,7 +233,8 @@ async def start(service: str, placed: Placed, overrides: Overrides, events: Even
     placed.state = "running"
 
 
-def _sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: str) -> SandboxConfig:
+def sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: str) -> SandboxConfig:
+    """The configuration of ``placed``'s container (or Swarm task) named ``name``, mounting ``roots``."""
     template = placed.template
     return SandboxConfig(
         roots=roots, image=template.image,
@@ -241,15 +242,17 @@ def _sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name:
         lease=Lease(owner=f"service:{service}", session=placed.id, expiry_seconds=None),
         name=name,
         egress=None if template.allow is None else parse_policy(template.allow),
+        runtime=template.runtime,
     )
 
 
 async def _start_on_swarm(service: str, placed: Placed, overrides: Overrides, swarm: SwarmPlacement) -> None:
     """Start ``placed`` as a Swarm service and wait until its server answers through its node's gateway."""
     name = labels.swarm_name(service, placed.tenant, placed.id)
-    config = _sandbox_config(service, placed, overrides.roots, name)
+    config = sandbox_config(service, placed, overrides.roots, name)
     found = {**container_labels(service, placed), labels.TENANT: placed.tenant, labels.SANDBOX: placed.id}
-    placed.node, placed.container_id, placed.task_id = await swarm.start(config, found)
+    placed.node, placed.container_id, placed.task_id = await swarm.start(config, found,
+                                                                         dict(placed.template.node_labels))
     placed.swarm_service, placed.container_labels = name, found
     try:
         await connect_swarm(placed, swarm)
