@@ -129,9 +129,9 @@ async def swarm_service(swarm: SwarmCluster, gateways, docker_client, sandbox_im
     (runtime / "gateway-token").chmod(0o600)
     nodes = "".join(f'[swarm.nodes."{node}"]\ngateway = "{gateway.address}"\nfingerprint = "{gateway.fingerprint}"\n'
                     for node, gateway in by_node.items())
-    (runtime / "service.toml").write_text(
-        f'[templates.default]\nimage = "{docker_client.images.get(sandbox_image).id}"\nttl_seconds = 0\n'
-        f'idle_seconds = 0\n')
+    template = f'image = "{docker_client.images.get(sandbox_image).id}"\nttl_seconds = 0\nidle_seconds = 0\n'
+    (runtime / "service.toml").write_text(f'[templates.default]\n{template}\n[templates.zoned]\n{template}'
+                                          f'node_labels = {{ zone = "labelled" }}\n')  # only such a node runs it
     (runtime / "swarm.toml").write_text(f'[swarm]\nmanager = "unix://{swarm.manager.socket}"\n'
                                         f'gateway_token_file = "{runtime / "gateway-token"}"\n{nodes}')
     name = f"{TEST_NAME_PREFIX}sw-{secrets.token_hex(4)}"

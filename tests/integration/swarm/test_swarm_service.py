@@ -95,6 +95,29 @@ async def test_a_sandbox_whose_gateway_does_not_answer_fails_typed_and_is_reache
     await again.delete()
 
 
+async def test_a_templates_node_labels_choose_the_node_its_sandboxes_run_on(swarm_service, run):
+    cluster = swarm_service.cluster
+    chosen = cluster.nodes[-1]
+    _label(cluster, chosen, {"zone": "labelled"})
+    try:
+        zoned = await swarm_service.client.create("zoned")
+        placement = swarm_service.swarm_service(zoned.id)["Spec"]["TaskTemplate"]["Placement"]
+        assert placement["Constraints"] == ["node.labels.zone==labelled"]
+        assert _node_of(swarm_service, zoned.id) == chosen
+        assert (await run(zoned.backend, ["/bin/echo", "zoned"])).stdout == "zoned\n"
+        await zoned.delete()
+    finally:
+        _label(cluster, chosen, {})
+    assert _swarm_services(swarm_service) == []
+
+
+def _label(cluster, node: Node, labels_: dict[str, str]) -> None:
+    """Give ``node`` exactly ``labels_`` (``docker node update --label-add``)."""
+    with closing(cluster.manager.client()) as manager:
+        found = next(each for each in manager.api.nodes() if each["Description"]["Hostname"] == node.container)
+        manager.api.update_node(found["ID"], found["Version"]["Index"], {**found["Spec"], "Labels": labels_})
+
+
 def _swarm_services(service) -> list[str]:
     with closing(service.cluster.manager.client()) as manager:
         return [found["Spec"]["Name"] for found in
