@@ -30,11 +30,13 @@ the nodes by ``docker save | docker load`` (:meth:`load_image`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import io
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tarfile
@@ -133,6 +135,7 @@ class SwarmCluster:
         self.figures = Figures()
         self._labels = {CLUSTER_LABEL: self.name, OWNER_LABEL: process_owner()}
         self._workdir: Path | None = None
+        self._gateways: dict[str, tuple[str, str, str]] = {}  # each node's gateway: its exec's id, token, python
 
     def __enter__(self) -> SwarmCluster:
         try:
@@ -218,10 +221,24 @@ class SwarmCluster:
         run = self.host.api.exec_create(node.container, ["/bin/sh", "-c", command],
                                         environment={"PYTHONDONTWRITEBYTECODE": "1"})
         self.host.api.exec_start(run["Id"], detach=True)
+        self._gateways[node.container] = (run["Id"], token, python)
         certificate = node.files / "gateway" / CERTIFICATE_FILE
         wait_until(lambda: certificate.exists() and _listens(node.address, GATEWAY_PORT),
                    f"the gateway of {node.container} (log: {node.files / 'gateway.log'})")
         return NodeGateway(f"{node.address}:{GATEWAY_PORT}", fingerprint_of(certificate.read_bytes()))
+
+    def stop_gateway(self, node: Node) -> None:
+        """Kill the gateway :meth:`start_gateway` started on ``node`` (by its process id) and wait
+        until its port is closed; :meth:`restart_gateway` starts it again."""
+        pid = self.host.api.exec_inspect(self._gateways[node.container][0])["Pid"]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not _listens(node.address, GATEWAY_PORT), f"the gateway of {node.container} to end")
+
+    def restart_gateway(self, node: Node) -> NodeGateway:
+        """Start ``node``'s gateway again as it was started: same token, same certificate."""
+        _, token, python = self._gateways[node.container]
+        return self.start_gateway(node, token, python)
 
     def node_of_task(self, task: dict[str, Any]) -> Node:
         """The node a task (as the manager lists it) runs on."""

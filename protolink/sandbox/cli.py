@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from protolink.errors import SandboxError, SandboxNotReachedError
@@ -76,6 +77,10 @@ async def _up(args: argparse.Namespace) -> int:
         from .egress.policy import parse_policy
 
         egress = parse_policy(args.allow)  # a rule it cannot parse ends here, before anything slow
+    if args.swarm is not None:  # a table that does not hold ends here, before anything slow
+        from .service.config import load_swarm_table
+
+        load_swarm_table(Path(args.swarm))
     roots = [Root.parse(text) for text in args.root] or roots_from_env()
     identity = Identity.of()
     workspace = None
@@ -131,6 +136,8 @@ async def _start_service(args: argparse.Namespace, image: str) -> str:
     arguments = ["--image", image, "--pool", str(args.pool)]
     if args.service_config is not None:
         arguments += ["--config", args.service_config]
+    if args.swarm is not None:
+        arguments += ["--swarm", str(Path(args.swarm).resolve())]  # the service runs in /
     if args.service_tcp is not None:
         arguments += ["--tcp", args.service_tcp]
     record = await start_service(args.name, arguments)
@@ -147,8 +154,6 @@ async def _start_service(args: argparse.Namespace, image: str) -> str:
 async def _start_egress(name: str, container_id: str, address: str, allow: list[str]) -> dict[str, Any]:
     """Start the egress daemon of appliance ``name``, whose server listens at ``address``."""
     import asyncio
-    from pathlib import Path
-
     from .appliance import find
     from .egress.control import start_daemon
 
@@ -414,6 +419,10 @@ def _parser() -> argparse.ArgumentParser:
                          "fingerprint is printed) and tokens")
     up.add_argument("--service-config", default=None, metavar="FILE",
                     help="the sandbox service's TOML file (templates, allowed roots): docs/service.md")
+    up.add_argument("--swarm", default=None, metavar="FILE",
+                    help="the sandbox service places its sandboxes on Docker Swarm: FILE is TOML with a [swarm] "
+                         "table (manager = a manager's engine URL, gateway_token_file, and [swarm.nodes.HOSTNAME] "
+                         "gateway = HOST:PORT, fingerprint = what that node's gateway printed); docs/swarm.md")
     _add_exec(commands)
     _add_ci(commands)
     _add_service(commands)
@@ -474,8 +483,6 @@ def _kube_manifest(args: argparse.Namespace) -> int:
     """Print the manifests of ``kube-manifest``; 1 with the reason when the options make no sandbox."""
     import json
     from dataclasses import replace
-    from pathlib import Path
-
     import yaml
 
     from protolink.wire.roots import Root

@@ -15,6 +15,8 @@ The configuration file is TOML::
     idle_seconds = 600                 # 0: no idle timeout
     pool = 2                           # warm, never-used sandboxes kept ready
     allow = ["pypi.org:443"]           # egress; absent: no network at all
+    runtime = "runsc"                  # the engine's runtime (gVisor); absent: the engine's default
+    node_labels = { zone = "eu" }      # on Swarm only: the nodes that may run it (constraints)
 
 With a ``[swarm]`` table the service places every sandbox on a Docker Swarm cluster
 (docs/swarm.md): ``manager`` is a manager's engine, each node a gateway (``protolink-sandbox
@@ -28,8 +30,10 @@ gateway``) the service reaches with TLS, pinned by fingerprint, and the token in
     gateway = "10.0.0.11:7443"
     fingerprint = "sha256:..."                      # what the gateway printed
 
-Swarm placement keeps no warm pools and gives no egress and no managed workspace (refused when
-configured or asked); a create's roots must exist at the same paths on every node.
+The ``[swarm]`` table may also come from a file of its own (``serve --swarm FILE``, ``up --swarm
+FILE``), which replaces the configuration file's. Swarm placement keeps no warm pools and gives no
+egress and no managed workspace (refused when configured or asked); a create's roots must exist
+at the same paths on every node.
 """
 
 from __future__ import annotations
@@ -62,18 +66,25 @@ class Template:
     idle_seconds: float | None = 600.0
     allow: tuple[str, ...] | None = None
     pool: int = 0
+    runtime: str | None = None
+    node_labels: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_table(cls, name: str, table: dict[str, Any], image: str) -> Template:
-        known = {"image", "memory_mib", "cpus", "pids", "ttl_seconds", "idle_seconds", "allow", "pool"}
+        known = {"image", "memory_mib", "cpus", "pids", "ttl_seconds", "idle_seconds", "allow", "pool", "runtime",
+                 "node_labels"}
         if unknown := set(table) - known:
             raise ValueError(f"template {name!r}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-        allow = table.get("allow")
+        allow, node_labels = table.get("allow"), table.get("node_labels", {})
+        if not isinstance(node_labels, dict) or not all(isinstance(v, str) and v for v in node_labels.values()):
+            raise ValueError(f"template {name!r}: node_labels is a table of labels to non-empty strings")
         return cls(name=name, image=table.get("image", image), memory_bytes=int(table.get("memory_mib", 512)) * MiB,
                    cpus=float(table.get("cpus", 1.0)), pids=int(table.get("pids", 256)),
                    ttl_seconds=float(table.get("ttl_seconds", 3600)) or None,
                    idle_seconds=float(table.get("idle_seconds", 600)) or None,
-                   allow=None if allow is None else tuple(map(str, allow)), pool=int(table.get("pool", 0)))
+                   allow=None if allow is None else tuple(map(str, allow)), pool=int(table.get("pool", 0)),
+                   runtime=str(table["runtime"]) if "runtime" in table else None,
+                   node_labels=tuple(sorted((str(key), value) for key, value in node_labels.items())))
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,20 @@ class SwarmConfig:
         return token
 
 
+def load_swarm_table(path: Path) -> dict[str, Any]:
+    """The ``[swarm]`` table of the TOML file ``path``, checked; ValueError when it has none or it
+    does not hold."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ValueError(f"cannot read the Swarm file {path}: {error.strerror}") from None
+    table = tomllib.loads(text).get("swarm")
+    if not isinstance(table, dict):
+        raise ValueError(f"{path} has no [swarm] table")
+    SwarmConfig.from_table(table)
+    return table
+
+
 @dataclass(frozen=True)
 class ServiceConfig:
     """Templates by name, the default one, the host directories sandboxes may mount, and the
@@ -160,17 +185,22 @@ class ServiceConfig:
         if self.default_template not in self.templates:
             raise ValueError(f"the default template {self.default_template!r} is not among the templates "
                              f"({', '.join(sorted(self.templates))})")
-        if self.swarm is not None:
-            for template in self.templates.values():
-                if template.pool or template.allow is not None:
-                    raise ValueError(f"template {template.name!r}: a Swarm placement keeps no pool and gives "
-                                     f"no egress")
+        for template in self.templates.values():
+            if self.swarm is not None and (template.pool or template.allow is not None):
+                raise ValueError(f"template {template.name!r}: a Swarm placement keeps no pool and gives no egress")
+            if self.swarm is None and template.node_labels:
+                raise ValueError(f"template {template.name!r}: node_labels place sandboxes on Swarm nodes; this "
+                                 f"service has no [swarm] table")
 
     @classmethod
-    def load(cls, path: Path | None, *, image: str, pool: int | None = None) -> ServiceConfig:
+    def load(cls, path: Path | None, *, image: str, pool: int | None = None,
+             swarm: Path | None = None) -> ServiceConfig:
         """The configuration in ``path`` (None: a default template only); ``image`` is a
-        template's image unless it names one; ``pool`` replaces the default template's pool size."""
+        template's image unless it names one; ``pool`` replaces the default template's pool size;
+        the ``[swarm]`` table of the file ``swarm`` replaces the configuration's."""
         data: dict[str, Any] = tomllib.loads(path.read_text()) if path is not None else {}
+        if swarm is not None:
+            data["swarm"] = load_swarm_table(swarm)
         default = data.get("default_template", DEFAULT_TEMPLATE)
         tables = data.get("templates") or {default: {}}
         templates = {name: Template.from_table(name, table, image) for name, table in tables.items()}

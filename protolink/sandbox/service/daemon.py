@@ -2,8 +2,8 @@
 
 ::
 
-    python -m protolink.sandbox.service [--name NAME] [--config FILE] [--image IMAGE] [--pool N]
-                                        [--tcp HOST:PORT [--tls-cert PEM --tls-key PEM]]
+    python -m protolink.sandbox.service [--name NAME] [--config FILE] [--swarm FILE] [--image IMAGE]
+                                        [--pool N] [--tcp HOST:PORT [--tls-cert PEM --tls-key PEM]]
 
 It adopts the sandboxes a previous run left, serves until SIGTERM or SIGINT, then removes its
 warm pools and leaves the other sandboxes for the next run (``protolink-sandbox down`` removes
@@ -61,6 +61,8 @@ async def serve(name: str, config: ServiceConfig, *, tcp: str | None = None,
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if config.swarm is not None:  # before any Swarm service exists: `down` finds them through it
+        write_private(files.swarm, json.dumps({"manager": config.swarm.manager}))
     try:
         await manager.start()
         await server.start()
@@ -104,6 +106,9 @@ def parser() -> argparse.ArgumentParser:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=DEFAULT_NAME)
     parser.add_argument("--config", type=Path, default=None, help="the service's TOML file: templates, allowed roots")
+    parser.add_argument("--swarm", type=Path, default=None, metavar="FILE",
+                        help="a TOML file whose [swarm] table (manager, gateway_token_file, nodes) places every "
+                             "sandbox on that Swarm cluster; it replaces --config's: docs/swarm.md")
     parser.add_argument("--image", default=DEFAULT_IMAGE, help="a template's image unless it names one")
     parser.add_argument("--pool", type=int, default=None, help="warm sandboxes of the default template")
     parser.add_argument("--tcp", default=None, metavar="HOST:PORT",
@@ -117,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve as ``args`` say; 2 for a configuration that cannot be used."""
     logging.basicConfig(format="%(asctime)s protolink-sandbox service: %(message)s", level=logging.WARNING)
     try:
-        config = ServiceConfig.load(args.config, image=args.image, pool=args.pool)
+        config = ServiceConfig.load(args.config, image=args.image, pool=args.pool, swarm=args.swarm)
         credentials, fingerprint = _tls(args)
         asyncio.run(serve(args.name, config, tcp=args.tcp, tcp_credentials=credentials, fingerprint=fingerprint))
     except (ValueError, OSError, SandboxError) as error:  # SandboxError: an audit log that cannot be continued

@@ -8,6 +8,8 @@ Kinds and their fields:
 
 - ``request`` (``method``), ``refused`` (``method``, ``code``, ``reason``)
 - ``sandbox.created`` (``template``, ``image``, ``pooled``, ``duration_seconds``),
+  ``sandbox.lost`` (``reason``; on Swarm ``node`` too: its container or task stopped behind the
+  service's back, followed by ``sandbox.removed``),
   ``sandbox.removed`` (``reason``: ``deleted``, ``expired``, ``idle``, ``down``, ``lost``)
 - ``command.started`` (``argv``, ``cwd``), ``command.ended`` (``argv``, ``cwd``, ``exit_code``,
   ``duration_seconds``, ``output_bytes``, ``timed_out``, ``error``)

@@ -57,6 +57,12 @@ class ServiceFiles:
         return self._file("log")
 
     @property
+    def swarm(self) -> Path:
+        """The Swarm manager a service placing on Swarm uses (JSON), for ``down`` to remove its
+        Swarm services even when the service is gone."""
+        return self._file("swarm.json")
+
+    @property
     def audit(self) -> Path:
         """The audit log: every request, sandbox, command, file written and egress decision, chained."""
         return self._file("audit.jsonl")

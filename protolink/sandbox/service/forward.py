@@ -80,8 +80,8 @@ class Forwarder(grpc.GenericRpcHandler):
         """The call's tenant and target; a lost target ends the call with the typed loss."""
         tenant, target = await self._resolve(context, method)
         if target.state == "lost":
-            await abort_lost(context, f"sandbox {target.id} is lost: its task is gone (its node left, or it "
-                                      f"failed); it is not recreated")
+            await abort_lost(context, f"sandbox {target.id} is lost: its container or task is gone (killed, "
+                                      f"out of memory, its node left); it is not recreated")
         return tenant, target
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:

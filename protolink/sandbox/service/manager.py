@@ -7,7 +7,8 @@ containers a previous run of the service left (:func:`.sandboxes.adopted`) and r
 leftovers. With a ``[swarm]`` configuration every sandbox is a Swarm service
 (:class:`~.swarm.SwarmPlacement`), adopted by its labels; one whose task is gone is lost: removed,
 never recreated, and its owner's next call ends with
-:class:`~protolink.errors.SandboxLostError`.
+:class:`~protolink.errors.SandboxLostError`; so does a local sandbox whose container stopped
+behind the service's back (one rule for both placements).
 """
 
 from __future__ import annotations
@@ -110,14 +111,20 @@ class Manager:
     # What tenants ask --------------------------------------------------------------------
 
     def find(self, tenant: Tenant, sandbox_id: str) -> Placed:
-        """``tenant``'s running sandbox ``sandbox_id``, or its lost Swarm sandbox (whose calls end
-        with the typed loss); SandboxNotFoundError for any other."""
+        """``tenant``'s running sandbox ``sandbox_id``, or its lost one (whose calls end with the
+        typed loss); SandboxNotFoundError for any other."""
         placed = self.sandboxes.get(sandbox_id)
         if placed is None:
-            placed = next((ended for ended in self.ended if ended.id == sandbox_id and ended.state == "lost"
-                           and ended.swarm_service), None)
+            placed = next((ended for ended in self.ended if ended.id == sandbox_id and ended.state == "lost"), None)
         if placed is None or placed.tenant != tenant.id or placed.state not in ("running", "lost"):
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r}")
+        return placed
+
+    async def reach(self, tenant: Tenant, sandbox_id: str) -> Placed:
+        """:meth:`find`, connected: a Swarm sandbox whose gateway did not answer before is connected
+        again (SandboxNotReachedError when it still does not)."""
+        placed = self.find(tenant, sandbox_id)
+        await sandboxes.reach(placed, self.swarm)
         return placed
 
     def listing(self, tenant: Tenant) -> list[Placed]:
@@ -169,7 +176,7 @@ class Manager:
         labels cannot change: the new deadline is kept in the renewals file for the next run."""
         placed = self.find(tenant, sandbox_id)
         if placed.state == "lost":
-            raise SandboxLostError(f"sandbox {sandbox_id} is lost: its task is gone")
+            raise SandboxLostError(f"sandbox {sandbox_id} is lost: its container or task is gone")
         placed.renew(ttl_seconds, time.time())
         self._save_renewals()
         return placed
@@ -264,17 +271,18 @@ class Manager:
             placed.node, placed.container_id, placed.task_id = where
             if placed.id in renewals:
                 placed.expires, placed.renewed = renewals[placed.id], True
-            try:
-                await sandboxes.connect_swarm(placed, self.swarm)
+            try:  # its task ran: one try now, the others at its calls (sandboxes.reach)
+                await sandboxes.connect_swarm(placed, self.swarm, patience=0)
             except SandboxError as error:
                 log.warning("could not reach adopted sandbox %s: %s", placed.id, error)
             self.sandboxes[placed.id] = placed
             log.info("adopted sandbox %s of tenant %s on node %s", placed.id, placed.tenant, placed.node)
 
     def _lose(self, placed: Placed, why: str) -> None:
-        """Record that ``placed`` is lost, and why (the audit log keeps it)."""
-        log.warning("sandbox %s on node %s is lost: %s", placed.id, placed.node, why)
-        self.events.emit("sandbox.lost", placed.tenant, placed.id, node=placed.node, reason=why)
+        """Record that ``placed`` is lost, and why (the audit log keeps it; on Swarm, with its node)."""
+        where = {"node": placed.node} if placed.swarm_service else {}
+        log.warning("sandbox %s is lost: %s", placed.id, why)
+        self.events.emit("sandbox.lost", placed.tenant, placed.id, **where, reason=why)
 
     async def _watch_tasks(self) -> None:
         """Report lost, and remove, a Swarm sandbox whose task no longer runs (its node is down or
@@ -304,8 +312,9 @@ class Manager:
                     self._spawn(self._remove(placed, reason))
 
     async def _watch_containers(self) -> None:
-        """Remove, as ``lost``, a sandbox whose container stopped behind the service's back (killed,
-        out of memory, removed): its quota is freed, its client's calls fail, a pool refills."""
+        """Report lost, and remove, a sandbox whose container stopped behind the service's back
+        (killed, out of memory, removed), as :meth:`_watch_tasks` does on Swarm: its quota is
+        freed, its client's calls end with SandboxLostError, a pool refills."""
         while True:
             await asyncio.sleep(LIVENESS_SECONDS)
             watched = [placed for placed in [*self.sandboxes.values(), *chain(*self.pools.values())]
@@ -317,7 +326,9 @@ class Manager:
                 continue
             for placed in watched:
                 if placed.container_id not in running:
-                    log.warning("sandbox %s: its container %s is gone", placed.id, placed.container_id[:12])
+                    if placed.tenant:  # a pool member is only replaced
+                        self._lose(placed, f"its container {placed.container_id[:12]} stopped (killed, out of "
+                                           f"memory, or removed)")
                     self._spawn(self._remove(placed, "lost"))
                     self._refill.set()
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from protolink.errors import SandboxNotReachedError, SandboxUnavailableError
+from protolink.errors import SandboxNotReachedError
 from protolink.execution.process_types import NO_EVENTS, ProcessSpec
 from protolink.wire._pb import sandbox_pb2
 from protolink.wire.roots import Root
@@ -89,6 +89,7 @@ class Placed:
     docker: ServiceContainer | None = None
     egress: EgressService | None = None
     info: bytes = b""
+    reaching: asyncio.Lock = field(default_factory=asyncio.Lock)  # one reconnection at a time
     _channel: grpc.aio.Channel | None = None
 
     @property
@@ -121,10 +122,9 @@ class Placed:
 
     def channel(self) -> grpc.aio.Channel:
         """The channel to this sandbox's own server (opened on first use; on Swarm, to its node's
-        gateway, opened when the task was found)."""
+        gateway, opened by :func:`connect_swarm`)."""
         if self._channel is None and self.swarm_service:
-            raise SandboxNotReachedError(f"sandbox {self.id}: its node's gateway did not answer when the service "
-                                         f"found it")
+            raise SandboxNotReachedError(f"sandbox {self.id}: its node's gateway did not answer")
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=channel_options())
         return self._channel
@@ -216,7 +216,7 @@ async def start(service: str, placed: Placed, overrides: Overrides, events: Even
         await _start_on_swarm(service, placed, overrides, swarm)
         return
     roots = overrides.roots + ((Root(placed.workspace, writable=True),) if placed.workspace else ())
-    config = _sandbox_config(service, placed, roots, labels.container_name(service, placed.tenant, placed.id))
+    config = sandbox_config(service, placed, roots, labels.container_name(service, placed.tenant, placed.id))
 
     def on_egress(event: Any) -> None:
         events.emit("egress", placed.tenant, placed.id, **asdict(event))
@@ -233,7 +233,8 @@ async def start(service: str, placed: Placed, overrides: Overrides, events: Even
     placed.state = "running"
 
 
-def _sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: str) -> SandboxConfig:
+def sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: str) -> SandboxConfig:
+    """The configuration of ``placed``'s container (or Swarm task) named ``name``, mounting ``roots``."""
     template = placed.template
     return SandboxConfig(
         roots=roots, image=template.image,
@@ -241,15 +242,17 @@ def _sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name:
         lease=Lease(owner=f"service:{service}", session=placed.id, expiry_seconds=None),
         name=name,
         egress=None if template.allow is None else parse_policy(template.allow),
+        runtime=template.runtime,
     )
 
 
 async def _start_on_swarm(service: str, placed: Placed, overrides: Overrides, swarm: SwarmPlacement) -> None:
     """Start ``placed`` as a Swarm service and wait until its server answers through its node's gateway."""
     name = labels.swarm_name(service, placed.tenant, placed.id)
-    config = _sandbox_config(service, placed, overrides.roots, name)
+    config = sandbox_config(service, placed, overrides.roots, name)
     found = {**container_labels(service, placed), labels.TENANT: placed.tenant, labels.SANDBOX: placed.id}
-    placed.node, placed.container_id, placed.task_id = await swarm.start(config, found)
+    placed.node, placed.container_id, placed.task_id = await swarm.start(config, found,
+                                                                         dict(placed.template.node_labels))
     placed.swarm_service, placed.container_labels = name, found
     try:
         await connect_swarm(placed, swarm)
@@ -258,24 +261,44 @@ async def _start_on_swarm(service: str, placed: Placed, overrides: Overrides, sw
         raise
 
 
-async def connect_swarm(placed: Placed, swarm: SwarmPlacement) -> None:
-    """Open ``placed``'s channel through its node's gateway and keep its server's Info, waiting
-    while the task's server is not listening yet (the gateway answers UNAVAILABLE meanwhile)."""
+async def connect_swarm(placed: Placed, swarm: SwarmPlacement, *, patience: float = SWARM_SERVER_SECONDS) -> None:
+    """Open ``placed``'s channel through its node's gateway and keep its server's Info, waiting up
+    to ``patience`` seconds while the task's server is not listening yet (the gateway answers
+    UNAVAILABLE meanwhile; 0: one try that does not wait for the gateway either).
+    SandboxNotReachedError when it does not answer; the channel is closed then."""
     gateway = swarm.config.gateways.get(placed.node)
     placed.address = gateway.address if gateway is not None else ""
     placed._channel = await swarm.channel(placed.node, placed.container_id)
-    deadline = time.monotonic() + SWARM_SERVER_SECONDS
+    deadline = time.monotonic() + patience
     request = sandbox_pb2.InfoRequest().SerializeToString()
     while True:
         try:
-            placed.info = await placed.channel().unary_unary(INFO)(request, timeout=INFO_SECONDS, wait_for_ready=True)
+            placed.info = await placed._channel.unary_unary(INFO)(request, timeout=INFO_SECONDS,
+                                                                  wait_for_ready=patience > 0)
             break
         except grpc.aio.AioRpcError as error:
             if error.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
-                raise SandboxUnavailableError(f"the server of sandbox {placed.id} on node {placed.node} does "
-                                              f"not answer: {error.details()}") from None
+                await placed._channel.close()
+                placed._channel = None
+                raise SandboxNotReachedError(f"the server of sandbox {placed.id} on node {placed.node} does not "
+                                             f"answer through the gateway at {placed.address}: "
+                                             f"{error.details()}") from None
         await asyncio.sleep(0.1)
     placed.state = "running"
+
+
+async def reach(placed: Placed, swarm: SwarmPlacement | None) -> None:
+    """Connect a running Swarm sandbox again when its gateway did not answer before (no channel,
+    or a channel that failed to connect); SandboxNotReachedError when it still does not."""
+    if swarm is None or not placed.swarm_service or placed.state != "running":
+        return
+    async with placed.reaching:
+        if placed._channel is not None:
+            if placed._channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                return
+            await placed._channel.close()
+            placed._channel = None
+        await connect_swarm(placed, swarm, patience=0)
 
 
 async def warm_up(placed: Placed) -> None:

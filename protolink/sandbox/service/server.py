@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from protolink.errors import SandboxAuthenticationError, SandboxError, SandboxNotFoundError
+from protolink.errors import SandboxAuthenticationError, SandboxError, SandboxNotFoundError, SandboxUnavailableError
 from protolink.wire._pb import service_pb2, service_pb2_grpc
 from protolink.wire.keepalive import SERVER_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
@@ -52,8 +52,8 @@ class Gate:
         tenant = await self.tenant(context, method)
         sandbox_id = str(dict(context.invocation_metadata() or ()).get(SANDBOX_KEY, ""))
         try:
-            return tenant.id, self.manager.find(tenant, sandbox_id)
-        except SandboxNotFoundError as error:
+            return tenant.id, await self.manager.reach(tenant, sandbox_id)
+        except (SandboxNotFoundError, SandboxUnavailableError) as error:
             await refuse(context, error, self.events, tenant, method)
 
 

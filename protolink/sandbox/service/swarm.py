@@ -23,17 +23,49 @@ from protolink.errors import SandboxUnavailableError
 
 from ..client import channel_options
 from ..config import SandboxConfig
-from ..placements.swarm import PlacementFacts, SwarmFacts, service_spec
+from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, service_spec
 from .config import SwarmConfig
 from .forward import CONTAINER_KEY
 from .tls import pinned_channel
 
 log = logging.getLogger(__name__)
 
+#: The runtime whose nodes run gVisor (a node's daemon defaults to it; the node carries its label).
+GVISOR_RUNTIME = "runsc"
 #: How often a starting task is looked at.
 POLL_SECONDS = 0.1
 #: Task states after which a task never runs again.
 ENDED = frozenset({"complete", "shutdown", "failed", "rejected", "orphaned", "remove"})
+
+
+def placement_spec(config: SandboxConfig, labels: dict[str, str], node_labels: dict[str, str], node_cpus: int,
+                   created: int) -> ServiceSpec:
+    """The Swarm service of ``config``: on a node with ``node_labels`` (and, for a configured
+    runtime, its node label), tuned for gVisor when the runtime is ``runsc``."""
+    facts = SwarmFacts(node_cpus=node_cpus, gvisor=config.runtime == GVISOR_RUNTIME)
+    return service_spec(config, facts, PlacementFacts(created=created, node_labels=node_labels, labels=labels))
+
+
+def manager_client(manager: str) -> Any:
+    """A docker client of the Swarm manager's engine ``manager`` (a docker URL); blocking."""
+    import docker
+
+    return docker.DockerClient(base_url=manager, version="auto")
+
+
+def remove_services(manager: str, label: str, service: str) -> int:
+    """Remove every Swarm service carrying ``label=service`` on ``manager`` (blocking); how many."""
+    import docker.errors
+
+    client = manager_client(manager)
+    try:
+        found = client.api.services(filters={"label": f"{label}={service}"})
+        for each in found:
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_service(each["ID"])
+    finally:
+        client.close()
+    return len(found)
 
 
 class SwarmPlacement:
@@ -46,21 +78,20 @@ class SwarmPlacement:
         self._docker: Any = None
 
     async def open(self) -> None:
-        import docker
-
         self._token = self.config.token()
-        self._docker = await asyncio.to_thread(docker.DockerClient, base_url=self.config.manager, version="auto")
+        self._docker = await asyncio.to_thread(manager_client, self.config.manager)
 
     async def close(self) -> None:
         if self._docker is not None:
             await asyncio.to_thread(self._docker.close)
 
-    async def start(self, config: SandboxConfig, labels: dict[str, str]) -> tuple[str, str, str]:
-        """Create ``config``'s service (carrying ``labels``) and wait until its task runs: the
-        node's hostname, the task's container id and the task's id. SandboxUnavailableError when
-        no node runs it within the configured time, or it fails; nothing is left then."""
-        facts = SwarmFacts(node_cpus=await asyncio.to_thread(self._node_cpus))
-        spec = service_spec(config, facts, PlacementFacts(created=int(time.time()), labels=labels))
+    async def start(self, config: SandboxConfig, labels: dict[str, str],
+                    node_labels: dict[str, str]) -> tuple[str, str, str]:
+        """Create ``config``'s service (carrying ``labels``, on a node with ``node_labels``) and
+        wait until its task runs: the node's hostname, the task's container id and the task's id.
+        SandboxUnavailableError when no node runs it within the configured time, or it fails;
+        nothing is left then."""
+        spec = placement_spec(config, labels, node_labels, await asyncio.to_thread(self._node_cpus), int(time.time()))
         await asyncio.to_thread(self._docker.api.create_service, **spec.create_kwargs())
         try:
             return await self._running(config.name)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
 
-from protolink.errors import SandboxNotFoundError
+from protolink.errors import SandboxLostError, SandboxNotFoundError
 from protolink.sandbox.service import labels
 
 pytestmark = pytest.mark.docker
@@ -116,18 +117,25 @@ async def test_a_sandbox_past_its_time_to_live_or_idle_timeout_is_removed_and_re
     assert containers(docker_client, service) == {}
 
 
-async def test_a_sandbox_whose_container_dies_is_removed_as_lost_and_frees_its_quota(service, docker_client, run):
+async def test_a_sandbox_whose_container_dies_is_lost_as_on_swarm_and_frees_its_quota(service, docker_client, run):
     client = await service.client(service.token("one-at-a-time", sandboxes=1))
     doomed = await client.create()
     name = next(name for name in containers(docker_client, service) if name.endswith(doomed.id))
-    docker_client.containers.get(name).kill()  # behind the service's back (say, the kernel's OOM killer)
+    container = docker_client.containers.get(name)
+    container.kill()  # behind the service's back (say, the kernel's OOM killer)
 
     async def lost():
         return {status.id: status.state for status in await client.list()}.get(doomed.id) == "lost"
 
     await eventually(lost, "lost")
-    with pytest.raises(SandboxNotFoundError):
+    assert (await client.get(doomed.id)).state == "lost"
+    with pytest.raises(SandboxLostError, match="is lost"):
         await run(doomed.backend, ["/bin/true"])
+    audit = [json.loads(line) for line in service.files.audit.read_text().splitlines()]
+    why = f"its container {container.id[:12]} stopped (killed, out of memory, or removed)"
+    assert [(record["kind"], record["fields"].get("reason")) for record in audit
+            if record["kind"].startswith("sandbox.") and record["fields"].get("sandbox") == doomed.id] == [
+        ("sandbox.created", None), ("sandbox.lost", why), ("sandbox.removed", "lost")]
     await doomed.backend.aclose()
     async with await client.create() as again:  # the quota of one is free again
         assert (await run(again.backend, ["/bin/echo", "fresh"])).stdout == "fresh\n"

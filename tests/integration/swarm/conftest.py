@@ -69,12 +69,14 @@ def gateways(swarm: SwarmCluster) -> tuple[str, dict[str, NodeGateway]]:
 @dataclass
 class SwarmService:
     """A sandbox service on this host placing on the cluster, run in this process: its name,
-    configuration, files, a client of its default token (while it runs), and the cluster."""
+    configuration, files, the cluster, the directory of its files (``service.toml`` and
+    ``swarm.toml`` among them), and a client of its default token (while it runs)."""
 
     name: str
     config: ServiceConfig
     files: ServiceFiles
     cluster: SwarmCluster
+    runtime: Path
     client: ServiceClient | None = None
     _stop: asyncio.Event | None = None
     _serving: asyncio.Task[None] | None = None
@@ -96,6 +98,7 @@ class SwarmService:
             self._stop.set()
             await self._serving
             self._stop = self._serving = None
+            self.files.pid.unlink()  # it names this process, which runs on: `down` would end it
 
     async def _started(self) -> bool:
         assert self._serving is not None
@@ -126,13 +129,14 @@ async def swarm_service(swarm: SwarmCluster, gateways, docker_client, sandbox_im
     (runtime / "gateway-token").chmod(0o600)
     nodes = "".join(f'[swarm.nodes."{node}"]\ngateway = "{gateway.address}"\nfingerprint = "{gateway.fingerprint}"\n'
                     for node, gateway in by_node.items())
-    (runtime / "service.toml").write_text(
-        f'[templates.default]\nimage = "{docker_client.images.get(sandbox_image).id}"\nttl_seconds = 0\n'
-        f'idle_seconds = 0\n\n[swarm]\nmanager = "unix://{swarm.manager.socket}"\n'
-        f'gateway_token_file = "{runtime / "gateway-token"}"\n{nodes}')
+    template = f'image = "{docker_client.images.get(sandbox_image).id}"\nttl_seconds = 0\nidle_seconds = 0\n'
+    (runtime / "service.toml").write_text(f'[templates.default]\n{template}\n[templates.zoned]\n{template}'
+                                          f'node_labels = {{ zone = "labelled" }}\n')  # only such a node runs it
+    (runtime / "swarm.toml").write_text(f'[swarm]\nmanager = "unix://{swarm.manager.socket}"\n'
+                                        f'gateway_token_file = "{runtime / "gateway-token"}"\n{nodes}')
     name = f"{TEST_NAME_PREFIX}sw-{secrets.token_hex(4)}"
-    service = SwarmService(name, ServiceConfig.load(runtime / "service.toml", image=sandbox_image),
-                           ServiceFiles.of(name), swarm)
+    config = ServiceConfig.load(runtime / "service.toml", image=sandbox_image, swarm=runtime / "swarm.toml")
+    service = SwarmService(name, config, ServiceFiles.of(name), swarm, runtime)
     try:
         await service.start()
         yield service

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from contextlib import closing
 
+import docker
 import pytest
 
-from protolink.errors import SandboxLostError
+from protolink.errors import SandboxLostError, SandboxUnavailableError
+from protolink.sandbox.service import labels
+from protolink.sandbox.service.client import connect
+from protolink.sandbox.service.process import remove_everything, start_service, stop_service
 from tests.swarm_cluster import Node, eventually, wait_until
 
 # Root: the cluster makes a veth pair and removes its nodes' cgroups.
@@ -58,6 +62,85 @@ async def test_a_restarted_service_adopts_its_swarm_sandboxes(swarm_service, run
     again = await client.open(kept.id)
     assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "kept\n"  # the same task
     await again.delete()
+
+
+async def test_a_sandbox_whose_gateway_does_not_answer_fails_typed_and_is_reached_again_later(
+        swarm_service, gateways, run):
+    _, by_node = gateways
+    cluster = swarm_service.cluster
+    kept = await swarm_service.client.create()
+    assert (await run(kept.backend, ["/bin/sh", "-c", "echo kept > /tmp/mark"])).exit_code == 0
+    node = _node_of(swarm_service, kept.id)
+    await kept.backend.aclose()
+    await swarm_service.stop()
+    cluster.stop_gateway(node)
+    try:  # adopted while its gateway is down: its task runs, so it is not lost
+        client = await swarm_service.start()
+        assert [(status.id, status.state) for status in await client.list()] == [(kept.id, "running")]
+        with pytest.raises(SandboxUnavailableError, match=f"answers at {by_node[node.container].address}") as refused:
+            await client.open(kept.id)  # its first call, Info, is refused typed
+        assert not isinstance(refused.value, SandboxLostError)
+    finally:
+        assert cluster.restart_gateway(node) == by_node[node.container]
+    again = await client.open(kept.id)  # reached at this call
+    assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "kept\n"
+    cluster.stop_gateway(node)  # now while the service holds a connection through it
+    try:
+        with pytest.raises(SandboxUnavailableError) as failed:
+            await run(again.backend, ["/bin/true"])
+        assert not isinstance(failed.value, SandboxLostError)
+    finally:
+        cluster.restart_gateway(node)
+    assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "kept\n"
+    await again.delete()
+
+
+async def test_a_templates_node_labels_choose_the_node_its_sandboxes_run_on(swarm_service, run):
+    cluster = swarm_service.cluster
+    chosen = cluster.nodes[-1]
+    _label(cluster, chosen, {"zone": "labelled"})
+    try:
+        zoned = await swarm_service.client.create("zoned")
+        placement = swarm_service.swarm_service(zoned.id)["Spec"]["TaskTemplate"]["Placement"]
+        assert placement["Constraints"] == ["node.labels.zone==labelled"]
+        assert _node_of(swarm_service, zoned.id) == chosen
+        assert (await run(zoned.backend, ["/bin/echo", "zoned"])).stdout == "zoned\n"
+        await zoned.delete()
+    finally:
+        _label(cluster, chosen, {})
+    assert _swarm_services(swarm_service) == []
+
+
+def _label(cluster, node: Node, labels_: dict[str, str]) -> None:
+    """Give ``node`` exactly ``labels_`` (``docker node update --label-add``)."""
+    with closing(cluster.manager.client()) as manager:
+        found = next(each for each in manager.api.nodes() if each["Description"]["Hostname"] == node.container)
+        manager.api.update_node(found["ID"], found["Version"]["Index"], {**found["Spec"], "Labels": labels_})
+
+
+def _swarm_services(service) -> list[str]:
+    with closing(service.cluster.manager.client()) as manager:
+        return [found["Spec"]["Name"] for found in
+                manager.api.services(filters={"label": f"{labels.SERVICE}={service.name}"})]
+
+
+async def test_down_removes_the_swarm_services_of_a_service_that_up_started_with_a_swarm_file(swarm_service):
+    await swarm_service.stop()  # the same service, now detached as `up --swarm FILE` starts it
+    name, files, runtime = swarm_service.name, swarm_service.files, swarm_service.runtime
+    await start_service(name, ["--config", str(runtime / "service.toml"), "--swarm", str(runtime / "swarm.toml")])
+    try:
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        try:
+            made = [(await client.create()).id, (await client.create()).id]
+        finally:
+            await client.aclose()
+        assert sorted(found.rsplit("-", 1)[1] for found in _swarm_services(swarm_service)) == sorted(made)
+    finally:
+        assert await stop_service(name)
+    with closing(docker.from_env()) as host:
+        assert remove_everything(name, host) == 2
+    assert _swarm_services(swarm_service) == [] and not files.swarm.exists()
+    wait_until(lambda: not _containers(swarm_service.cluster.nodes), "every node to have no container left")
 
 
 async def test_a_sandbox_on_a_node_that_dies_is_lost_and_new_ones_go_to_the_nodes_left(swarm_service, run, docker_client):

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+from pathlib import Path
+
 import pytest
 
 from protolink.errors import SandboxPermissionError
+from protolink.sandbox.cli import main
 from protolink.sandbox.service.config import NodeGateway, Overrides, ServiceConfig
 from protolink.sandbox.service.labels import container_name, owner_of, swarm_name
 from protolink.wire.roots import Root
@@ -90,3 +96,51 @@ def test_a_swarm_table_that_cannot_be_used_is_refused(tmp_path, table, refusal):
 
 def test_a_swarm_service_name_has_no_dots():
     assert swarm_name("svc", "0123", "abcd") == "svc-0123-abcd"
+
+
+def _swarm_file(tmp_path, manager: str = "unix:///run/manager.sock") -> str:
+    return (f'[swarm]\nmanager = "{manager}"\ngateway_token_file = "{tmp_path / "token"}"\n'
+            f'[swarm.nodes."node-1"]\ngateway = "10.0.0.11:7443"\nfingerprint = "sha256:{"ab" * 32}"\n')
+
+
+def test_a_swarm_file_replaces_the_configuration_files_table(tmp_path):
+    config, swarm = tmp_path / "service.toml", tmp_path / "swarm.toml"
+    config.write_text("[templates.default]\nmemory_mib = 256\n" + _swarm_file(tmp_path, "tcp://old:2376"))
+    swarm.write_text(_swarm_file(tmp_path))
+    loaded = ServiceConfig.load(config, image="base:1", swarm=swarm)
+    assert loaded.swarm is not None and loaded.swarm.manager == "unix:///run/manager.sock"
+    assert loaded.template("").memory_bytes == 256 << 20
+    assert ServiceConfig.load(None, image="base:1", swarm=swarm).swarm == loaded.swarm
+
+
+@pytest.mark.parametrize(("text", "refusal"), [
+    ("[templates.default]\n", "has no \\[swarm\\] table"),
+    ('[swarm]\nmanager = "m"\n', "needs gateway_token_file, nodes"),
+    (None, "cannot read the Swarm file"),
+])
+def test_up_refuses_a_swarm_file_that_cannot_be_used_before_it_starts_anything(tmp_path, monkeypatch, capsys,
+                                                                               text, refusal):
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(tmp_path))
+    swarm = tmp_path / "swarm.toml"
+    if text is not None:
+        swarm.write_text(text)
+    with pytest.raises(ValueError, match=refusal):
+        ServiceConfig.load(None, image="base:1", swarm=swarm)
+    name = "protolink-test-swarm-up"
+    assert main(["up", "--name", name, "--swarm", str(swarm)]) == 1
+    assert re.search(refusal, capsys.readouterr().err)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ([] if text is None else ["swarm.toml"])
+
+
+def test_serve_and_up_take_a_swarm_file():
+    from protolink.sandbox.service.daemon import parser
+
+    assert parser().parse_args(["--swarm", "/etc/swarm.toml"]).swarm == Path("/etc/swarm.toml")
+    assert "--swarm FILE" in _help(["up", "--help"])
+
+
+def _help(argv: list[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main(argv)
+    return out.getvalue()

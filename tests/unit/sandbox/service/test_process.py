@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-from protolink.errors import SandboxError
+from protolink.errors import SandboxError, SandboxUnavailableError
 from protolink.sandbox.leftovers import process_owner
 from protolink.sandbox.service.config import ServiceConfig
 from protolink.sandbox.service.daemon import serve
 from protolink.sandbox.service.files import ServiceFiles
-from protolink.sandbox.service.process import running, start_service
+from protolink.sandbox.service.process import remove_everything, running, start_service
 
 
 async def test_a_second_service_of_a_name_refuses_to_start(tmp_path, monkeypatch):
@@ -32,3 +32,17 @@ async def test_a_service_that_cannot_start_says_why_and_leaves_no_record(tmp_pat
                                            r"unrecognized arguments: --bogus"):
         await start_service("svc", ["--bogus"])
     assert running("svc") is None
+
+
+@pytest.mark.docker
+def test_down_keeps_the_record_of_a_swarm_manager_that_does_not_answer(tmp_path, monkeypatch, docker_client):
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(tmp_path / "runtime"))
+    files = ServiceFiles.of("protolink-test-swarm-down")
+    files.swarm.write_text(json.dumps({"manager": f"unix://{tmp_path / 'no-manager.sock'}"}))
+    files.log.write_text("")
+    with pytest.raises(SandboxUnavailableError, match="Swarm manager of service protolink-test-swarm-down did not "
+                                                      "answer"):
+        remove_everything(files.name, docker_client)
+    assert files.swarm.exists() and not files.log.exists()
+    files.swarm.unlink()
+    assert remove_everything(files.name, docker_client) == 0
