@@ -13,7 +13,7 @@ import threading
 
 from protolink.execution.output import OutputCap
 from protolink.execution import output_pipes
-from protolink.execution.output_pipes import PENDING_BYTES, PIECE_BYTES, READ_CHUNK_BYTES, OutputPipes
+from protolink.execution.output_pipes import HEADROOM_BYTES, PENDING_BYTES, PIECE_BYTES, READ_CHUNK_BYTES, OutputPipes
 
 
 class Sink:
@@ -26,9 +26,11 @@ class Sink:
         self.held.set()
         self.waiting = asyncio.Event()
 
-    async def feed(self, channel: str, data: bytes) -> None:
+    async def feed(self, channel: str, data: memoryview) -> None:
         self.waiting.set()
         await self.held.wait()
+        # The data lies HEADROOM_BYTES into a buffer of its own, where a sink may put a header.
+        assert bytes(memoryview(data.obj)[HEADROOM_BYTES : HEADROOM_BYTES + len(data)]) == data
         self.fed[channel] += data
         self.pieces += 1
 
