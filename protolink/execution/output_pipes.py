@@ -60,25 +60,31 @@ _dropped: list[memoryview] = []  # where bytes past the cap are read, made when 
 
 
 class _Piece:
-    """Kept bytes of one channel waiting for the sink, in a buffer of their own."""
+    """Kept bytes of one channel waiting for the sink, in a buffer of their own: a spare whole
+    one when there is one, else one of READ_CHUNK_BYTES, replaced by a whole one once full (so
+    that many processes writing a little at once do not each take a mebibyte)."""
 
     __slots__ = ("channel", "buffer", "size")
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.buffer = _spares.pop() if _spares else bytearray(HEADROOM_BYTES + PIECE_BYTES)
+        self.buffer = _spares.pop() if _spares else bytearray(HEADROOM_BYTES + READ_CHUNK_BYTES)
         self.size = 0
 
     def room(self) -> memoryview:
         """The buffer after the data: where the channel's next bytes are read."""
+        if HEADROOM_BYTES + self.size == len(self.buffer) < HEADROOM_BYTES + PIECE_BYTES:
+            whole = _spares.pop() if _spares else bytearray(HEADROOM_BYTES + PIECE_BYTES)
+            whole[: len(self.buffer)] = self.buffer
+            self.buffer = whole
         return memoryview(self.buffer)[HEADROOM_BYTES + self.size :]
 
     def data(self) -> memoryview:
         return memoryview(self.buffer)[HEADROOM_BYTES : HEADROOM_BYTES + self.size]
 
     def release(self) -> None:
-        """The piece has been fed: its buffer serves another."""
-        if len(_spares) < SPARE_BUFFERS:
+        """The piece has been fed: a whole buffer serves another."""
+        if len(self.buffer) == HEADROOM_BYTES + PIECE_BYTES and len(_spares) < SPARE_BUFFERS:
             _spares.append(self.buffer)
 
 

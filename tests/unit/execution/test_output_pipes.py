@@ -168,3 +168,22 @@ async def test_a_few_bytes_wait_for_the_read_after_the_pause_and_go_out_with_wha
     pipes.close()
     await asyncio.wait_for(pipes.delivered(), 30)
     assert sink.pieces == 1 and bytes(sink.fed["stdout"]) == b"a" * 4096 + b"b" * READ_CHUNK_BYTES
+
+
+async def test_a_little_output_takes_no_whole_piece_and_a_lot_grows_into_one_intact(monkeypatch):
+    spares: list[bytearray] = []
+    monkeypatch.setattr(output_pipes, "_spares", spares)
+    out, out_w = os.pipe()
+    sink = Sink()
+    pipes = OutputPipes({out: "stdout"}, OutputCap(10**9), sink)
+    os.write(out_w, b"hello\n")
+    await until(lambda: bytes(sink.fed["stdout"]) == b"hello\n")
+    assert not spares  # its buffer was a small one, not kept
+    data = os.urandom(3 * PIECE_BYTES)
+    writer = Writer(out_w, data, 3)
+    writer.start()
+    await asyncio.wait_for(pipes.closed, 30)
+    pipes.close()
+    await asyncio.wait_for(pipes.delivered(), 30)
+    assert bytes(sink.fed["stdout"]) == b"hello\n" + data
+    assert spares and all(len(spare) == HEADROOM_BYTES + PIECE_BYTES for spare in spares)
