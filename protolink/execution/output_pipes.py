@@ -202,7 +202,8 @@ class OutputPipes:
                 self._close_pipe(fd)
                 break
             total += count
-            if piece is not None and (kept := len(self.cap.take(into[:count]))):
+            kept = len(self.cap.take(into[:count]))  # also what marks the output truncated
+            if piece is not None and kept:
                 piece.size += kept
                 self._pending_bytes += kept
                 if self._held_back():

@@ -187,3 +187,18 @@ async def test_a_little_output_takes_no_whole_piece_and_a_lot_grows_into_one_int
     await asyncio.wait_for(pipes.delivered(), 30)
     assert bytes(sink.fed["stdout"]) == b"hello\n" + data
     assert spares and all(len(spare) == HEADROOM_BYTES + PIECE_BYTES for spare in spares)
+
+
+async def test_bytes_read_after_the_cap_is_full_mark_the_output_truncated():
+    out, out_w = os.pipe()
+    sink = Sink()
+    pipes = OutputPipes({out: "stdout"}, OutputCap(100), sink)
+    os.write(out_w, b"a" * 100)  # exactly the cap
+    await until(lambda: bytes(sink.fed["stdout"]) == b"a" * 100)
+    assert not pipes.cap.truncated
+    os.write(out_w, b"b")
+    os.close(out_w)
+    await asyncio.wait_for(pipes.closed, 30)
+    pipes.close()
+    await asyncio.wait_for(pipes.delivered(), 30)
+    assert pipes.cap.truncated and bytes(sink.fed["stdout"]) == b"a" * 100
