@@ -49,8 +49,9 @@ class OutputSink(Protocol):
     """Where a process's kept output goes, in order: an :class:`OutputCollector` on the host; the
     sandbox server streams it to its client instead, and keeps none."""
 
-    async def feed(self, channel: Channel, data: bytes) -> None:
-        """The next kept bytes of ``channel``; the next piece waits until this returns."""
+    async def feed(self, channel: Channel, data: bytes | memoryview) -> None:
+        """The next kept bytes of ``channel``; the next piece waits until this returns. A view
+        is valid only until then: its buffer is read into again (keep a copy, not the view)."""
 
     async def finish(self) -> None:
         """Everything has been fed (the process ended)."""

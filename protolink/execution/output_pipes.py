@@ -14,12 +14,20 @@ writing 8 KiB at a time woke the sandbox server some 10,000 times per 100 MB):
 - a pipe found full is enlarged once to :data:`PIPE_BYTES`, so that a pause rarely makes the
   command wait;
 - bytes past the cap are dropped as they are read, so a flood is drained at full speed;
-- kept bytes wait for the sink in order, and what arrives while it is busy is merged into
-  pieces of up to :data:`PIECE_BYTES` of one channel; while more than :data:`PENDING_BYTES`
-  wait, the pipes are not read at all: the command waits to write, as it would for a slow
-  terminal, and memory stays bounded;
+- kept bytes wait for the sink in order, read straight into pieces of up to
+  :data:`PIECE_BYTES` of one channel (what arrives while the sink is busy is read onto the end
+  of the last piece, as much as the piece has room for at once); while more than
+  :data:`PENDING_BYTES` wait, the pipes are not read at all: the command waits to write, as it
+  would for a slow terminal, and memory stays bounded;
 - once the process has ended (:meth:`OutputPipes.drain`), what is left is read as soon as it is
   there, without pauses, until the pipes reach their end or are closed.
+
+A piece lives in a buffer of its own that leaves :data:`HEADROOM_BYTES` free in front of the
+data: the sink is fed a view of the data (``data.obj`` is the buffer, the data starts
+:data:`HEADROOM_BYTES` into it), and may write a header in that room to send the two as one
+object, with no copy to join them. The view is the sink's until its ``feed`` returns; the
+buffer is then used again (a few are kept for the next pieces and processes, so a piece costs
+no allocation).
 """
 
 from __future__ import annotations
@@ -42,6 +50,42 @@ PIPE_BYTES = 1024 * 1024
 PIECE_BYTES = 1024 * 1024
 #: Kept output waiting for the sink beyond which the pipes are not read until it catches up.
 PENDING_BYTES = 2 * PIECE_BYTES
+#: The room left free in front of each piece's data, for a header the sink puts there.
+HEADROOM_BYTES = 64
+#: Piece buffers kept for reuse once fed (one per piece waiting or being fed, at most).
+SPARE_BUFFERS = PENDING_BYTES // PIECE_BYTES + 1
+
+_spares: list[bytearray] = []
+_dropped: list[memoryview] = []  # where bytes past the cap are read, made when first needed
+
+
+class _Piece:
+    """Kept bytes of one channel waiting for the sink, in a buffer of their own: a spare whole
+    one when there is one, else one of READ_CHUNK_BYTES, replaced by a whole one once full (so
+    that many processes writing a little at once do not each take a mebibyte)."""
+
+    __slots__ = ("channel", "buffer", "size")
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.buffer = _spares.pop() if _spares else bytearray(HEADROOM_BYTES + READ_CHUNK_BYTES)
+        self.size = 0
+
+    def room(self) -> memoryview:
+        """The buffer after the data: where the channel's next bytes are read."""
+        if HEADROOM_BYTES + self.size == len(self.buffer) < HEADROOM_BYTES + PIECE_BYTES:
+            whole = _spares.pop() if _spares else bytearray(HEADROOM_BYTES + PIECE_BYTES)
+            whole[: len(self.buffer)] = self.buffer
+            self.buffer = whole
+        return memoryview(self.buffer)[HEADROOM_BYTES + self.size :]
+
+    def data(self) -> memoryview:
+        return memoryview(self.buffer)[HEADROOM_BYTES : HEADROOM_BYTES + self.size]
+
+    def release(self) -> None:
+        """The piece has been fed: a whole buffer serves another."""
+        if len(self.buffer) == HEADROOM_BYTES + PIECE_BYTES and len(_spares) < SPARE_BUFFERS:
+            _spares.append(self.buffer)
 
 
 class OutputPipes:
@@ -58,7 +102,7 @@ class OutputPipes:
         self._pipes = dict(pipes)
         self._sizes: dict[int, int] = {}  # asked for when first needed: most commands never need it
         self._enlarged: set[int] = set()
-        self._pending: deque[tuple[Channel, bytes]] = deque()
+        self._pending: deque[_Piece] = deque()
         self._pending_bytes = 0
         self._watching = False
         self._paused = False
@@ -96,28 +140,24 @@ class OutputPipes:
             await asyncio.gather(self._delivery, return_exceptions=True)
 
     async def _deliver(self) -> None:
-        """Feed the kept output in order, merging what waits, until it is all fed."""
+        """Feed the kept output in order, until it is all fed."""
         while self._pending or not self._finished:
             if self._pending:
-                await self._sink.feed(*self._next_piece())
+                piece = self._next_piece()
+                await self._sink.feed(piece.channel, piece.data())
+                piece.release()
             else:
                 self._wakeup = self._loop.create_future()
                 await self._wakeup
 
-    def _next_piece(self) -> tuple[Channel, bytes]:
-        """The first waiting chunk merged with the next ones of its channel, up to PIECE_BYTES."""
-        channel, first = self._pending.popleft()
-        pieces = [first]
-        size = len(first)
-        while self._pending and self._pending[0][0] == channel and size + len(self._pending[0][1]) <= PIECE_BYTES:
-            data = self._pending.popleft()[1]
-            pieces.append(data)
-            size += len(data)
-        self._pending_bytes -= size
+    def _next_piece(self) -> _Piece:
+        """The first waiting piece, no longer read into."""
+        piece = self._pending.popleft()
+        self._pending_bytes -= piece.size
         if self._paused and self._pending_bytes < PENDING_BYTES:
             self._paused = False
             self._watch()
-        return channel, first if len(pieces) == 1 else b"".join(pieces)
+        return piece
 
     def _read_all(self) -> None:
         """Read each pipe until it is empty (or the sink has enough waiting); then decide when
@@ -147,27 +187,42 @@ class OutputPipes:
 
     def _read(self, fd: int) -> tuple[int, bool]:
         """Read ``fd`` until it is empty, at most PIPE_BYTES at once: (bytes read, whether it was full)."""
+        channel = self._pipes[fd]
         total = 0
         while total < PIPE_BYTES:
+            piece = self._piece(channel) if self.cap.kept_bytes < self.cap.max_bytes else None
+            into = (piece.room() if piece is not None else _drop())[: PIPE_BYTES - total]
             try:
-                data = os.read(fd, READ_CHUNK_BYTES)
+                count = os.readv(fd, (into,))
             except BlockingIOError:
                 break
             except OSError:
-                data = b""
-            if not data:
+                count = 0
+            if not count:
                 self._close_pipe(fd)
                 break
-            total += len(data)
-            if kept := self.cap.take(data):
-                self._pending.append((self._pipes[fd], kept))
-                self._pending_bytes += len(kept)
+            total += count
+            kept = len(self.cap.take(into[:count]))  # also what marks the output truncated
+            if piece is not None and kept:
+                piece.size += kept
+                self._pending_bytes += kept
                 if self._held_back():
                     break
+        if self._pending and not self._pending[-1].size:
+            self._pending.pop().release()  # nothing came for it
         full = total > 0 and fd in self._pipes and total >= self._size(fd)
         if full and fd not in self._enlarged:
             self._enlarge(fd)
         return total, full
+
+    def _piece(self, channel: Channel) -> _Piece:
+        """The piece the next bytes of ``channel`` are read into: the last one waiting, while it
+        is of that channel and has room; else a new one."""
+        if self._pending and self._pending[-1].channel == channel and self._pending[-1].size < PIECE_BYTES:
+            return self._pending[-1]
+        piece = _Piece(channel)
+        self._pending.append(piece)
+        return piece
 
     def _held_back(self) -> bool:
         """Enough waits for the sink that reading stops until it takes some; never once the
@@ -231,3 +286,9 @@ class OutputPipes:
         if not self._pipes and not self.closed.done():
             self.closed.set_result(None)
 
+
+def _drop() -> memoryview:
+    """A buffer to read bytes past the cap into (one for all pipes: nothing keeps them)."""
+    if not _dropped:
+        _dropped.append(memoryview(bytearray(PIPE_BYTES)))
+    return _dropped[0]

@@ -30,6 +30,7 @@ from google.protobuf.message import Message
 from protolink.errors import SandboxLimitError
 from protolink.execution.local_processes import Leader, LocalProcesses
 from protolink.execution.output import Channel
+from protolink.execution.output_pipes import HEADROOM_BYTES
 from protolink.execution.process_types import (
     ProcessCancelledError,
     ProcessResult,
@@ -38,7 +39,7 @@ from protolink.execution.process_types import (
 from protolink.execution.resolve import Resolved, changed_executable
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2
-from protolink.wire.output_events import output_event
+from protolink.wire.output_events import output_event_in
 from protolink.wire.status import to_status
 
 from .activity import Activity
@@ -250,13 +251,15 @@ class _ProcessEvents:
         self._sent = True
         self._queue.put_nowait((_event(self._id, **event), None))
 
-    async def feed(self, channel: Channel, data: bytes) -> None:
-        """Queue an Output event once the previous one has been taken for sending."""
+    async def feed(self, channel: Channel, data: memoryview) -> None:
+        """Queue an Output event once the previous one has been taken for sending; the event is
+        made in one copy, its head written into the room OutputPipes leaves in front of ``data``."""
         if self._waiting is not None:
             await self._waiting
         self._sent = True
         self._waiting = self._loop.create_future()
-        event = output_event(self._id, convert.CHANNEL_NUMBERS[channel], data)
+        event = output_event_in(data.obj, HEADROOM_BYTES, HEADROOM_BYTES + len(data), self._id,
+                                convert.CHANNEL_NUMBERS[channel])
         self._queue.put_nowait((event, self._waiting))
 
     async def finish(self) -> None:

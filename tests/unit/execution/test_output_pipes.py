@@ -13,7 +13,7 @@ import threading
 
 from protolink.execution.output import OutputCap
 from protolink.execution import output_pipes
-from protolink.execution.output_pipes import PENDING_BYTES, PIECE_BYTES, READ_CHUNK_BYTES, OutputPipes
+from protolink.execution.output_pipes import HEADROOM_BYTES, PENDING_BYTES, PIECE_BYTES, READ_CHUNK_BYTES, OutputPipes
 
 
 class Sink:
@@ -26,9 +26,11 @@ class Sink:
         self.held.set()
         self.waiting = asyncio.Event()
 
-    async def feed(self, channel: str, data: bytes) -> None:
+    async def feed(self, channel: str, data: memoryview) -> None:
         self.waiting.set()
         await self.held.wait()
+        # The data lies HEADROOM_BYTES into a buffer of its own, where a sink may put a header.
+        assert bytes(memoryview(data.obj)[HEADROOM_BYTES : HEADROOM_BYTES + len(data)]) == data
         self.fed[channel] += data
         self.pieces += 1
 
@@ -166,3 +168,37 @@ async def test_a_few_bytes_wait_for_the_read_after_the_pause_and_go_out_with_wha
     pipes.close()
     await asyncio.wait_for(pipes.delivered(), 30)
     assert sink.pieces == 1 and bytes(sink.fed["stdout"]) == b"a" * 4096 + b"b" * READ_CHUNK_BYTES
+
+
+async def test_a_little_output_takes_no_whole_piece_and_a_lot_grows_into_one_intact(monkeypatch):
+    spares: list[bytearray] = []
+    monkeypatch.setattr(output_pipes, "_spares", spares)
+    out, out_w = os.pipe()
+    sink = Sink()
+    pipes = OutputPipes({out: "stdout"}, OutputCap(10**9), sink)
+    os.write(out_w, b"hello\n")
+    await until(lambda: bytes(sink.fed["stdout"]) == b"hello\n")
+    assert not spares  # its buffer was a small one, not kept
+    data = os.urandom(3 * PIECE_BYTES)
+    writer = Writer(out_w, data, 3)
+    writer.start()
+    await asyncio.wait_for(pipes.closed, 30)
+    pipes.close()
+    await asyncio.wait_for(pipes.delivered(), 30)
+    assert bytes(sink.fed["stdout"]) == b"hello\n" + data
+    assert spares and all(len(spare) == HEADROOM_BYTES + PIECE_BYTES for spare in spares)
+
+
+async def test_bytes_read_after_the_cap_is_full_mark_the_output_truncated():
+    out, out_w = os.pipe()
+    sink = Sink()
+    pipes = OutputPipes({out: "stdout"}, OutputCap(100), sink)
+    os.write(out_w, b"a" * 100)  # exactly the cap
+    await until(lambda: bytes(sink.fed["stdout"]) == b"a" * 100)
+    assert not pipes.cap.truncated
+    os.write(out_w, b"b")
+    os.close(out_w)
+    await asyncio.wait_for(pipes.closed, 30)
+    pipes.close()
+    await asyncio.wait_for(pipes.delivered(), 30)
+    assert pipes.cap.truncated and bytes(sink.fed["stdout"]) == b"a" * 100

@@ -4,7 +4,7 @@ place exactly what protobuf would read, leaving every other layout to protobuf."
 import pytest
 
 from protolink.wire._pb import process_pb2
-from protolink.wire.output_events import output_event, read_output_event
+from protolink.wire.output_events import MAX_HEAD_BYTES, output_event, output_event_in, read_output_event
 
 
 def serialized(request_id: int, channel: int, data: bytes) -> bytes:
@@ -37,3 +37,18 @@ def test_an_output_event_is_what_protobuf_writes_and_reads_back_in_place(request
 ])
 def test_any_other_layout_is_left_to_protobuf(event):
     assert read_output_event(event) is None
+
+
+def test_an_output_event_made_in_the_room_before_its_data_is_the_same_event():
+    data = b"\xff" * 200_000
+    buffer = bytearray(b"?" * MAX_HEAD_BYTES) + data + b"after"
+    event = output_event_in(buffer, MAX_HEAD_BYTES, MAX_HEAD_BYTES + len(data), (1 << 64) - 1, 2)
+    assert event == serialized((1 << 64) - 1, 2, data)
+    assert buffer.endswith(data + b"after")
+
+
+def test_an_output_event_whose_head_does_not_fit_before_its_data_is_refused():
+    buffer = bytearray(b"??" + b"x" * 10)
+    with pytest.raises(ValueError):
+        output_event_in(buffer, 2, 12, 1, 1)
+    assert buffer == bytearray(b"??" + b"x" * 10)
