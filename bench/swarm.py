@@ -12,6 +12,8 @@ in one run:
 
 1. create -> first command's result (``/bin/true``) -> delete, through each service, in turns:
    medians of ``--runs`` and their ratio (Swarm / local); create -> first result apart;
+   then the round trip of ``/bin/true`` through each service to one sandbox each, the Swarm one on
+   a worker node (not the manager), in turns: medians of ``--calls``;
 2. a sandbox on a worker node, the node killed (its container, as a power cut): the time until
    the manager reports the node down, and until the service reports the sandbox ``lost`` to its
    client (``Get``), medians of ``--deaths`` (each kills one more worker; at most 2).
@@ -42,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: te
 from protolink.errors import SandboxUnavailableError  # noqa: E402
 from protolink.execution.process_types import ProcessSpec  # noqa: E402
 from protolink.sandbox.provision import ensure_image  # noqa: E402
-from protolink.sandbox.service.client import ServiceClient, connect  # noqa: E402
+from protolink.sandbox.service.client import Sandbox, ServiceClient, connect  # noqa: E402
 from protolink.sandbox.service.files import ServiceFiles  # noqa: E402
 from protolink.sandbox.service.process import remove_everything, start_service, stop_service  # noqa: E402
 from tests.swarm_cluster import Node, SwarmCluster, remove_orphans  # noqa: E402
@@ -78,6 +80,26 @@ async def lifecycle(client: ServiceClient) -> tuple[float, float]:
     assert result.exit_code == 0, result
     await sandbox.delete()
     return first, time.perf_counter() - started
+
+
+async def on_a_worker(client: ServiceClient, cluster: SwarmCluster) -> tuple[Sandbox, list[Sandbox]]:
+    """A new sandbox on a node other than the manager, and those made on the manager meanwhile."""
+    held = []
+    while _node_of(cluster, (sandbox := await client.create()).id) == cluster.manager:
+        held.append(sandbox)
+    return sandbox, held
+
+
+async def round_trips(sandboxes: dict[str, Sandbox], calls: int) -> dict[str, list[float]]:
+    """Seconds of each ``/bin/true`` through each sandbox's backend, in turns."""
+    seconds: dict[str, list[float]] = {side: [] for side in sandboxes}
+    for _ in range(calls):
+        for side, sandbox in sandboxes.items():
+            started = time.perf_counter()
+            result = await sandbox.backend.execute(TRUE, _Silent())
+            seconds[side].append(time.perf_counter() - started)
+            assert result.exit_code == 0, result
+    return seconds
 
 
 async def node_death(client: ServiceClient, cluster: SwarmCluster, host: docker.DockerClient,
@@ -169,6 +191,15 @@ async def main(args: argparse.Namespace) -> None:
                                    ("   create -> first result -> deleted", wholes)):
                 ours, theirs = statistics.median(figures["local"]), statistics.median(figures["swarm"])
                 row(label, ms(ours), ms(theirs), f"{theirs / ours:.2f}x")
+            remote, on_manager = await on_a_worker(swarm, cluster)
+            near = await local.create()
+            await round_trips({"local": near, "swarm": remote}, 10)  # each side's first calls
+            trips = await round_trips({"local": near, "swarm": remote}, args.calls)
+            ours, theirs = statistics.median(trips["local"]), statistics.median(trips["swarm"])
+            row(f"   round trip of /bin/true (median of {args.calls})", f"{ours * 1000:.1f} ms",
+                f"{theirs * 1000:.1f} ms", f"{theirs / ours:.2f}x")
+            for sandbox in (near, remote, *on_manager):
+                await sandbox.delete()
             print(load())
             downs, losts, spared = [], [], set()
             for _ in range(args.deaths):
@@ -198,6 +229,7 @@ async def main(args: argparse.Namespace) -> None:
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=200, help="round trips of /bin/true a side")
     parser.add_argument("--deaths", type=int, default=1, choices=(1, 2), help="workers killed, one after another")
     parser.add_argument("--slots", type=int, default=4, help="sandbox slots each node advertises")
     parser.add_argument("--image", default=None)

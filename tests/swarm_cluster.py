@@ -240,6 +240,19 @@ class SwarmCluster:
         _, token, python = self._gateways[node.container]
         return self.start_gateway(node, token, python)
 
+    def label(self, node: Node, labels: dict[str, str]) -> None:
+        """Give ``node`` exactly ``labels`` (``docker node update --label-add``)."""
+        with closing(self.manager.client()) as manager:
+            found = next(each for each in manager.api.nodes() if each["Description"]["Hostname"] == node.container)
+            manager.api.update_node(found["ID"], found["Version"]["Index"], {**found["Spec"], "Labels": labels})
+
+    def ready_workers(self) -> list[Node]:
+        """The nodes other than the manager that the manager sees ready (a killed one is down)."""
+        with closing(self.manager.client()) as manager:
+            ready = {each["Description"]["Hostname"] for each in manager.api.nodes()
+                     if each["Status"]["State"] == "ready"}
+        return [node for node in self.nodes[1:] if node.container in ready]
+
     def node_of_task(self, task: dict[str, Any]) -> Node:
         """The node a task (as the manager lists it) runs on."""
         with closing(self.manager.client()) as manager:

@@ -7,6 +7,13 @@ interpreter path valid where the backend runs commands.
 
 The ``sandbox`` backend is one DockerSandbox for the whole session (its image is built first when
 needed), with its workspace root mounted writable; its tests carry the ``docker`` marker.
+
+The ``swarm`` backend is a sandbox that a sandbox service on this host created on a node of the
+session's Swarm cluster other than the manager (:mod:`tests.swarm_fixtures`): a client on the host
+runs the calls in a sandbox on another machine. Its workspace root is beneath a host directory
+every node holds at the same path. Only the shell, git and file suites run on it (what issue 18
+asks a remote sandbox to do); its tests carry the ``docker`` and ``root`` markers (the cluster
+makes a veth pair and cgroups) and run last, once, on one cluster.
 """
 
 from __future__ import annotations
@@ -18,18 +25,23 @@ import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 
 import pytest
 
 from protolink.execution.local import LocalExecutionBackend
 from protolink.sandbox import posix_acl
+from tests import swarm_fixtures
 
 BACKENDS = ["local", pytest.param("sandbox", marks=pytest.mark.docker)]
 SANDBOX_PYTHON = "/opt/protolink/bin/python"
 # "server": the sandbox server as a subprocess on this host (no Docker), through SandboxBackend;
 # it runs commands as a uid of their own, which needs root.
 BACKENDS.append(pytest.param("server", marks=pytest.mark.root))
+BACKENDS.append(pytest.param("swarm", marks=[pytest.mark.docker, pytest.mark.root, pytest.mark.timeout(900)]))
+#: The suites the ``swarm`` backend runs: the shell, git and file calls.
+SWARM_MODULES = {"test_shell.py", "test_git.py", "test_filesystem.py"}
 _counter = itertools.count()
 
 
@@ -37,20 +49,33 @@ def _progress(line: str) -> None:
     print(line, file=sys.__stderr__, flush=True)  # a first image build takes minutes: show it
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    swarm_fixtures.load(config)
+
+
+def _kind(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get("backend_kind")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``contained`` check what a sandbox promises beyond the spec: descendants that
     left the command's process group or session die with it. The host backend kills the group
-    only (the spec), so those tests are not collected for it."""
-    dropped = [item for item in items if item.get_closest_marker("contained")
-               and getattr(item, "callspec", None) is not None and item.callspec.params.get("backend_kind") == "local"]
+    only (the spec), so those tests are not collected for it. The ``swarm`` backend runs the
+    shell, git and file suites only (:data:`SWARM_MODULES`): the others are the sandbox's, which
+    the ``sandbox`` backend runs on this host's engine."""
+    dropped = [item for item in items if (item.get_closest_marker("contained") and _kind(item) == "local")
+               or (_kind(item) == "swarm" and item.path.name not in SWARM_MODULES)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]
 
 
 @pytest.fixture(scope="session")
-def workspace_root(backend_kind: str) -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix=f"protolink-tests-{backend_kind}-")).resolve()
+def workspace_root(backend_kind: str, request: pytest.FixtureRequest) -> Iterator[Path]:
+    # On Swarm: beneath the directory every node holds at the same path.
+    under = request.getfixturevalue("shared_dir") if backend_kind == "swarm" else None
+    root = Path(tempfile.mkdtemp(prefix=f"protolink-tests-{backend_kind}-", dir=under)).resolve()
     root.chmod(0o755)
     yield root
     shutil.rmtree(root, ignore_errors=True)
@@ -72,7 +97,7 @@ def command_uid(backend_kind: str) -> int | None:
         from tests.sandbox_server import unused_uid
 
         return unused_uid()
-    if backend_kind == "sandbox":
+    if backend_kind in ("sandbox", "swarm"):
         from protolink.sandbox.config import Identity
 
         return Identity.of().uid
@@ -85,9 +110,16 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-async def backend(backend_kind: str, workspace_root: Path, command_uid: int | None) -> AsyncIterator[object]:
+async def backend(backend_kind: str, workspace_root: Path, command_uid: int | None,
+                  request: pytest.FixtureRequest) -> AsyncIterator[object]:
     if backend_kind == "local":
         yield LocalExecutionBackend()
+        return
+    if backend_kind == "swarm":
+        assert command_uid is not None
+        posix_acl.grant(str(workspace_root), {command_uid: 7})
+        async with _swarm_sandbox(request, workspace_root) as sandbox_backend:
+            yield sandbox_backend
         return
     if backend_kind == "server":
         from tests.sandbox_server import sandbox_server
@@ -109,10 +141,36 @@ async def backend(backend_kind: str, workspace_root: Path, command_uid: int | No
         yield sandbox_backend
 
 
+@asynccontextmanager
+async def _swarm_sandbox(request: pytest.FixtureRequest, workspace_root: Path) -> AsyncIterator[object]:
+    """The backend of a sandbox on a worker of the session's cluster (its template's node labels
+    choose it), created through a service on this host, ``workspace_root`` mounted writable."""
+    from protolink.wire.roots import Root
+
+    cluster = request.getfixturevalue("swarm")
+    image_id = request.getfixturevalue("docker_client").images.get(request.getfixturevalue("sandbox_image")).id
+    remote = cluster.ready_workers()[0]
+    cluster.label(remote, {"zone": "labelled"})
+    try:
+        async with swarm_fixtures.swarm_service(cluster, request.getfixturevalue("gateways"), image_id,
+                                                allowed_roots=(workspace_root,)) as service:
+            assert service.client is not None
+            sandbox = await service.client.create("zoned", roots=[Root(str(workspace_root), writable=True)])
+            try:
+                with closing(cluster.manager.client()) as manager:
+                    (task,) = manager.api.tasks(filters={"service": service.swarm_service(sandbox.id)["ID"]})
+                assert cluster.node_of_task(task) == remote  # another machine than the manager
+                yield sandbox.backend
+            finally:
+                await sandbox.delete()
+    finally:
+        cluster.label(remote, {})
+
+
 @pytest.fixture(scope="session")
 def backend_python(backend_kind: str) -> str:
     if backend_kind == "server":
         from tests.sandbox_server import HOST_PYTHON
 
         return HOST_PYTHON
-    return sys.executable if backend_kind == "local" else SANDBOX_PYTHON
+    return sys.executable if backend_kind == "local" else SANDBOX_PYTHON  # sandbox and swarm: the image's

@@ -2,7 +2,8 @@
 service only; the service creates a Swarm service per sandbox and reaches its task through the
 node's gateway (TLS, token). A node that dies loses its sandbox, typed and audited.
 
-The node-loss test kills a node of the module's cluster, so it comes last in this module."""
+The node-loss test kills a node of the session's cluster, so it comes last in this module, and the
+behaviour suites' ``swarm`` backend, which runs after it, takes a node still ready."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ async def test_a_sandbox_whose_gateway_does_not_answer_fails_typed_and_is_reache
 async def test_a_templates_node_labels_choose_the_node_its_sandboxes_run_on(swarm_service, run):
     cluster = swarm_service.cluster
     chosen = cluster.nodes[-1]
-    _label(cluster, chosen, {"zone": "labelled"})
+    cluster.label(chosen, {"zone": "labelled"})
     try:
         zoned = await swarm_service.client.create("zoned")
         placement = swarm_service.swarm_service(zoned.id)["Spec"]["TaskTemplate"]["Placement"]
@@ -107,15 +108,8 @@ async def test_a_templates_node_labels_choose_the_node_its_sandboxes_run_on(swar
         assert (await run(zoned.backend, ["/bin/echo", "zoned"])).stdout == "zoned\n"
         await zoned.delete()
     finally:
-        _label(cluster, chosen, {})
+        cluster.label(chosen, {})
     assert _swarm_services(swarm_service) == []
-
-
-def _label(cluster, node: Node, labels_: dict[str, str]) -> None:
-    """Give ``node`` exactly ``labels_`` (``docker node update --label-add``)."""
-    with closing(cluster.manager.client()) as manager:
-        found = next(each for each in manager.api.nodes() if each["Description"]["Hostname"] == node.container)
-        manager.api.update_node(found["ID"], found["Version"]["Index"], {**found["Spec"], "Labels": labels_})
 
 
 def _swarm_services(service) -> list[str]:
