@@ -6,6 +6,8 @@ The node-loss test kills a node of the module's cluster, so it comes last in thi
 
 from __future__ import annotations
 
+import os
+import signal
 from contextlib import closing
 from dataclasses import replace
 
@@ -193,8 +195,8 @@ async def test_a_pool_member_whose_task_is_lost_is_replaced_and_never_handed_out
     with closing(swarm_service.cluster.node_of_task(task).client()) as node:
         node.api.remove_container(task["Status"]["ContainerStatus"]["ContainerID"], force=True)
 
-    async def replaced() -> bool:
-        return await one_ready() and doomed not in _swarm_services(swarm_service)
+    async def replaced() -> bool:  # gone from Swarm first: it left the pool before, so a ready member is new
+        return doomed not in _swarm_services(swarm_service) and await one_ready()
 
     await eventually(replaced, "the lost pool member replaced")
     fresh = await client.create()
@@ -202,6 +204,38 @@ async def test_a_pool_member_whose_task_is_lost_is_replaced_and_never_handed_out
     assert (await run(fresh.backend, ["/bin/echo", "fresh"])).stdout == "fresh\n"
     assert not [record for record in swarm_service.audit() if record["kind"] == "sandbox.lost"]  # no one held it
     await fresh.delete()
+
+
+async def test_a_killed_services_pool_member_is_removed_by_its_next_run_which_adopts_the_claim(
+        swarm_service, run):
+    await swarm_service.stop()  # the same service, detached, to be killed
+    name, runtime = swarm_service.name, swarm_service.runtime
+    record = await start_service(name, ["--config", str(runtime / "service.toml"), "--swarm",
+                                        str(runtime / "swarm.toml"), "--pool", "1"])
+    try:
+        client = await connect(swarm_service.files.address, swarm_service.files.default_token.read_text(),
+                               timeout=30.0)
+
+        async def one_ready() -> bool:
+            return (await client.pool_ready()).get("default") == 1
+
+        await eventually(one_ready, "one pooled sandbox ready on the Swarm")
+        claimed = await client.create()
+        await eventually(one_ready, "the pool refilled")
+        wait_until(lambda: swarm_service.swarm_service(claimed.id)["Spec"]["Labels"][labels.TENANT],
+                   "the claim recorded in the Swarm service's labels")
+        (leftover,) = [found for found in _swarm_services(swarm_service) if not found.endswith(claimed.id)]
+        await claimed.backend.aclose()
+        await client.aclose()
+    finally:
+        os.kill(record["pid"], signal.SIGKILL)
+        os.waitpid(record["pid"], 0)  # start_service's child: reaped here
+    client = await _with_pool(swarm_service)
+    assert leftover not in _swarm_services(swarm_service)  # removed at start, before anything is served
+    assert [(status.id, status.pooled) for status in await client.list()] == [(claimed.id, True)]
+    again = await client.open(claimed.id)
+    assert (await run(again.backend, ["/bin/echo", "adopted"])).stdout == "adopted\n"
+    await again.delete()
 
 
 async def _with_pool(service):
