@@ -217,11 +217,14 @@ class Manager:
                 pool.remove(placed)
         if placed.renewed:
             self._save_renewals()
+        if placed.tenant and reason == "lost":  # its owner is told so while it is removed (a dead node's is slow)
+            self.ended.append(placed)
         try:
             await sandboxes.remove(placed, self._docker, self.swarm)
         finally:
             if placed.tenant:
-                self.ended.append(placed)
+                if reason != "lost":  # listed as ended once it is gone
+                    self.ended.append(placed)
                 self.events.emit("sandbox.removed", placed.tenant, placed.id, reason=reason)
 
     async def _record_claim(self, placed: Placed, *, after: float = 0.0) -> None:
