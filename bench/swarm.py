@@ -13,7 +13,9 @@ in one run:
 1. create -> first command's result (``/bin/true``) -> delete, through each service, in turns:
    medians of ``--runs`` and their ratio (Swarm / local); create -> first result apart;
    then the round trip of ``/bin/true`` through each service to one sandbox each, the Swarm one on
-   a worker node (not the manager), in turns: medians of ``--calls``;
+   a worker node (not the manager), in turns: medians of ``--calls``; then
+   creates from a template with a warm pool of one (each create waits until the pool is
+   full again): the create alone (on Swarm: a pool member on a remote node), and -> first result;
 2. a sandbox on a worker node, the node killed (its container, as a power cut): the time until
    the manager reports the node down, and until the service reports the sandbox ``lost`` to its
    client (``Get``), medians of ``--deaths`` (each kills one more worker; at most 2).
@@ -52,6 +54,8 @@ from tests.swarm_cluster import Node, SwarmCluster, remove_orphans  # noqa: E402
 TRUE = ProcessSpec(("/bin/true",), "/tmp", {"PATH": "/usr/bin:/bin"}, 30, 1 << 16)
 CHECKOUT = Path(__file__).resolve().parents[1]
 PREFIX = "protolink-bench-"
+#: The template with a warm pool of one.
+POOLED = "pooled"
 
 
 class _Silent:
@@ -100,6 +104,21 @@ async def round_trips(sandboxes: dict[str, Sandbox], calls: int) -> dict[str, li
             seconds[side].append(time.perf_counter() - started)
             assert result.exit_code == 0, result
     return seconds
+
+
+async def pooled(client: ServiceClient) -> tuple[float, float]:
+    """Once template ``pooled``'s pool is full: create from it, and -> first command's result:
+    seconds of each."""
+    while (await client.pool_ready()).get(POOLED) != 1:
+        await asyncio.sleep(0.05)
+    started = time.perf_counter()
+    sandbox = await client.create(POOLED)
+    created = time.perf_counter() - started
+    result = await sandbox.backend.execute(TRUE, _Silent())
+    first = time.perf_counter() - started
+    assert sandbox.status.pooled and result.exit_code == 0, (sandbox.status, result)
+    await sandbox.delete()
+    return created, first
 
 
 async def node_death(client: ServiceClient, cluster: SwarmCluster, host: docker.DockerClient,
@@ -167,8 +186,9 @@ async def main(args: argparse.Namespace) -> None:
             gateways = {node.container: cluster.start_gateway(node, token, python) for node in cluster.nodes}
             (runtime / "gateway-token").write_text(token)
             (runtime / "gateway-token").chmod(0o600)
-            (runtime / "service.toml").write_text(f'[templates.default]\nimage = "{image_id}"\nttl_seconds = 0\n'
-                                                  f'idle_seconds = 0\n')
+            template = f'image = "{image_id}"\nttl_seconds = 0\nidle_seconds = 0\n'
+            (runtime / "service.toml").write_text(f'[templates.default]\n{template}[templates.{POOLED}]\n{template}'
+                                                  f'pool = 1\n')
             (runtime / "swarm.toml").write_text(
                 f'[swarm]\nmanager = "unix://{cluster.manager.socket}"\n'
                 f'gateway_token_file = "{runtime / "gateway-token"}"\n' +
@@ -200,6 +220,21 @@ async def main(args: argparse.Namespace) -> None:
                 f"{theirs * 1000:.1f} ms", f"{theirs / ours:.2f}x")
             for sandbox in (near, remote, *on_manager):
                 await sandbox.delete()
+            await pooled(local)  # each side's first claim
+            await pooled(swarm)
+            warm: dict[str, list[float]] = {"local": [], "swarm": []}
+            warm_firsts: dict[str, list[float]] = {"local": [], "swarm": []}
+            for _ in range(args.runs):
+                for side, client in (("local", local), ("swarm", swarm)):
+                    created, first = await pooled(client)
+                    warm[side].append(created)
+                    warm_firsts[side].append(first)
+            for label, figures in ((f"   warm create from a pool (median of {args.runs})", warm),
+                                   ("   warm create -> first result", warm_firsts)):
+                ours, theirs = statistics.median(figures["local"]), statistics.median(figures["swarm"])
+                row(label, f"{ours * 1000:.1f} ms", f"{theirs * 1000:.1f} ms", f"{theirs / ours:.2f}x")
+            print(f"   warm creates on Swarm (target <= 15 ms at the median): "
+                  f"{', '.join(f'{each * 1000:.1f}' for each in warm['swarm'])} ms")
             print(load())
             downs, losts, spared = [], [], set()
             for _ in range(args.deaths):

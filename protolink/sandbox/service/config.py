@@ -31,9 +31,9 @@ gateway``) the service reaches with TLS, pinned by fingerprint, and the token in
     fingerprint = "sha256:..."                      # what the gateway printed
 
 The ``[swarm]`` table may also come from a file of its own (``serve --swarm FILE``, ``up --swarm
-FILE``), which replaces the configuration file's. Swarm placement keeps no warm pools and gives no
-egress and no managed workspace (refused when configured or asked); a create's roots must exist
-at the same paths on every node.
+FILE``), which replaces the configuration file's. Swarm placement keeps warm pools as the local
+one does, but gives no egress and no managed workspace (refused when configured or asked); a
+create's roots must exist at the same paths on every node.
 """
 
 from __future__ import annotations
@@ -186,8 +186,8 @@ class ServiceConfig:
             raise ValueError(f"the default template {self.default_template!r} is not among the templates "
                              f"({', '.join(sorted(self.templates))})")
         for template in self.templates.values():
-            if self.swarm is not None and (template.pool or template.allow is not None):
-                raise ValueError(f"template {template.name!r}: a Swarm placement keeps no pool and gives no egress")
+            if self.swarm is not None and template.allow is not None:
+                raise ValueError(f"template {template.name!r}: a Swarm placement gives no egress")
             if self.swarm is None and template.node_labels:
                 raise ValueError(f"template {template.name!r}: node_labels place sandboxes on Swarm nodes; this "
                                  f"service has no [swarm] table")

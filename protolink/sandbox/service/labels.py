@@ -6,8 +6,11 @@ from then), the template, the limits, the time to live and idle timeout
 (a tenant id, never a token) is in the container's name, ``SERVICE.TENANT.ID``: a pooled
 sandbox is started as ``SERVICE.pool.ID`` and renamed when a tenant claims it, and a
 container still named so when the service starts is a pool leftover, removed. A Swarm service
-(which keeps no pool) records its owner and id in labels (:data:`TENANT`, :data:`SANDBOX`):
-its name is ``SERVICE-TENANT-ID`` (:func:`swarm_name`), since Swarm takes no dots there.
+records its owner and id in labels (:data:`TENANT`, :data:`SANDBOX`): its name is
+``SERVICE-TENANT-ID`` (:func:`swarm_name`), since Swarm takes no dots there, and a service
+cannot be renamed, so a pooled one keeps ``SERVICE-pool-ID`` and an empty :data:`TENANT` until a
+claim writes its owner (and :data:`CREATED`) into its labels; one whose :data:`TENANT` is still
+empty when the service starts is a pool leftover, removed.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def container_name(service: str, tenant: str, sandbox_id: str) -> str:
 
 
 def swarm_name(service: str, tenant: str, sandbox_id: str) -> str:
-    return f"{service}-{tenant}-{sandbox_id}"
+    return f"{service}-{tenant or POOL_OWNER}-{sandbox_id}"
 
 
 def owner_of(name: str, service: str) -> tuple[str, str] | None:

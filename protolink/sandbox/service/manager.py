@@ -4,11 +4,12 @@
 cold), finds them for their owner only (another tenant's looks absent), renews and removes
 them, removes the ones whose time to live or idle timeout passed, and, at start, adopts the
 containers a previous run of the service left (:func:`.sandboxes.adopted`) and removes pool
-leftovers. With a ``[swarm]`` configuration every sandbox is a Swarm service
+leftovers. With a ``[swarm]`` configuration every sandbox, pool members too, is a Swarm service
 (:class:`~.swarm.SwarmPlacement`), adopted by its labels; one whose task is gone is lost: removed,
 never recreated, and its owner's next call ends with
 :class:`~protolink.errors.SandboxLostError`; so does a local sandbox whose container stopped
-behind the service's back (one rule for both placements).
+behind the service's back (one rule for both placements). A pool member whose container or task
+is gone is removed and replaced, never handed out.
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ LIVENESS_SECONDS = 2.0
 ENDED_KEPT = 100
 #: Pool members started at once per template.
 POOL_STARTS = 1
-#: How long after a claim its pool starts a new member, and the claim is written into the
-#: container's name: the claimed sandbox's first calls do not compete with a container start or
-#: a rename for the CPU (a rename beside the first command made it some 10 ms slower). A service
-#: that dies meanwhile leaves a pool member's name: the next run removes that container.
+#: How long after a claim its pool starts a new member, and the claim is recorded (in the
+#: container's name, or the Swarm service's labels: :func:`.sandboxes.record_claim`): the claimed
+#: sandbox's first calls do not compete with a start or a rename for the CPU (a rename beside the
+#: first command made it some 10 ms slower). A service that dies meanwhile leaves a pool member's
+#: record: the next run removes that sandbox.
 REFILL_DELAY_SECONDS = 1.0
 
 
@@ -69,7 +71,7 @@ class Manager:
         self._starting: dict[str, int] = dict.fromkeys(config.templates, 0)
         self._refill = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._unnamed: set[str] = set()  # ids of claimed pool members whose name still says "pool"
+        self._unrecorded: set[str] = set()  # ids of claimed pool members whose record still says "pool"
         self._docker: Any = None
         self.swarm = SwarmPlacement(config.swarm) if config.swarm is not None else None
 
@@ -95,8 +97,8 @@ class Manager:
         doomed = [member for pool in self.pools.values() for member in pool]
         if remove_all:
             doomed += list(self.sandboxes.values())
-        else:  # kept for the next run, which adopts a container by its name
-            await asyncio.gather(*(self._rename(self.sandboxes[name]) for name in list(self._unnamed)))
+        else:  # kept for the next run, which adopts a sandbox by its name or labels
+            await asyncio.gather(*(self._record_claim(self.sandboxes[name]) for name in list(self._unrecorded)))
         await asyncio.gather(*(self._remove(placed, "down") for placed in doomed), return_exceptions=True)
         for placed in self.sandboxes.values():  # kept: drop the connections of this run
             if placed._channel is not None:
@@ -147,8 +149,8 @@ class Manager:
             placed = self.pools[base.name].pop(0)  # the one that waited longest: settled, warmed up
             placed.hand_to(tenant.id, now, pooled=True)
             self.sandboxes[placed.id] = placed
-            self._unnamed.add(placed.id)
-            self._spawn(self._rename(placed, after=REFILL_DELAY_SECONDS))
+            self._unrecorded.add(placed.id)
+            self._spawn(self._record_claim(placed, after=REFILL_DELAY_SECONDS))
             asyncio.get_running_loop().call_later(REFILL_DELAY_SECONDS, self._refill.set)
             self.events.emit("sandbox.created", tenant.id, placed.id, template=base.name, image=template.image,
                              pooled=True, duration_seconds=time.time() - now)
@@ -209,31 +211,33 @@ class Manager:
             return
         placed.state = reason
         self.sandboxes.pop(placed.id, None)
-        self._unnamed.discard(placed.id)
+        self._unrecorded.discard(placed.id)
         for pool in self.pools.values():
             if placed in pool:
                 pool.remove(placed)
         if placed.renewed:
             self._save_renewals()
+        if placed.tenant and reason == "lost":  # its owner is told so while it is removed (a dead node's is slow)
+            self.ended.append(placed)
         try:
             await sandboxes.remove(placed, self._docker, self.swarm)
         finally:
             if placed.tenant:
-                self.ended.append(placed)
+                if reason != "lost":  # listed as ended once it is gone
+                    self.ended.append(placed)
                 self.events.emit("sandbox.removed", placed.tenant, placed.id, reason=reason)
 
-    async def _rename(self, placed: Placed, *, after: float = 0.0) -> None:
-        """Record the new owner of a claimed pool member in its container's name, ``after`` seconds
-        (unless it is gone by then)."""
+    async def _record_claim(self, placed: Placed, *, after: float = 0.0) -> None:
+        """Record the new owner of a claimed pool member (:func:`.sandboxes.record_claim`),
+        ``after`` seconds (unless it is gone by then)."""
         await asyncio.sleep(after)
-        if placed.id not in self._unnamed:
+        if placed.id not in self._unrecorded:
             return
-        self._unnamed.discard(placed.id)
-        new = labels.container_name(self.name, placed.tenant, placed.id)
+        self._unrecorded.discard(placed.id)
         try:
-            await asyncio.to_thread(self._docker.api.rename, placed.container_id, new)
+            await sandboxes.record_claim(self.name, placed, self._docker, self.swarm)
         except Exception as error:
-            log.warning("could not rename claimed sandbox %s: %s", placed.id, error)
+            log.warning("could not record the owner of claimed sandbox %s: %s", placed.id, error)
 
     async def _adopt(self) -> None:
         now = time.time()
@@ -286,11 +290,12 @@ class Manager:
 
     async def _watch_tasks(self) -> None:
         """Report lost, and remove, a Swarm sandbox whose task no longer runs (its node is down or
-        left, the task failed or was removed): never recreated, its quota freed."""
+        left, the task failed or was removed): never recreated, its quota freed; a pool member is
+        only replaced."""
         assert self.swarm is not None
         while True:
             await asyncio.sleep(LIVENESS_SECONDS)
-            watched = {placed.swarm_service: placed for placed in self.sandboxes.values()
+            watched = {placed.swarm_service: placed for placed in self._placed()
                        if placed.swarm_service and placed.state == "running"}
             try:
                 gone = await self.swarm.lost({name: placed.task_id for name, placed in watched.items()})
@@ -298,9 +303,7 @@ class Manager:
                 log.warning("could not ask the Swarm manager for the service's tasks: %s", error)
                 continue
             for name in gone:
-                placed = watched[name]
-                self._lose(placed, "its task no longer runs (its node is down or left, or the task ended)")
-                self._spawn(self._remove(placed, "lost"))
+                self._lost(watched[name], "its task no longer runs (its node is down or left, or the task ended)")
 
     async def _watch_deadlines(self) -> None:
         while True:
@@ -317,7 +320,7 @@ class Manager:
         freed, its client's calls end with SandboxLostError, a pool refills."""
         while True:
             await asyncio.sleep(LIVENESS_SECONDS)
-            watched = [placed for placed in [*self.sandboxes.values(), *chain(*self.pools.values())]
+            watched = [placed for placed in self._placed()
                        if placed.container_id and not placed.swarm_service and placed.state == "running"]
             try:
                 running = await asyncio.to_thread(self._running_containers)
@@ -326,11 +329,20 @@ class Manager:
                 continue
             for placed in watched:
                 if placed.container_id not in running:
-                    if placed.tenant:  # a pool member is only replaced
-                        self._lose(placed, f"its container {placed.container_id[:12]} stopped (killed, out of "
-                                           f"memory, or removed)")
-                    self._spawn(self._remove(placed, "lost"))
-                    self._refill.set()
+                    self._lost(placed, f"its container {placed.container_id[:12]} stopped (killed, out of memory, "
+                                       f"or removed)")
+
+    def _placed(self) -> list[Placed]:
+        """The sandboxes tenants hold, and the pool members."""
+        return [*self.sandboxes.values(), *chain(*self.pools.values())]
+
+    def _lost(self, placed: Placed, why: str) -> None:
+        """Remove ``placed``, whose container or task is gone: reported lost to its owner (a pool
+        member is only replaced)."""
+        if placed.tenant:
+            self._lose(placed, why)
+        self._spawn(self._remove(placed, "lost"))
+        self._refill.set()
 
     def _running_containers(self) -> set[str]:
         found = self._docker.api.containers(filters={"label": f"{labels.SERVICE}={self.name}", "status": "running"})
@@ -349,7 +361,7 @@ class Manager:
     async def _pool_one(self, template: Template) -> None:
         placed = Placed(id=secrets.token_hex(8), tenant="", template=template)
         try:
-            await sandboxes.start(self.name, placed, Overrides(), self.events)
+            await sandboxes.start(self.name, placed, Overrides(), self.events, self.swarm)
             await sandboxes.warm_up(placed)
         except SandboxError as error:
             log.warning("could not start a pooled sandbox of template %s: %s", template.name, error)

@@ -314,6 +314,18 @@ async def warm_up(placed: Placed) -> None:
         await backend.aclose()
 
 
+async def record_claim(service: str, placed: Placed, docker_client: Any, swarm: SwarmPlacement | None) -> None:
+    """Write the owner of the claimed pool member ``placed`` where a restarted service reads it:
+    into its container's name, or into its Swarm service's labels (with the claim's time, from
+    which its time to live counts)."""
+    if placed.swarm_service:
+        assert swarm is not None, "a Swarm sandbox is claimed through its placement"
+        await swarm.relabel(placed.swarm_service, {labels.TENANT: placed.tenant, labels.CREATED: repr(placed.created)})
+    else:
+        await asyncio.to_thread(docker_client.api.rename, placed.container_id,
+                                labels.container_name(service, placed.tenant, placed.id))
+
+
 async def resume_egress(placed: Placed, events: Events) -> None:
     """Serve the egress of an adopted sandbox again (its relay waits for a host to dial in)."""
     if placed.template.allow is None:

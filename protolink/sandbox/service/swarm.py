@@ -115,6 +115,19 @@ class SwarmPlacement:
         with contextlib.suppress(docker.errors.NotFound):
             await asyncio.to_thread(self._docker.api.remove_service, name)
 
+    async def relabel(self, name: str, labels: dict[str, str]) -> None:
+        """Add ``labels`` to the service ``name``'s own labels. Its spec is sent back as stored,
+        so its task is not replaced: a service's labels are not its task's."""
+        await asyncio.to_thread(self._relabel, name, labels)
+
+    def _relabel(self, name: str, labels: dict[str, str]) -> None:
+        found = self._docker.api.inspect_service(name)
+        spec = found["Spec"]
+        self._docker.api.update_service(
+            found["ID"], found["Version"]["Index"], name=spec["Name"], labels={**spec.get("Labels", {}), **labels},
+            task_template=spec["TaskTemplate"], mode=spec.get("Mode"), update_config=spec.get("UpdateConfig"),
+            rollback_config=spec.get("RollbackConfig"), endpoint_spec=spec.get("EndpointSpec"))
+
     async def services(self, service: str, label: str) -> list[dict[str, Any]]:
         """The Swarm services carrying ``label=service``."""
         return await asyncio.to_thread(self._docker.api.services, filters={"label": f"{label}={service}"})

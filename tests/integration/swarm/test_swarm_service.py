@@ -7,7 +7,10 @@ behaviour suites' ``swarm`` backend, which runs after it, takes a node still rea
 
 from __future__ import annotations
 
+import os
+import signal
 from contextlib import closing
+from dataclasses import replace
 
 import docker
 import pytest
@@ -30,11 +33,16 @@ def _containers(nodes: list[Node]) -> list[str]:
     return found
 
 
-def _node_of(service, sandbox_id: str) -> Node:
-    """The node the sandbox's task runs on, as the manager says."""
+def _task_of(service, sandbox_id: str) -> dict:
+    """The sandbox's task, as the manager lists it."""
     with closing(service.cluster.manager.client()) as manager:
         (task,) = manager.api.tasks(filters={"service": service.swarm_service(sandbox_id)["ID"]})
-    return service.cluster.node_of_task(task)
+    return task
+
+
+def _node_of(service, sandbox_id: str) -> Node:
+    """The node the sandbox's task runs on, as the manager says."""
+    return service.cluster.node_of_task(_task_of(service, sandbox_id))
 
 
 async def test_a_client_runs_commands_in_a_sandbox_on_a_node_and_deleting_it_leaves_nothing(swarm_service, run):
@@ -135,6 +143,101 @@ async def test_down_removes_the_swarm_services_of_a_service_that_up_started_with
         assert remove_everything(name, host) == 2
     assert _swarm_services(swarm_service) == [] and not files.swarm.exists()
     wait_until(lambda: not _containers(swarm_service.cluster.nodes), "every node to have no container left")
+
+
+async def test_a_swarm_template_with_a_pool_serves_a_create_from_it_refills_and_a_restart_adopts_the_claim(
+        swarm_service, run):
+    client = await _with_pool(swarm_service)
+
+    async def one_ready() -> bool:
+        return (await client.pool_ready()).get("default") == 1
+
+    await eventually(one_ready, "one pooled sandbox ready on the Swarm")
+    (waiting,) = _swarm_services(swarm_service)
+    claimed = await client.create()
+    assert claimed.status.pooled and waiting.endswith(f"-{claimed.id}")
+    assert _node_of(swarm_service, claimed.id) in swarm_service.cluster.nodes
+    assert (await run(claimed.backend, ["/bin/sh", "-c", "echo claimed > /tmp/mark"])).exit_code == 0
+    await eventually(one_ready, "the pool refilled")
+    assert len(_swarm_services(swarm_service)) == 2
+    await claimed.backend.aclose()
+    await swarm_service.stop()  # the claim is in the Swarm service's labels: its owner survives
+    owner = swarm_service.swarm_service(claimed.id)["Spec"]["Labels"][labels.TENANT]
+    assert owner and _swarm_services(swarm_service) == [waiting]  # the refilled member is removed
+    client = await swarm_service.start()
+    (status,) = await client.list()
+    assert (status.id, status.state, status.pooled) == (claimed.id, "running", True)
+    again = await client.open(claimed.id)
+    assert (await run(again.backend, ["/bin/cat", "/tmp/mark"])).stdout == "claimed\n"  # the same task
+    await again.delete()
+    await swarm_service.stop()
+    cluster = swarm_service.cluster
+    assert _swarm_services(swarm_service) == []
+    wait_until(lambda: not _containers(cluster.nodes), "every node to have no container left")
+
+
+async def test_a_pool_member_whose_task_is_lost_is_replaced_and_never_handed_out(swarm_service, run):
+    client = await _with_pool(swarm_service)
+
+    async def one_ready() -> bool:
+        return (await client.pool_ready()).get("default") == 1
+
+    await eventually(one_ready, "one pooled sandbox ready on the Swarm")
+    (doomed,) = _swarm_services(swarm_service)
+    doomed_id = doomed.rsplit("-", 1)[1]
+    task = _task_of(swarm_service, doomed_id)
+    with closing(swarm_service.cluster.node_of_task(task).client()) as node:
+        node.api.remove_container(task["Status"]["ContainerStatus"]["ContainerID"], force=True)
+
+    async def replaced() -> bool:  # gone from Swarm first: it left the pool before, so a ready member is new
+        return doomed not in _swarm_services(swarm_service) and await one_ready()
+
+    await eventually(replaced, "the lost pool member replaced")
+    fresh = await client.create()
+    assert fresh.status.pooled and fresh.id != doomed_id
+    assert (await run(fresh.backend, ["/bin/echo", "fresh"])).stdout == "fresh\n"
+    assert not [record for record in swarm_service.audit() if record["kind"] == "sandbox.lost"]  # no one held it
+    await fresh.delete()
+
+
+async def test_a_killed_services_pool_member_is_removed_by_its_next_run_which_adopts_the_claim(
+        swarm_service, run):
+    await swarm_service.stop()  # the same service, detached, to be killed
+    name, runtime = swarm_service.name, swarm_service.runtime
+    record = await start_service(name, ["--config", str(runtime / "service.toml"), "--swarm",
+                                        str(runtime / "swarm.toml"), "--pool", "1"])
+    try:
+        client = await connect(swarm_service.files.address, swarm_service.files.default_token.read_text(),
+                               timeout=30.0)
+
+        async def one_ready() -> bool:
+            return (await client.pool_ready()).get("default") == 1
+
+        await eventually(one_ready, "one pooled sandbox ready on the Swarm")
+        claimed = await client.create()
+        await eventually(one_ready, "the pool refilled")
+        wait_until(lambda: swarm_service.swarm_service(claimed.id)["Spec"]["Labels"][labels.TENANT],
+                   "the claim recorded in the Swarm service's labels")
+        (leftover,) = [found for found in _swarm_services(swarm_service) if not found.endswith(claimed.id)]
+        await claimed.backend.aclose()
+        await client.aclose()
+    finally:
+        os.kill(record["pid"], signal.SIGKILL)
+        os.waitpid(record["pid"], 0)  # start_service's child: reaped here
+    client = await _with_pool(swarm_service)
+    assert leftover not in _swarm_services(swarm_service)  # removed at start, before anything is served
+    assert [(status.id, status.pooled) for status in await client.list()] == [(claimed.id, True)]
+    again = await client.open(claimed.id)
+    assert (await run(again.backend, ["/bin/echo", "adopted"])).stdout == "adopted\n"
+    await again.delete()
+
+
+async def _with_pool(service):
+    """Start ``service`` again with a pool of one for its default template; its client."""
+    await service.stop()
+    templates = service.config.templates
+    service.config = replace(service.config, templates={**templates, "default": replace(templates["default"], pool=1)})
+    return await service.start()
 
 
 async def test_a_sandbox_on_a_node_that_dies_is_lost_and_new_ones_go_to_the_nodes_left(swarm_service, run, docker_client):

@@ -84,7 +84,6 @@ fingerprint = "sha256:{'ab' * 32}"
     ('[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {n = {gateway = "a:1"}}\n',
      "needs exactly gateway and fingerprint"),
     ('[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\nnetwork = "x"\n', "unknown keys"),
-    ('[templates.default]\npool = 1\n[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\n', "no pool"),
     ('[templates.default]\nallow = []\n[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\n', "no egress"),
 ])
 def test_a_swarm_table_that_cannot_be_used_is_refused(tmp_path, table, refusal):
@@ -94,8 +93,15 @@ def test_a_swarm_table_that_cannot_be_used_is_refused(tmp_path, table, refusal):
         ServiceConfig.load(path, image="base:1")
 
 
-def test_a_swarm_service_name_has_no_dots():
+def test_a_swarm_service_name_has_no_dots_and_a_pool_members_says_pool():
     assert swarm_name("svc", "0123", "abcd") == "svc-0123-abcd"
+    assert swarm_name("svc", "", "abcd") == "svc-pool-abcd"
+
+
+def test_a_template_on_swarm_keeps_a_warm_pool(tmp_path):
+    path = tmp_path / "service.toml"
+    path.write_text('[templates.default]\npool = 1\n[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\n')
+    assert ServiceConfig.load(path, image="base:1").template("").pool == 1
 
 
 def _swarm_file(tmp_path, manager: str = "unix:///run/manager.sock") -> str:
