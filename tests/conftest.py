@@ -29,9 +29,13 @@ _leaked: list[str] = []
 
 
 def _labelled_containers(client) -> dict[str, str]:
-    containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
-    return {c.id: f"{c.short_id} {c.name} ({OWNER_LABEL}={c.labels[OWNER_LABEL]})" for c in containers
-            if _the_suites(c.name, c.labels[OWNER_LABEL])}
+    # One listing, no look at each container after it: one removed meanwhile is simply not there.
+    found = {}
+    for container in client.api.containers(all=True, filters={"label": OWNER_LABEL}):
+        name, owner = container["Names"][0].lstrip("/"), container["Labels"][OWNER_LABEL]
+        if _the_suites(name, owner):
+            found[container["Id"]] = f"{container['Id'][:12]} {name} ({OWNER_LABEL}={owner})"
+    return found
 
 
 def _the_suites(name: str, owner: str) -> bool:
