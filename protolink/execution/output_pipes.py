@@ -68,13 +68,13 @@ class _Piece:
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.buffer = _spares.pop() if _spares else bytearray(HEADROOM_BYTES + READ_CHUNK_BYTES)
+        self.buffer = _spare(HEADROOM_BYTES + READ_CHUNK_BYTES)
         self.size = 0
 
     def room(self) -> memoryview:
         """The buffer after the data: where the channel's next bytes are read."""
         if HEADROOM_BYTES + self.size == len(self.buffer) < HEADROOM_BYTES + PIECE_BYTES:
-            whole = _spares.pop() if _spares else bytearray(HEADROOM_BYTES + PIECE_BYTES)
+            whole = _spare(HEADROOM_BYTES + PIECE_BYTES)
             whole[: len(self.buffer)] = self.buffer
             self.buffer = whole
         return memoryview(self.buffer)[HEADROOM_BYTES + self.size :]
@@ -285,6 +285,15 @@ class OutputPipes:
         del self._pipes[fd]
         if not self._pipes and not self.closed.done():
             self.closed.set_result(None)
+
+
+def _spare(size: int) -> bytearray:
+    """A spare whole buffer, else a new one of ``size`` bytes. (Event loops in other threads
+    share the spares: taking one is a single step.)"""
+    try:
+        return _spares.pop()
+    except IndexError:
+        return bytearray(size)
 
 
 def _drop() -> memoryview:
