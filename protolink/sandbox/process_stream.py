@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
@@ -33,7 +33,7 @@ from protolink.execution.process_types import Emitter
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2, sandbox_pb2
 from protolink.wire.output_events import OutputEvent, read_output_event
-from protolink.wire.status import checked_answer, from_rpc_error, from_wire
+from protolink.wire.status import CallEnd, checked_answer, from_status, from_wire
 
 from .aio_call import AsyncCall
 
@@ -84,15 +84,12 @@ class ProcessStream:
     async def _run(self, request: process_pb2.ExecuteRequest, output: Output, deadline_seconds: float) -> dict[str, Any]:
         if self._idle_close is not None:
             self._idle_close.cancel()
-        call = self._open()
         request.id = self._next_id
         self._next_id += 1
-        events: asyncio.Queue[_Item] = asyncio.Queue(QUEUED_EVENTS)
-        self._waiting[request.id] = (call, events)
         finished = False
         try:
             async with asyncio.timeout(deadline_seconds) as deadline:
-                await self._write(call, request)
+                events = await self._send(request)
                 facts = await _follow(events, output)
             finished = True
             return facts
@@ -102,13 +99,32 @@ class ProcessStream:
             raise SandboxUnavailableError(
                 f"the sandbox did not finish the process within {deadline_seconds:g} s") from None
         finally:
-            del self._waiting[request.id]
+            call, events = self._waiting.pop(request.id)
             while not events.empty():
                 events.get_nowait()  # the reader may wait for room in this queue: it is never read again
             if not finished:
                 self._cancel(call, request.id)
             if not self._waiting:
                 self._end_when_idle(call)
+
+    async def _send(self, request: process_pb2.ExecuteRequest) -> asyncio.Queue[_Item]:
+        """Write ``request`` on the open call; the queue its events come to.
+
+        A request the call ended before (:class:`Unsent`) goes once more, on a new call: it never
+        reached the server, and the status that ended the old call may have been lost to grpcio
+        (:class:`GrpcCall`); a refusal on the new one, where it is the first request, arrives whole.
+        """
+        for attempt in range(2):
+            call = self._open()
+            events: asyncio.Queue[_Item] = asyncio.Queue(QUEUED_EVENTS)  # the old call's reader may fill an old one
+            self._waiting[request.id] = (call, events)
+            try:
+                await self._write(call, request)
+                return events
+            except Unsent as unsent:
+                if attempt:
+                    raise unsent.error from None
+        raise AssertionError("unreachable")
 
     def open(self) -> None:
         """Open the call now, ahead of the first process, sending :data:`OPENING` on it; like an
@@ -149,12 +165,7 @@ class ProcessStream:
 
     async def _write(self, call: Any, request: process_pb2.ExecuteRequest) -> None:
         async with self._writing:
-            try:
-                await call.write(request)
-            except grpc.aio.AioRpcError as error:
-                raise from_rpc_error(error) from None
-            except (grpc.aio.UsageError, asyncio.InvalidStateError):  # the call is over (cancelled, say)
-                raise SandboxUnavailableError("the sandbox's process stream has ended") from None
+            await call.write(request)
 
     def _cancel(self, call: Any, request_id: int) -> None:
         if call is self._call and not call.done():
@@ -164,7 +175,7 @@ class ProcessStream:
     async def _write_quietly(self, call: Any, request: process_pb2.ExecuteRequest) -> None:
         try:
             await self._write(call, request)
-        except SandboxError:
+        except (SandboxError, Unsent):
             pass  # the call failed: the server kills everything it ran anyway
 
     async def _read(self, call: Any) -> None:
@@ -178,9 +189,7 @@ class ProcessStream:
                     raise SandboxProtocolError(f"the sandbox sent an event for request {event.id}, never made")
                 # else: an event of a process that is over, or given up: dropped
             failure: BaseException = SandboxProtocolError("the sandbox ended the process stream")
-        except grpc.aio.AioRpcError as error:
-            failure = from_rpc_error(error)
-        except SandboxError as error:
+        except Exception as error:  # noqa: BLE001 (the call's end, typed by protolink.wire.status)
             failure = error
         if self._call is call:
             self._call = None
@@ -190,12 +199,54 @@ class ProcessStream:
                 _put_failure(events, failure)
 
 
-def grpc_calls(channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]]) -> Callable[[], Any]:
+def grpc_calls(channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]]) -> Callable[[], GrpcCall]:
     """Execute calls through grpcio's ``channel`` (one a sandbox service forwards, over TLS, say)."""
     # Events are handed over as the bytes that arrived, so that output is read where it lies
     # (protolink.wire.output_events); other events are parsed here.
     execute = channel.stream_stream(EXECUTE, request_serializer=process_pb2.ExecuteRequest.SerializeToString)
-    return functools.partial(execute, metadata=tuple(metadata), wait_for_ready=False)
+    return lambda: GrpcCall(execute(metadata=tuple(metadata), wait_for_ready=False))
+
+
+class Unsent(Exception):
+    """A request written on a grpcio call that had ended: it never reached the server. ``error``
+    is what the call's end says (perhaps grpcio's INTERNAL in place of the server's status)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class GrpcCall:
+    """A grpcio Execute call with :class:`~.aio_call.AsyncCall`'s ways: a failed read raises the
+    call's typed error, from its status as the other side sent it when grpcio kept it
+    (:class:`~protolink.wire.status.CallEnd`); a failed write raises :class:`Unsent`."""
+
+    def __init__(self, call: grpc.aio.StreamStreamCall) -> None:
+        self._call = call
+        self._end = CallEnd(call)
+
+    async def write(self, request: process_pb2.ExecuteRequest) -> None:
+        try:
+            await self._call.write(request)
+        except grpc.aio.AioRpcError as error:
+            raise Unsent(self._end.error(error)) from None
+        except (grpc.aio.UsageError, asyncio.InvalidStateError):  # the call is over
+            if self._end.status is None or self._call.cancelled():
+                raise Unsent(SandboxUnavailableError("the sandbox's process stream has ended")) from None
+            raise Unsent(from_status(*self._end.status)) from None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._call:
+                yield data
+        except grpc.aio.AioRpcError as error:
+            raise self._end.error(error) from None
+
+    def done(self) -> bool:
+        return self._call.done()
+
+    def cancel(self) -> bool:
+        return self._call.cancel()
 
 
 def own_calls(address: str, metadata: Sequence[tuple[str, str]], *, max_message_bytes: int) -> Callable[[], Any]:

@@ -24,7 +24,7 @@ from protolink.execution.paths import canonical_roots, resolve_under_roots
 from protolink.execution.transfer import DEFAULT_LIMITS, TransferLimits, TransferResult, open_source, receive
 from protolink.wire import transfer as wire
 from protolink.wire._pb import transfer_pb2
-from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
+from protolink.wire.status import CallEnd, checked_answer, from_rpc_error, parsed_answer
 
 from .client import SandboxBackend
 
@@ -70,10 +70,12 @@ async def upload(backend: SandboxBackend, source: str | os.PathLike[str], destin
                 yield transfer_pb2.UploadChunk(data=piece)
             yield transfer_pb2.UploadChunk(end=transfer_pb2.UploadEnd(bytes=sent))
 
+        call = backend.stream_method("Upload")(messages(), timeout=timeout)
+        end = CallEnd(call)
         try:
-            response = await backend.stream_method("Upload")(messages(), timeout=timeout)
+            response = await call
         except grpc.aio.AioRpcError as error:
-            raise (failures[0] if failures else from_rpc_error(error)) from None
+            raise (failures[0] if failures else end.error(error)) from None
     return checked_answer(wire.summary, parsed_answer(response), path=target, limits=limits)
 
 

@@ -9,8 +9,8 @@ raises. Class names and tracebacks never cross the wire.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -191,6 +191,55 @@ def from_wire(wire: errors_pb2.Error) -> Exception:
 def from_rpc_error(error: grpc.RpcError) -> Exception:
     """:func:`from_status` for an error raised by a grpc.aio call."""
     return from_status(error.code(), error.details(), error.trailing_metadata() or ())
+
+
+class Status(NamedTuple):
+    """A call's status as the other side sent it."""
+
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+class CallEnd:
+    """The status ``call`` (a ``grpc.aio`` call that streams requests) ended with, kept as it came.
+
+    grpcio (1.85; grpc/grpc#36066) replaces a call's status with INTERNAL "Internal error from
+    Core" when a write fails because the other side has just ended the call: a refusal that
+    arrives while requests are still being sent would reach the caller as INTERNAL. The status
+    is read here as it is set (a call's done callbacks run then), before a failed write can
+    replace it.
+    """
+
+    def __init__(self, call: grpc.aio.Call) -> None:
+        self.status: Status | None = None
+        call.add_done_callback(self._ended)
+
+    def of(self, raised: grpc.aio.AioRpcError) -> Status:
+        """The call's status: as it came when it was kept, else as ``raised`` tells it."""
+        if self.status is not None:
+            return self.status
+        return Status(raised.code(), raised.details() or "", tuple(raised.trailing_metadata() or ()))
+
+    def error(self, raised: grpc.aio.AioRpcError) -> Exception:
+        """The exception to raise on the host for the call's end (:func:`from_status`)."""
+        return from_status(*self.of(raised))
+
+    def _ended(self, call: grpc.aio.Call) -> None:
+        if self.status is None:
+            code, details, trailing = _at_once(call.code()), _at_once(call.details()), _at_once(call.trailing_metadata())
+            if code is not None:
+                self.status = Status(code, details or "", tuple(trailing or ()))
+
+
+def _at_once(coroutine: Coroutine[Any, Any, T]) -> T | None:
+    """What ``coroutine`` returns when it finishes without waiting (a call's status once set), else None."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value  # type: ignore[no-any-return]
+    coroutine.close()
+    return None
 
 
 def _wire_error(trailing_metadata: object) -> errors_pb2.Error | None:

@@ -23,7 +23,7 @@ from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxLostError
 from protolink.wire._pb import process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
-from protolink.wire.status import ERROR_METADATA_KEY, to_status
+from protolink.wire.status import ERROR_METADATA_KEY, CallEnd, Status, to_status
 
 from .events import Events
 
@@ -218,7 +218,8 @@ async def _one_answer(context: grpc.aio.ServicerContext, target: Target, open_ca
     """The answer of a call that has one (``open_call(request)``), with the sandbox's use counted."""
     target.active += 1
     try:
-        return await _relayed(context, open_call(request, metadata=_passed(context), timeout=context.time_remaining()))
+        call = open_call(request, metadata=_passed(context), timeout=context.time_remaining())
+        return await _relayed(context, call, CallEnd(call))
     finally:
         target.active -= 1
         target.last_used = time.time()
@@ -228,6 +229,7 @@ async def _relayed_stream(context: grpc.aio.ServicerContext, target: Target, cal
                           watch: Commands | None) -> AsyncIterator[bytes]:
     """``call``'s answers as they come, then its status and trailing metadata, passed on."""
     target.active += 1
+    end = CallEnd(call)
     try:
         async for response in call:
             if watch is not None:
@@ -235,7 +237,7 @@ async def _relayed_stream(context: grpc.aio.ServicerContext, target: Target, cal
             yield response
         _pass_trailing(context, await call.trailing_metadata())
     except grpc.aio.AioRpcError as error:
-        await _abort_as(context, error)
+        await _abort_as(context, end.of(error))
     finally:
         call.cancel()
         target.active -= 1
@@ -252,21 +254,21 @@ async def _watched(first: bytes, requests: AsyncIterator[bytes], watch: Commands
         yield request
 
 
-async def _abort_as(context: grpc.aio.ServicerContext, error: grpc.aio.AioRpcError) -> None:
+async def _abort_as(context: grpc.aio.ServicerContext, status: Status) -> None:
     """End the caller's call as the sandbox ended it: status, details, trailing metadata (the wire's typed error)."""
-    await context.abort(error.code(), error.details() or "", tuple(error.trailing_metadata() or ()))
+    await context.abort(status.code, status.details, status.trailing_metadata)
 
 
 def _passed(context: grpc.aio.ServicerContext) -> tuple[tuple[str, Any], ...]:
     return tuple((key, value) for key, value in context.invocation_metadata() or () if key not in _HELD_BACK)
 
 
-async def _relayed(context: grpc.aio.ServicerContext, call: Any) -> Any:
+async def _relayed(context: grpc.aio.ServicerContext, call: Any, end: CallEnd) -> Any:
     """``call``'s answer, or its failure passed on as the caller's status and trailing metadata."""
     try:
         response = await call
     except grpc.aio.AioRpcError as error:
-        await _abort_as(context, error)
+        await _abort_as(context, end.of(error))
     _pass_trailing(context, await call.trailing_metadata())
     return response
 

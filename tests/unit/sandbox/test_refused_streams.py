@@ -1,0 +1,76 @@
+"""A refusal that ends the Execute call while the client still writes reaches the process as the
+refusal, not as grpcio's INTERNAL "Internal error from Core" (grpc/grpc#36066), on a sandbox
+reached through grpcio (a service's).
+
+The refusing server runs on a loop of its own, in a thread, so that the client's loop can be
+held while the refusal arrives: the client's next write is then sent on a stream its gRPC core
+has already closed, the case that replaced the status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import grpc
+import pytest
+
+from protolink.errors import SandboxNotFoundError
+from protolink.execution.process_types import NO_EVENTS
+from protolink.sandbox.process_stream import Output, ProcessStream, grpc_calls
+from protolink.wire._pb import process_pb2
+from protolink.wire.status import ERROR_METADATA_KEY, to_status
+
+#: How long the client's loop is held: ample for a loopback refusal to arrive.
+HELD_SECONDS = 0.3
+REFUSAL = SandboxNotFoundError("no sandbox 'f00d'")
+
+
+async def refuse(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
+    """Read the first request, then end the call with :data:`REFUSAL`, as the service does."""
+    await anext(aiter(requests))
+    code, wire = to_status(REFUSAL)
+    await context.abort(code, str(REFUSAL), ((ERROR_METADATA_KEY, wire.SerializeToString()),))
+
+
+class Refusing(grpc.GenericRpcHandler):
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        return grpc.stream_stream_rpc_method_handler(refuse)
+
+
+@pytest.fixture(scope="module")
+def address() -> Iterator[str]:
+    """A server that refuses every call, on its own loop in a thread."""
+    loop = asyncio.new_event_loop()
+    ready: list[int] = []
+
+    async def start() -> grpc.aio.Server:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((Refusing(),))
+        ready.append(server.add_insecure_port("127.0.0.1:0"))
+        await server.start()
+        return server
+
+    server = loop.run_until_complete(start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{ready[0]}"
+    asyncio.run_coroutine_threadsafe(server.stop(None), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(30)
+    loop.close()
+
+
+async def test_a_process_on_a_refused_stream_gets_the_refusal(address):
+    async with grpc.aio.insecure_channel(address) as channel:
+        for _ in range(5):
+            stream = ProcessStream(grpc_calls(channel, ()), max_in_flight=4)
+            stream.open()  # the opening request goes out; the server refuses on it
+            await asyncio.sleep(0)
+            time.sleep(HELD_SECONDS)  # the refusal arrives while this loop cannot take it
+            request = process_pb2.ExecuteRequest(argv=["/bin/true"])
+            with pytest.raises(SandboxNotFoundError, match="no sandbox 'f00d'"):
+                await stream.run(request, Output(1024, NO_EVENTS), 30)
+            await stream.aclose()
