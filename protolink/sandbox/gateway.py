@@ -30,7 +30,8 @@ from typing import Any
 
 import grpc
 
-from protolink.errors import SandboxError
+from protolink.errors import SandboxAuthenticationError, SandboxError, SandboxLostError, SandboxNotFoundError
+from protolink.wire.status import abort_with, to_status
 
 from . import engine
 from .client import channel_options
@@ -38,7 +39,7 @@ from .hostdirs import write_private
 from .leftovers import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL, SESSION_LABEL
 from .placements.server import SOCKET_PATH
 from .service.events import Events
-from .service.forward import CONTAINER_KEY, Forwarder, abort_lost
+from .service.forward import CONTAINER_KEY, Forwarder
 from .service.tls import ensure_certificate, server_credentials
 
 log = logging.getLogger("protolink.sandbox.gateway")
@@ -84,17 +85,17 @@ class Gateway:
         header = str(metadata.get("authorization", ""))
         given = header.removeprefix("Bearer ").encode() if header.startswith("Bearer ") else b""
         if not hmac.compare_digest(given, self._token):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid gateway token is required")
+            await abort_with(context, to_status(SandboxAuthenticationError("a valid gateway token is required")))
         name = str(metadata.get(CONTAINER_KEY, ""))
         container = await asyncio.to_thread(self._inspect, name) if _CONTAINER.fullmatch(name) else None
         labels = (container or {}).get("Config", {}).get("Labels") or {}
         if container is None or not all(key in labels for key in PRODUCT_LABELS):
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no sandbox container {name!r} on this node")
+            await abort_with(context, to_status(SandboxNotFoundError(f"no sandbox container {name!r} on this node")))
         state = container.get("State") or {}
         if not state.get("Running") or not state.get("Pid"):
             await self._forget(container["Id"])
-            await abort_lost(context, f"the sandbox container {name} on this node is gone "
-                                      f"({state.get('Status', 'unknown')})")
+            await abort_with(context, to_status(SandboxLostError(
+                f"the sandbox container {name} on this node is gone ({state.get('Status', 'unknown')})")))
         return "", self._target(container["Id"], int(state["Pid"]))
 
     def _inspect(self, name: str) -> dict[str, Any] | None:

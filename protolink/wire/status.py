@@ -10,7 +10,7 @@ raises. Class names and tracebacks never cross the wire.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -138,6 +138,14 @@ def to_status(error: BaseException) -> tuple[grpc.StatusCode, errors_pb2.Error]:
     missing = error.missing if isinstance(error, SandboxProtectionError) else {}
     return KINDS[kind][0], errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS], errno=number,
                                             missing=missing)
+
+
+async def abort_with(context: grpc.aio.ServicerContext, status: tuple[grpc.StatusCode, errors_pb2.Error]) -> NoReturn:
+    """End a server's call with ``status`` (:func:`to_status`'s pair): its code, and its wire error
+    in the trailing metadata, from which the caller raises the same typed error."""
+    code, wire = status
+    await context.abort(code, wire.message, trailing_metadata=((ERROR_METADATA_KEY, wire.SerializeToString()),))
+    raise AssertionError("unreachable")  # abort raises
 
 
 def from_status(

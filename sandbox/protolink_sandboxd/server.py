@@ -13,7 +13,9 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from protolink.errors import SandboxAuthenticationError
 from protolink.wire.keepalive import SERVER_KEEPALIVE_OPTIONS
+from protolink.wire.status import abort_with, to_status
 
 from .allocator import reuse_large_buffers
 from .config import ServerConfig
@@ -55,11 +57,11 @@ class TokenCheck(grpc.aio.ServerInterceptor):
 
 
 async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
-    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+    await abort_with(context, to_status(SandboxAuthenticationError("missing or wrong token")))
 
 
 async def _refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+    await abort_with(context, to_status(SandboxAuthenticationError("missing or wrong token")))
     yield  # pragma: no cover - makes this an async generator
 
 

@@ -24,7 +24,7 @@ import protolink
 from protolink.wire import convert
 from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
 from protolink.wire.operations import WIRE_OPERATIONS
-from protolink.wire.status import ERROR_METADATA_KEY, KINDS, to_status
+from protolink.wire.status import KINDS, abort_with, to_status
 
 from . import frames
 from .activity import Activity
@@ -191,13 +191,10 @@ class SandboxService:
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
-    if isinstance(error, OperationFailed):
-        code, wire = KINDS[error.error.kind][0], error.error
-    else:
-        code, wire = to_status(error)
-    if wire.kind == errors_pb2.ERROR_KIND_INTERNAL:
+    status = (KINDS[error.error.kind][0], error.error) if isinstance(error, OperationFailed) else to_status(error)
+    if status[1].kind == errors_pb2.ERROR_KIND_INTERNAL:
         log.error("internal error", exc_info=error)
-    await context.abort(code, wire.message, trailing_metadata=((ERROR_METADATA_KEY, wire.SerializeToString()),))
+    await abort_with(context, status)
 
 
 async def _feed(messages: AsyncIterator[bytes], transfer: Transfer) -> None:

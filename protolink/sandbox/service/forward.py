@@ -23,7 +23,7 @@ from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxLostError
 from protolink.wire._pb import process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
-from protolink.wire.status import ERROR_METADATA_KEY, CallEnd, Status, to_status
+from protolink.wire.status import CallEnd, Status, abort_with, to_status
 
 from .events import Events
 
@@ -62,12 +62,6 @@ class Target(Protocol):
 Resolve = Callable[[grpc.aio.ServicerContext, str], Awaitable[tuple[str, Target]]]
 
 
-async def abort_lost(context: grpc.aio.ServicerContext, message: str) -> None:
-    """End the call with :class:`~protolink.errors.SandboxLostError`, as the wire carries it."""
-    code, wire = to_status(SandboxLostError(message))
-    await context.abort(code, message, ((ERROR_METADATA_KEY, wire.SerializeToString()),))
-
-
 class Forwarder(grpc.GenericRpcHandler):
     """The generic handler of the forwarded methods (:data:`FORWARDED`); ``events`` hears of the
     commands and files (a gateway passes none)."""
@@ -80,8 +74,9 @@ class Forwarder(grpc.GenericRpcHandler):
         """The call's tenant and target; a lost target ends the call with the typed loss."""
         tenant, target = await self._resolve(context, method)
         if target.state == "lost":
-            await abort_lost(context, f"sandbox {target.id} is lost: its container or task is gone (killed, "
-                                      f"out of memory, its node left); it is not recreated")
+            await abort_with(context, to_status(SandboxLostError(
+                f"sandbox {target.id} is lost: its container or task is gone (killed, out of memory, its node left); "
+                f"it is not recreated")))
         return tenant, target
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:

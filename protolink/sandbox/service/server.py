@@ -19,7 +19,7 @@ from protolink.errors import SandboxAuthenticationError, SandboxError, SandboxNo
 from protolink.wire._pb import service_pb2, service_pb2_grpc
 from protolink.wire.keepalive import SERVER_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
-from protolink.wire.status import ERROR_METADATA_KEY, to_status
+from protolink.wire.status import abort_with, to_status
 
 from .config import Overrides
 from .events import Events
@@ -61,10 +61,9 @@ async def refuse(context: grpc.aio.ServicerContext, error: BaseException, events
                  method: str) -> NoReturn:
     """End the call with ``error`` as the wire carries it (:func:`~protolink.wire.status.to_status`):
     the client raises the same typed error. Its full text goes to the events only."""
-    code, wire = to_status(error)
-    events.emit("refused", tenant.id if tenant else "", method=method, code=code.name, reason=str(error))
-    await context.abort(code, wire.message, trailing_metadata=((ERROR_METADATA_KEY, wire.SerializeToString()),))
-    raise AssertionError("unreachable")  # abort raises
+    status = to_status(error)
+    events.emit("refused", tenant.id if tenant else "", method=method, code=status[0].name, reason=str(error))
+    await abort_with(context, status)
 
 
 def status(placed: Placed) -> service_pb2.SandboxStatus:
