@@ -7,8 +7,9 @@ server sends is checked there. Here the connection is read as it fills (into the
 receive buffer, :class:`asyncio.BufferedProtocol`), while the server's window, granted again as
 each message is taken, holds back a server that a slow consumer does not keep up with. A ping
 goes out every :data:`~protolink.wire.keepalive.PING_SECONDS` while the call is open; a server
-that answers it with nothing for as long fails the call, as the grpcio channel's keepalives
-(the same interval) do, unless this loop was too busy to read.
+that sends nothing, its answer included, for :data:`~protolink.wire.keepalive.PING_TIMEOUT_SECONDS`
+fails the call, as the grpcio channel's keepalives (the same figures) do, unless this loop was too
+busy to read.
 Cancelling resets the stream and closes the connection: the server then kills and reaps whatever
 the call ran.
 """
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from protolink.errors import SandboxError, SandboxNotReachedError, SandboxUnavailableError
-from protolink.wire.keepalive import PING_SECONDS
+from protolink.wire.keepalive import PING_SECONDS, PING_TIMEOUT_SECONDS
 
 from .grpc_call import CallState, authority, host_and_port
 
@@ -46,6 +47,7 @@ class AsyncCall(asyncio.BufferedProtocol):
         self._done = False
         self._pinging: asyncio.TimerHandle | None = None
         self._ping_due = 0.0
+        self._waiting_since = 0.0  # when the unanswered ping went out, or bytes last came
         self._heard = False  # bytes arrived since the last ping went out
         self._flush_scheduled = False
         self._connected = asyncio.ensure_future(self._connect(address))
@@ -141,14 +143,17 @@ class AsyncCall(asyncio.BufferedProtocol):
 
     def _ping(self) -> None:
         loop = asyncio.get_running_loop()
+        now = loop.time()
         # Late by half an interval: this loop was busy, and the answer may wait unread.
-        late = loop.time() - self._ping_due > PING_SECONDS / 2
-        if self._state.unanswered_pings and not self._heard and not late:
-            self._fail(SandboxUnavailableError(f"the sandbox did not answer a ping within {PING_SECONDS:g} s"))
-            return
+        if self._heard or now - self._ping_due > PING_SECONDS / 2:
+            self._waiting_since = now
         if not self._state.unanswered_pings:
             self._state.ping()
             self._flush()
+            self._waiting_since = now
+        elif now - self._waiting_since >= PING_TIMEOUT_SECONDS:
+            self._fail(SandboxUnavailableError(f"the sandbox did not answer a ping within {PING_TIMEOUT_SECONDS:g} s"))
+            return
         self._heard = False
         self._arm_ping(loop)
 

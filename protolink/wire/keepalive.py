@@ -9,17 +9,21 @@ calls, both accept them.
 
 from __future__ import annotations
 
-#: How often a client pings while a call is open, and how long it waits for the answer: the
-#: grpcio channel's keepalives, and those of the calls that run on their own stream.
+#: How often a client pings while a call is open: the grpcio channel's keepalives, and those of
+#: the calls that run on their own stream.
 PING_SECONDS = 2.0
+#: How long a client waits for a ping's answer while nothing else arrives. A server in a sandbox
+#: whose memory is full waits for the kernel's reclaim with its commands, seconds on a busy host:
+#: slow is not gone.
+PING_TIMEOUT_SECONDS = 6.0
 
 #: A client channel's keepalives: while calls are in flight, a peer that stops answering pings
 #: (a frozen or vanished sandbox) fails them within seconds instead of at their deadlines.
 CLIENT_KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_time_ms", int(PING_SECONDS * 1000)),
-    ("grpc.keepalive_timeout_ms", int(PING_SECONDS * 1000)),
+    ("grpc.keepalive_timeout_ms", int(PING_TIMEOUT_SECONDS * 1000)),
     ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.http2.ping_timeout_ms", int(PING_SECONDS * 1000)),
+    ("grpc.http2.ping_timeout_ms", int(PING_TIMEOUT_SECONDS * 1000)),
 )
 
 #: The server's own pings (to find a vanished client), and the clients' pings it accepts.
