@@ -23,7 +23,7 @@ from protolink.errors import SandboxUnavailableError
 
 from ..client import channel_options
 from ..config import SandboxConfig
-from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, service_spec
+from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, hosting_cpus, service_spec, wanted_labels
 from .config import SwarmConfig
 from .forward import CONTAINER_KEY
 from .tls import pinned_channel
@@ -91,7 +91,8 @@ class SwarmPlacement:
         wait until its task runs: the node's hostname, the task's container id and the task's id.
         SandboxUnavailableError when no node runs it within the configured time, or it fails;
         nothing is left then."""
-        spec = placement_spec(config, labels, node_labels, await asyncio.to_thread(self._node_cpus), int(time.time()))
+        cpus = await asyncio.to_thread(self._node_cpus, config, node_labels)
+        spec = placement_spec(config, labels, node_labels, cpus, int(time.time()))
         await asyncio.to_thread(self._docker.api.create_service, **spec.create_kwargs())
         try:
             return await self._running(config.name)
@@ -147,12 +148,13 @@ class SwarmPlacement:
                 found.append(name)
         return found
 
-    def _node_cpus(self) -> int:
-        ready = [node for node in self._docker.api.nodes() if node["Status"]["State"] == "ready"
-                 and node["Spec"].get("Availability") == "active"]
-        if not ready:
-            raise SandboxUnavailableError("the Swarm has no ready node")
-        return min(node["Description"]["Resources"]["NanoCPUs"] for node in ready) // 10**9
+    def _node_cpus(self, config: SandboxConfig, node_labels: dict[str, str]) -> int:
+        """The fewest CPUs of a node that may run ``config`` now (:func:`hosting_cpus`)."""
+        cpus = hosting_cpus(self._docker.api.nodes(), config, node_labels)
+        if cpus is None:
+            raise SandboxUnavailableError(f"no ready Swarm node may run sandbox {config.name} "
+                                          f"(it needs the node labels {wanted_labels(config, node_labels)})")
+        return cpus
 
     def _down_nodes(self) -> dict[str, str]:
         """Each node by id: its hostname, or "" when it is down."""
