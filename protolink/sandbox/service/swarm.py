@@ -23,6 +23,7 @@ from protolink.errors import SandboxUnavailableError
 
 from ..client import channel_options
 from ..config import SandboxConfig
+from ..leftovers import OWNER_LABEL
 from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, hosting_cpus, service_spec, wanted_labels
 from .config import SwarmConfig
 from .forward import CONTAINER_KEY
@@ -139,14 +140,10 @@ class SwarmPlacement:
 
     async def lost(self, names: dict[str, str]) -> list[str]:
         """Of ``names`` (service name: its task's id), those whose task no longer runs: ended,
-        replaced, gone, or on a node that is down."""
-        down = await asyncio.to_thread(self._down_nodes)
-        found = []
-        for name, task_id in names.items():
-            running = await asyncio.to_thread(self._running_task, name, down)
-            if running is None or running[2] != task_id:
-                found.append(name)
-        return found
+        replaced, gone, or on a node that is down. The manager is asked once for the nodes and
+        once for the tasks of every sandbox, however many there are."""
+        running = await asyncio.to_thread(self._running_tasks)
+        return [name for name, task_id in names.items() if task_id not in running]
 
     def _node_cpus(self, config: SandboxConfig, node_labels: dict[str, str]) -> int:
         """The fewest CPUs of a node that may run ``config`` now (:func:`hosting_cpus`)."""
@@ -169,10 +166,15 @@ class SwarmPlacement:
         except docker.errors.NotFound:
             return None
         for task in tasks:
-            hostname = nodes.get(task.get("NodeID", ""), "")
-            if task["Status"]["State"] == "running" and task.get("DesiredState") == "running" and hostname:
-                return hostname, task["Status"]["ContainerStatus"]["ContainerID"], task["ID"]
+            if _runs(task, nodes):
+                return nodes[task["NodeID"]], task["Status"]["ContainerStatus"]["ContainerID"], task["ID"]
         return None
+
+    def _running_tasks(self) -> set[str]:
+        """The ids of the sandboxes' tasks that run (any service's: they carry the product's labels)."""
+        nodes = self._down_nodes()
+        tasks = self._docker.api.tasks(filters={"label": OWNER_LABEL, "desired-state": "running"})
+        return {task["ID"] for task in tasks if _runs(task, nodes)}
 
     async def _running(self, name: str) -> tuple[str, str, str]:
         deadline = time.monotonic() + self.config.start_seconds
@@ -191,3 +193,9 @@ class SwarmPlacement:
                 raise SandboxUnavailableError(f"no Swarm node ran sandbox {name} within "
                                               f"{self.config.start_seconds:g} s ({why})")
             await asyncio.sleep(POLL_SECONDS)
+
+
+def _runs(task: dict[str, Any], nodes: dict[str, str]) -> bool:
+    """Whether ``task`` runs, and is meant to, on a node that is up (``nodes``: hostnames by id, "" when down)."""
+    return (task["Status"]["State"] == "running" and task.get("DesiredState") == "running"
+            and bool(nodes.get(task.get("NodeID", ""), "")))
