@@ -6,15 +6,18 @@ service waits until the task runs, then reaches its server through the gateway o
 landed on (:mod:`protolink.sandbox.gateway`): TLS pinned to the gateway's fingerprint, the
 gateways' token and the task's container id on every call. A task that stops running, or whose
 node goes down, is lost (:meth:`SwarmPlacement.lost`): Swarm never restarts it (restart policy
-``none``), and the service never recreates it.
+``none``), and the service never recreates it. The service's labels record its template's
+runtime and node labels, which a restarted service reads back (:func:`adopted_template`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -25,7 +28,7 @@ from ..client import channel_options
 from ..config import SandboxConfig
 from ..leftovers import OWNER_LABEL
 from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, hosting_cpus, service_spec, wanted_labels
-from .config import SwarmConfig
+from .config import SwarmConfig, Template
 from .forward import CONTAINER_KEY
 from .tls import pinned_channel
 
@@ -37,6 +40,10 @@ GVISOR_RUNTIME = "runsc"
 POLL_SECONDS = 0.1
 #: Task states after which a task never runs again.
 ENDED = frozenset({"complete", "shutdown", "failed", "rejected", "orphaned", "remove"})
+#: The labels of a sandbox's Swarm service that record its template's runtime and node labels
+#: (a JSON object): the other labels do not, and a restarted service reads them back (:func:`adopted_template`).
+RUNTIME_LABEL = "io.protolink.service.runtime"
+NODE_LABELS_LABEL = "io.protolink.service.node-labels"
 
 
 def placement_spec(config: SandboxConfig, labels: dict[str, str], node_labels: dict[str, str], node_cpus: int,
@@ -44,7 +51,20 @@ def placement_spec(config: SandboxConfig, labels: dict[str, str], node_labels: d
     """The Swarm service of ``config``: on a node with ``node_labels`` (and, for a configured
     runtime, its node label), tuned for gVisor when the runtime is ``runsc``."""
     facts = SwarmFacts(node_cpus=node_cpus, gvisor=config.runtime == GVISOR_RUNTIME)
-    return service_spec(config, facts, PlacementFacts(created=created, node_labels=node_labels, labels=labels))
+    recorded = {NODE_LABELS_LABEL: json.dumps(dict(sorted(node_labels.items())))}
+    if config.runtime is not None:
+        recorded[RUNTIME_LABEL] = config.runtime
+    return service_spec(config, facts, PlacementFacts(created=created, node_labels=node_labels,
+                                                      labels={**labels, **recorded}))
+
+
+def adopted_template(template: Template, swarm_service: dict[str, Any]) -> Template:
+    """``template`` (read back from a Swarm service's other labels) with the runtime and node
+    labels that service was placed with (:func:`placement_spec` records them)."""
+    found = swarm_service["Spec"].get("Labels") or {}
+    node_labels = json.loads(found.get(NODE_LABELS_LABEL, "{}"))
+    return replace(template, runtime=found.get(RUNTIME_LABEL),
+                   node_labels=tuple(sorted((str(key), str(value)) for key, value in node_labels.items())))
 
 
 def manager_client(manager: str) -> Any:
