@@ -124,6 +124,12 @@ async def test_a_templates_node_labels_choose_the_node_its_sandboxes_run_on(swar
     assert _swarm_services(swarm_service) == []
 
 
+async def test_a_template_whose_node_labels_no_ready_node_carries_is_refused_at_once(swarm_service):
+    with pytest.raises(SandboxUnavailableError, match=r"needs the node labels \{'zone': 'labelled'\}"):
+        await swarm_service.client.create("zoned")  # no node is labelled: none could ever run it
+    assert _swarm_services(swarm_service) == []
+
+
 def _swarm_services(service) -> list[str]:
     with closing(service.cluster.manager.client()) as manager:
         return [found["Spec"]["Name"] for found in
