@@ -12,6 +12,10 @@ the server's socket through the task's root, ``/proc/PID/root/run/protolink/sand
 Only the product's containers are reachable: one without the labels of
 :func:`~.leftovers.labels` is NOT_FOUND, as a missing one is. One that stopped ends the call
 with :class:`~protolink.errors.SandboxLostError`.
+
+The engine is asked about a container at its first call only: the gateway then holds a pidfd of
+its init and forwards the next calls while that process lives. Once it has exited, the entry is
+dropped and the engine asked again (the container stopped, or was restarted with another init).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import argparse
 import asyncio
 import hmac
 import logging
+import os
 import re
 import secrets
+import select
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,10 +60,12 @@ _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 @dataclass
 class TaskTarget:
-    """A task container's server, reached through its root (a :class:`~.service.forward.Target`)."""
+    """A task container's server, reached through its root (a :class:`~.service.forward.Target`);
+    ``pidfd`` holds its init (the container's ``State.Pid``), which :meth:`running` asks."""
 
     id: str
     pid: int
+    pidfd: int
     state: str = "running"
     active: int = 0
     last_used: float = 0.0
@@ -68,6 +76,17 @@ class TaskTarget:
             self._channel = grpc.aio.insecure_channel(f"unix:///proc/{self.pid}/root{SOCKET_PATH}",
                                                       options=channel_options())
         return self._channel
+
+    def running(self) -> bool:
+        """Whether its init still runs (a pidfd is readable once its process has exited)."""
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return not poller.poll(0)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        os.close(self.pidfd)
 
 
 class Gateway:
@@ -87,16 +106,20 @@ class Gateway:
         if not hmac.compare_digest(given, self._token):
             await abort_with(context, to_status(SandboxAuthenticationError("a valid gateway token is required")))
         name = str(metadata.get(CONTAINER_KEY, ""))
+        found = self._targets.get(name)
+        if found is not None and found.running():
+            return "", found
+        await self._forget_ended()
         container = await asyncio.to_thread(self._inspect, name) if _CONTAINER.fullmatch(name) else None
         labels = (container or {}).get("Config", {}).get("Labels") or {}
         if container is None or not all(key in labels for key in PRODUCT_LABELS):
             await abort_with(context, to_status(SandboxNotFoundError(f"no sandbox container {name!r} on this node")))
         state = container.get("State") or {}
-        if not state.get("Running") or not state.get("Pid"):
-            await self._forget(container["Id"])
+        target = _held(container["Id"], int(state.get("Pid") or 0)) if state.get("Running") else None
+        if target is None:
             await abort_with(context, to_status(SandboxLostError(
                 f"the sandbox container {name} on this node is gone ({state.get('Status', 'unknown')})")))
-        return "", self._target(container["Id"], int(state["Pid"]))
+        return "", await self._keep(name, target)
 
     def _inspect(self, name: str) -> dict[str, Any] | None:
         import docker.errors
@@ -106,20 +129,37 @@ class Gateway:
         except docker.errors.NotFound:
             return None
 
-    def _target(self, container_id: str, pid: int) -> TaskTarget:
-        target = self._targets.get(container_id)
-        if target is None or target.pid != pid:
-            target = self._targets[container_id] = TaskTarget(container_id, pid)
+    async def _keep(self, name: str, target: TaskTarget) -> TaskTarget:
+        """Hold ``target`` for the calls naming ``name``, unless a call at the same time got there first."""
+        held = self._targets.get(name)
+        if held is not None and held.running():
+            await target.close()
+            return held
+        self._targets[name] = target
+        if held is not None:
+            await held.close()
         return target
 
-    async def _forget(self, container_id: str) -> None:
-        target = self._targets.pop(container_id, None)
-        if target is not None and target._channel is not None:
-            await target._channel.close()
+    async def _forget_ended(self) -> None:
+        """Drop the containers whose init has exited (those no call has named since)."""
+        for name, target in list(self._targets.items()):
+            if not target.running():
+                del self._targets[name]
+                await target.close()
 
     async def close(self) -> None:
-        for container_id in list(self._targets):
-            await self._forget(container_id)
+        targets, self._targets = self._targets, {}
+        for target in targets.values():
+            await target.close()
+
+
+def _held(container_id: str, pid: int) -> TaskTarget | None:
+    """The target of a running container whose init is ``pid``, holding it; None when it has exited."""
+    try:
+        pidfd = os.pidfd_open(pid) if pid else -1
+    except ProcessLookupError:
+        return None
+    return None if pidfd < 0 else TaskTarget(container_id, pid, pidfd)
 
 
 class GatewayServer:

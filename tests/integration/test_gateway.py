@@ -3,8 +3,11 @@ only, the product's containers only, the typed loss for a container that stopped
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +50,35 @@ class Reached:
         return sandbox_pb2.InfoResponse.FromString(answer)
 
 
-@pytest.fixture
-async def gateway(docker_client, tmp_path: Path) -> AsyncIterator[Reached]:
-    certificate = ensure_certificate(tmp_path / "state")
+@asynccontextmanager
+async def serving(docker_client, state: Path) -> AsyncIterator[Reached]:
+    """A gateway on this host's engine, stopped at the end."""
+    certificate = ensure_certificate(state)
     server = GatewayServer(Gateway(TOKEN, docker_client), "127.0.0.1:0", server_credentials(certificate))
     await server.start()
     try:
         yield Reached(f"127.0.0.1:{server.port}", certificate.fingerprint)
     finally:
         await server.stop()
+
+
+@pytest.fixture
+async def gateway(docker_client, tmp_path: Path) -> AsyncIterator[Reached]:
+    async with serving(docker_client, tmp_path / "state") as reached:
+        yield reached
+
+
+def _pidfds() -> list[str]:
+    """This process's open pidfds (a gateway holds one per container it reaches)."""
+    fds = Path("/proc/self/fd")
+    return [fd.name for fd in fds.iterdir() if _link(fd) == "anon_inode:[pidfd]"]
+
+
+def _link(fd: Path) -> str:
+    try:
+        return str(fd.readlink())
+    except FileNotFoundError:  # the directory's own descriptor, closed once listed
+        return ""
 
 
 @pytest.fixture
@@ -119,9 +142,28 @@ async def test_a_container_without_the_products_labels_is_not_found_like_a_missi
     assert str(plain.value).replace(unlabelled.id, "0" * 64) == str(missing.value)
 
 
+async def test_the_gateway_asks_its_engine_about_a_container_at_its_first_call_only(gateway, sandbox, caplog):
+    with caplog.at_level(logging.DEBUG, logger="urllib3.connectionpool"):  # it logs every request it sends
+        for _ in range(3):
+            assert (await gateway.info(sandbox.container_id)).boundary == sandbox.boundary
+    inspections = [record for record in caplog.records if f"/containers/{sandbox.container_id}/json" in
+                   record.getMessage()]
+    assert len(inspections) == 1
+
+
 async def test_a_sandbox_whose_container_stopped_is_lost(gateway, sandbox, docker_client):
-    await gateway.info(sandbox.container_id)
+    await gateway.info(sandbox.container_id)  # reached once: the gateway holds it
     docker_client.api.kill(sandbox.container_id)
     docker_client.api.wait(sandbox.container_id, timeout=60)
-    with pytest.raises(SandboxLostError):
-        await gateway.info(sandbox.container_id)
+    for _ in range(2):  # and at every call after
+        with pytest.raises(SandboxLostError):
+            await gateway.info(sandbox.container_id)
+
+
+async def test_first_calls_at_the_same_time_hold_the_container_once_and_nothing_outlives_the_gateway(
+        docker_client, sandbox, tmp_path: Path):
+    before = _pidfds()
+    async with serving(docker_client, tmp_path / "state") as gateway:
+        await asyncio.gather(*(gateway.info(sandbox.container_id) for _ in range(8)))
+        assert len(_pidfds()) == len(before) + 1
+    assert _pidfds() == before

@@ -43,7 +43,7 @@ API 1.46, is not set by the Docker placement either.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,11 +132,28 @@ def service_spec(config: SandboxConfig, swarm: SwarmFacts, placement: PlacementF
 
 
 def constraints(config: SandboxConfig, node_labels: Mapping[str, str]) -> list[str]:
-    """The nodes that may run ``config``: those with ``node_labels``, and its runtime's label."""
+    """The nodes that may run ``config``, as placement constraints (:func:`wanted_labels`)."""
+    return [f"node.labels.{key}=={value}" for key, value in sorted(wanted_labels(config, node_labels).items())]
+
+
+def wanted_labels(config: SandboxConfig, node_labels: Mapping[str, str]) -> dict[str, str]:
+    """The labels a node needs to run ``config``: ``node_labels``, and its runtime's label."""
     wanted = dict(node_labels)
     if config.runtime is not None:
         wanted[RUNTIME_LABEL] = config.runtime
-    return [f"node.labels.{key}=={value}" for key, value in sorted(wanted.items())]
+    return wanted
+
+
+def hosting_cpus(nodes: Iterable[Mapping[str, Any]], config: SandboxConfig,
+                 node_labels: Mapping[str, str]) -> int | None:
+    """The fewest CPUs of a node in ``nodes`` (a manager's node listing) that may take
+    ``config``'s task now: ready, active, and carrying its :func:`wanted_labels`; None when
+    none may. Only those count: a node the constraints exclude never runs it."""
+    wanted = wanted_labels(config, node_labels).items()
+    cpus = [node["Description"]["Resources"]["NanoCPUs"] // 10**9 for node in nodes
+            if node["Status"]["State"] == "ready" and node["Spec"].get("Availability") == "active"
+            and wanted <= (node["Spec"].get("Labels") or {}).items()]
+    return min(cpus, default=None)
 
 
 def _container(config: SandboxConfig, engine: EngineFacts, labels: Mapping[str, str]) -> ContainerSpec:

@@ -6,15 +6,18 @@ service waits until the task runs, then reaches its server through the gateway o
 landed on (:mod:`protolink.sandbox.gateway`): TLS pinned to the gateway's fingerprint, the
 gateways' token and the task's container id on every call. A task that stops running, or whose
 node goes down, is lost (:meth:`SwarmPlacement.lost`): Swarm never restarts it (restart policy
-``none``), and the service never recreates it.
+``none``), and the service never recreates it. The service's labels record its template's
+runtime and node labels, which a restarted service reads back (:func:`adopted_template`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -23,8 +26,9 @@ from protolink.errors import SandboxUnavailableError
 
 from ..client import channel_options
 from ..config import SandboxConfig
-from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, service_spec
-from .config import SwarmConfig
+from ..leftovers import OWNER_LABEL
+from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, hosting_cpus, service_spec, wanted_labels
+from .config import SwarmConfig, Template
 from .forward import CONTAINER_KEY
 from .tls import pinned_channel
 
@@ -36,6 +40,10 @@ GVISOR_RUNTIME = "runsc"
 POLL_SECONDS = 0.1
 #: Task states after which a task never runs again.
 ENDED = frozenset({"complete", "shutdown", "failed", "rejected", "orphaned", "remove"})
+#: The labels of a sandbox's Swarm service that record its template's runtime and node labels
+#: (a JSON object): the other labels do not, and a restarted service reads them back (:func:`adopted_template`).
+RUNTIME_LABEL = "io.protolink.service.runtime"
+NODE_LABELS_LABEL = "io.protolink.service.node-labels"
 
 
 def placement_spec(config: SandboxConfig, labels: dict[str, str], node_labels: dict[str, str], node_cpus: int,
@@ -43,7 +51,20 @@ def placement_spec(config: SandboxConfig, labels: dict[str, str], node_labels: d
     """The Swarm service of ``config``: on a node with ``node_labels`` (and, for a configured
     runtime, its node label), tuned for gVisor when the runtime is ``runsc``."""
     facts = SwarmFacts(node_cpus=node_cpus, gvisor=config.runtime == GVISOR_RUNTIME)
-    return service_spec(config, facts, PlacementFacts(created=created, node_labels=node_labels, labels=labels))
+    recorded = {NODE_LABELS_LABEL: json.dumps(dict(sorted(node_labels.items())))}
+    if config.runtime is not None:
+        recorded[RUNTIME_LABEL] = config.runtime
+    return service_spec(config, facts, PlacementFacts(created=created, node_labels=node_labels,
+                                                      labels={**labels, **recorded}))
+
+
+def adopted_template(template: Template, swarm_service: dict[str, Any]) -> Template:
+    """``template`` (read back from a Swarm service's other labels) with the runtime and node
+    labels that service was placed with (:func:`placement_spec` records them)."""
+    found = swarm_service["Spec"].get("Labels") or {}
+    node_labels = json.loads(found.get(NODE_LABELS_LABEL, "{}"))
+    return replace(template, runtime=found.get(RUNTIME_LABEL),
+                   node_labels=tuple(sorted((str(key), str(value)) for key, value in node_labels.items())))
 
 
 def manager_client(manager: str) -> Any:
@@ -91,7 +112,8 @@ class SwarmPlacement:
         wait until its task runs: the node's hostname, the task's container id and the task's id.
         SandboxUnavailableError when no node runs it within the configured time, or it fails;
         nothing is left then."""
-        spec = placement_spec(config, labels, node_labels, await asyncio.to_thread(self._node_cpus), int(time.time()))
+        cpus = await asyncio.to_thread(self._node_cpus, config, node_labels)
+        spec = placement_spec(config, labels, node_labels, cpus, int(time.time()))
         await asyncio.to_thread(self._docker.api.create_service, **spec.create_kwargs())
         try:
             return await self._running(config.name)
@@ -138,21 +160,18 @@ class SwarmPlacement:
 
     async def lost(self, names: dict[str, str]) -> list[str]:
         """Of ``names`` (service name: its task's id), those whose task no longer runs: ended,
-        replaced, gone, or on a node that is down."""
-        down = await asyncio.to_thread(self._down_nodes)
-        found = []
-        for name, task_id in names.items():
-            running = await asyncio.to_thread(self._running_task, name, down)
-            if running is None or running[2] != task_id:
-                found.append(name)
-        return found
+        replaced, gone, or on a node that is down. The manager is asked once for the nodes and
+        once for the tasks of every sandbox, however many there are."""
+        running = await asyncio.to_thread(self._running_tasks)
+        return [name for name, task_id in names.items() if task_id not in running]
 
-    def _node_cpus(self) -> int:
-        ready = [node for node in self._docker.api.nodes() if node["Status"]["State"] == "ready"
-                 and node["Spec"].get("Availability") == "active"]
-        if not ready:
-            raise SandboxUnavailableError("the Swarm has no ready node")
-        return min(node["Description"]["Resources"]["NanoCPUs"] for node in ready) // 10**9
+    def _node_cpus(self, config: SandboxConfig, node_labels: dict[str, str]) -> int:
+        """The fewest CPUs of a node that may run ``config`` now (:func:`hosting_cpus`)."""
+        cpus = hosting_cpus(self._docker.api.nodes(), config, node_labels)
+        if cpus is None:
+            raise SandboxUnavailableError(f"no ready Swarm node may run sandbox {config.name} "
+                                          f"(it needs the node labels {wanted_labels(config, node_labels)})")
+        return cpus
 
     def _down_nodes(self) -> dict[str, str]:
         """Each node by id: its hostname, or "" when it is down."""
@@ -167,10 +186,15 @@ class SwarmPlacement:
         except docker.errors.NotFound:
             return None
         for task in tasks:
-            hostname = nodes.get(task.get("NodeID", ""), "")
-            if task["Status"]["State"] == "running" and task.get("DesiredState") == "running" and hostname:
-                return hostname, task["Status"]["ContainerStatus"]["ContainerID"], task["ID"]
+            if _runs(task, nodes):
+                return nodes[task["NodeID"]], task["Status"]["ContainerStatus"]["ContainerID"], task["ID"]
         return None
+
+    def _running_tasks(self) -> set[str]:
+        """The ids of the sandboxes' tasks that run (any service's: they carry the product's labels)."""
+        nodes = self._down_nodes()
+        tasks = self._docker.api.tasks(filters={"label": OWNER_LABEL, "desired-state": "running"})
+        return {task["ID"] for task in tasks if _runs(task, nodes)}
 
     async def _running(self, name: str) -> tuple[str, str, str]:
         deadline = time.monotonic() + self.config.start_seconds
@@ -189,3 +213,9 @@ class SwarmPlacement:
                 raise SandboxUnavailableError(f"no Swarm node ran sandbox {name} within "
                                               f"{self.config.start_seconds:g} s ({why})")
             await asyncio.sleep(POLL_SECONDS)
+
+
+def _runs(task: dict[str, Any], nodes: dict[str, str]) -> bool:
+    """Whether ``task`` runs, and is meant to, on a node that is up (``nodes``: hostnames by id, "" when down)."""
+    return (task["Status"]["State"] == "running" and task.get("DesiredState") == "running"
+            and bool(nodes.get(task.get("NodeID", ""), "")))

@@ -3,6 +3,7 @@ they leave. The services are made from :func:`~protolink.sandbox.placements.swar
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ import pytest
 from protolink.sandbox.client import connect
 from protolink.sandbox.config import Lease, SandboxConfig
 from protolink.sandbox.placements.swarm import PlacementFacts, SwarmFacts, service_spec
+from protolink.sandbox.service.config import SwarmConfig
+from protolink.sandbox.service.swarm import SwarmPlacement
 from protolink.wire.roots import Root
 from tests.conftest import TEST_NAME_PREFIX
 from tests.swarm_cluster import Node, SwarmCluster, wait_until
@@ -165,3 +168,25 @@ def test_removing_a_sandbox_leaves_nothing_on_any_node(services):
     wait_until(lambda: not _leftovers(services.cluster), "every node to have no container left")
     with closing(services.cluster.manager.client()) as manager:
         assert [service.name for service in manager.services.list()] == []
+
+
+async def test_one_look_at_the_tasks_finds_every_lost_sandbox(services, tmp_path: Path, caplog):
+    names = [services.create() for _ in services.cluster.nodes]
+    tasks = {name: services.running(name)["ID"] for name in names}
+    (tmp_path / "token").write_text("unused")  # no gateway is called
+    placement = SwarmPlacement(SwarmConfig(f"unix://{services.cluster.manager.socket}", {}, tmp_path / "token"))
+    await placement.open()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="urllib3.connectionpool"):  # it logs every request it sends
+            assert await placement.lost(tasks) == []
+        asked = [record.getMessage() for record in caplog.records if " /v1." in record.getMessage()]
+        assert [request for request in asked if "/tasks" in request] == [asked[-1]], asked  # one, for all three
+        removed, stopped, replaced = names
+        services.remove(removed)
+        node, container = services.container(stopped)
+        container.remove(force=True)  # behind Swarm's back, as a node's failure does
+        wait_until(lambda: services.task(stopped)["Status"]["State"] != "running", "the task to stop")
+        gone = await placement.lost({**tasks, replaced: "not-its-task", "no-such-service": "no-such-task"})
+        assert sorted(gone) == sorted([removed, stopped, replaced, "no-such-service"])
+    finally:
+        await placement.close()

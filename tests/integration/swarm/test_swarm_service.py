@@ -18,7 +18,9 @@ import pytest
 from protolink.errors import SandboxLostError, SandboxUnavailableError
 from protolink.sandbox.service import labels
 from protolink.sandbox.service.client import connect
+from protolink.sandbox.service.config import Template
 from protolink.sandbox.service.process import remove_everything, start_service, stop_service
+from protolink.sandbox.service.swarm import adopted_template
 from tests.swarm_cluster import Node, eventually, wait_until
 
 # Root: the cluster makes a veth pair and removes its nodes' cgroups.
@@ -112,11 +114,19 @@ async def test_a_templates_node_labels_choose_the_node_its_sandboxes_run_on(swar
         zoned = await swarm_service.client.create("zoned")
         placement = swarm_service.swarm_service(zoned.id)["Spec"]["TaskTemplate"]["Placement"]
         assert placement["Constraints"] == ["node.labels.zone==labelled"]
+        recorded = adopted_template(Template("zoned", ""), swarm_service.swarm_service(zoned.id))
+        assert recorded.node_labels == (("zone", "labelled"),)  # what a restarted service reads back
         assert _node_of(swarm_service, zoned.id) == chosen
         assert (await run(zoned.backend, ["/bin/echo", "zoned"])).stdout == "zoned\n"
         await zoned.delete()
     finally:
         cluster.label(chosen, {})
+    assert _swarm_services(swarm_service) == []
+
+
+async def test_a_template_whose_node_labels_no_ready_node_carries_is_refused_at_once(swarm_service):
+    with pytest.raises(SandboxUnavailableError, match=r"needs the node labels \{'zone': 'labelled'\}"):
+        await swarm_service.client.create("zoned")  # no node is labelled: none could ever run it
     assert _swarm_services(swarm_service) == []
 
 
