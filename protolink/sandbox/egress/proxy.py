@@ -5,15 +5,22 @@ One :meth:`EgressProxy.handle` call serves one client connection from start to e
 request head (:mod:`protolink.sandbox.egress.request`), the decision (the allow-list, then one
 resolution and the address rules on every answer), a connection to one validated address, and
 the relay. Refusals are a short HTTP answer and a ``denied`` event; an allowed connection gets
-an ``allowed`` event at the decision and a ``closed`` event at its end.
+an ``allowed`` event once its upstream connection is tried (made, or failed) and a ``closed``
+event at its end.
+
+Until the relay begins, the client's socket is used as it is (no transport, no stream): the
+head is read as soon as it is there and a tunnel's ``200`` is sent the moment the upstream
+connection is made, most often within the turn of the event loop that accepted the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +38,9 @@ _log = logging.getLogger(__name__)
 
 #: What a direction of a relayed connection buffers for a slow reader before its writer is not read.
 WRITE_BUFFER_BYTES = 1024 * 1024
+#: The most a client's stream reads ahead before it is joined (a request's first bytes).
+CHUNK = 256 * 1024
+TUNNEL_ANSWER = b"HTTP/1.1 200 Connection established\r\n\r\n"
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
 _STATUS_TEXT = {
@@ -42,9 +52,12 @@ _STATUS_TEXT = {
 
 @dataclass(eq=False)
 class _Connection:
-    """One client connection: its target once known, its counters, and how it ended."""
+    """One client connection: its socket (its streams once the relay or a refusal needs them),
+    its target once known, its counters, and how it ended."""
 
-    client: asyncio.StreamWriter
+    sock: socket.socket
+    client: asyncio.StreamWriter | None = None
+    client_reader: asyncio.StreamReader | None = None
     started: float = field(default_factory=time.monotonic)
     request: Request | None = None
     address: IPAddress | None = None
@@ -53,17 +66,36 @@ class _Connection:
     relay: Join | None = None
     bytes_up: int = 0
     bytes_down: int = 0
+    unsent_answer: bytes = b""  # what the socket did not take of a tunnel's answer
     end: str | None = None
     last_active: float = 0.0
     idle_timer: asyncio.TimerHandle | None = None
 
     def close(self, reason: str) -> None:
-        """End the connection now (the first reason wins); both sides are aborted."""
+        """End the connection now (the first reason wins); both sides are aborted (a client
+        socket without its stream yet is shut down: a read of it ends at once)."""
         if self.end is None:
             self.end = reason
-        abort(self.client.transport)
+        if self.client is not None:
+            abort(self.client.transport)
+        else:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
         if self.upstream is not None:
             abort(self.upstream.transport)
+
+    async def streams(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The client's stream, made once, from its socket."""
+        if self.client is None or self.client_reader is None:
+            self.client_reader, self.client = await asyncio.open_connection(sock=self.sock, limit=CHUNK)
+        return self.client_reader, self.client
+
+    def release(self) -> None:
+        """Close the client's socket, through its stream when it has one."""
+        if self.client is not None:
+            abort(self.client.transport)
+        else:
+            self.sock.close()
 
 
 class _TokenBucket:
@@ -133,21 +165,22 @@ class EgressProxy:
                 if reason is not None:
                     connection.close(f"policy changed: {reason}")
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serve one client connection, start to end; never raises; always closes ``writer``."""
+    async def handle(self, sock: socket.socket) -> None:
+        """Serve one client connection, a connected non-blocking stream socket that the proxy
+        owns from now on, start to end; never raises; always closes ``sock``."""
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        connection = _Connection(sock)
         try:
             refusal = self._admission()
             if refusal is not None:
                 self._emit("denied", None, reason=refusal.reason)
-                await _refuse(reader, writer, refusal)
+                await _refuse(*await connection.streams(), refusal)
                 return
-            connection = _Connection(writer)
             self._connections.add(connection)
             try:
-                await self._serve(reader, connection)
+                await self._serve(connection)
             finally:
                 if connection.idle_timer is not None:
                     connection.idle_timer.cancel()
@@ -156,14 +189,15 @@ class EgressProxy:
                 if connection.relay is not None:
                     await connection.relay.aclose(graceful=graceful, seconds=self._policy.limits.idle_seconds)
                 else:
-                    await _finish(writer, graceful=graceful)
+                    if connection.client is not None:
+                        await _finish(connection.client, graceful=graceful)
                     if connection.upstream is not None:
                         await _finish(connection.upstream, graceful=graceful)
                 self._connections.discard(connection)
         except Exception:  # a bug must not take the host process down with it
             _log.exception("egress proxy of sandbox %s failed", self._sandbox)
         finally:
-            abort(writer.transport)
+            connection.release()
             if task is not None:
                 self._tasks.discard(task)
 
@@ -192,28 +226,31 @@ class EgressProxy:
             return Refusal(429, f"too many connections (at most {limits.max_connections_per_second:g} a second)")
         return None
 
-    async def _serve(self, reader: asyncio.StreamReader, connection: _Connection) -> None:
+    async def _serve(self, connection: _Connection) -> None:
         limits = self._policy.limits
+        read = functools.partial(asyncio.get_running_loop().sock_recv, connection.sock)
         try:
-            request = await read_request(reader, limits.head_seconds, limits.max_head_bytes)
+            request = await read_request(read, limits.head_seconds, limits.max_head_bytes)
             connection.request = request
             addresses = await self._decide(request)
         except Refusal as refusal:
             self._emit("denied", connection, reason=connection.end or refusal.reason)
             if connection.end is None:
-                await _refuse(reader, connection.client, refusal)
+                await _refuse(*await connection.streams(), refusal)
             return
         except asyncio.CancelledError:
             connection.close("cancelled")
             raise
         connection.address = addresses[0]
-        self._emit("allowed", connection, reason="allowed")
         try:
-            await self._connect(connection, addresses)
-            await self._relay(reader, connection, request)
+            try:
+                await self._connect(connection, addresses)
+            finally:  # once the client has its answer: the record is not on the answer's path
+                self._emit("allowed", connection, reason="allowed")
+            await self._relay(connection, request)
         except Refusal as refusal:
             connection.end = refusal.reason
-            await _refuse(reader, connection.client, refusal)
+            await _refuse(*await connection.streams(), refusal)
         except asyncio.CancelledError:  # the caller gave up on this connection: nothing is flushed
             connection.close("cancelled")
             raise
@@ -252,7 +289,8 @@ class EgressProxy:
             connection.address)
 
     async def _connect(self, connection: _Connection, addresses: tuple[IPAddress, ...]) -> None:
-        """Connect to the first validated address that answers (never to the name)."""
+        """Connect to the first validated address that answers (never to the name); a tunnel's
+        client is answered at once."""
         request = connection.request
         assert request is not None
         failures = []
@@ -269,26 +307,28 @@ class EgressProxy:
             if reason is not None:
                 connection.close(reason)
                 raise Refusal(403, reason)
+            if request.method == "CONNECT":
+                connection.unsent_answer = _send_now(connection.sock, TUNNEL_ANSWER)
             return
         raise Refusal(502, f"connect failed: {'; '.join(failures)}")
 
     # -- relay ---------------------------------------------------------------------------------
 
-    async def _relay(self, reader: asyncio.StreamReader, connection: _Connection, request: Request) -> None:
+    async def _relay(self, connection: _Connection, request: Request) -> None:
         upstream, upstream_reader = connection.upstream, connection.upstream_reader
         assert upstream is not None and upstream_reader is not None
         tunnel = request.method == "CONNECT"
         up_limit = None if tunnel else request.body_length
+        client = await connection.streams()
         relay = connection.relay = Join(
-            (reader, connection.client), (upstream_reader, upstream), ended_by="both" if tunnel else "server",
+            client, (upstream_reader, upstream), ended_by="both" if tunnel else "server",
             write_buffer_bytes=WRITE_BUFFER_BYTES, up_limit=up_limit,
             count=lambda size, up: self._spend(connection, size, up=up))
         self._watch_idle(connection)
         head = request.forward_head
         if head:
             head = head[:self._spend(connection, len(head), up=True)]
-        answer = b"HTTP/1.1 200 Connection established\r\n\r\n" if tunnel else b""
-        ending = await relay.run(to_server=head, to_client=answer, from_client=request.leftover)
+        ending = await relay.run(to_server=head, to_client=connection.unsent_answer, from_client=request.leftover)
         if connection.end is None and ending != "eof":
             connection.end = ending
 
@@ -372,6 +412,15 @@ async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, re
             received = 0
             while received < LINGER_BYTES and (data := await reader.read(LINGER_BYTES)):
                 received += len(data)
+
+
+def _send_now(sock: socket.socket, data: bytes) -> bytes:
+    """Send what the socket takes of ``data`` now, without waiting; what it did not take (all of
+    it when the socket fails: the relay then finds it lost)."""
+    try:
+        return data[sock.send(data):]
+    except OSError:
+        return data
 
 
 async def _finish(writer: asyncio.StreamWriter, *, graceful: bool) -> None:
