@@ -40,6 +40,9 @@ _log = logging.getLogger(__name__)
 WRITE_BUFFER_BYTES = 1024 * 1024
 #: The most a client's stream reads ahead before it is joined (a request's first bytes).
 CHUNK = 256 * 1024
+#: A connection beyond the rate limit's bucket waits for its token when it is due within this,
+#: and is refused (429) otherwise: a package manager's burst is delayed, a flood still refused.
+RATE_WAIT_SECONDS = 1.0
 TUNNEL_ANSWER = b"HTTP/1.1 200 Connection established\r\n\r\n"
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
@@ -99,19 +102,26 @@ class _Connection:
 
 
 class _TokenBucket:
-    """``rate`` tokens a second, holding at most one second's worth (at least one token)."""
+    """``rate`` tokens a second, holding at most one second's worth (at least one token); a
+    token not there yet can be reserved ahead."""
 
     def __init__(self) -> None:
         self._tokens: float | None = None
         self._stamp = 0.0
 
-    def take(self, rate: float) -> bool:
+    def reserve(self, rate: float, longest: float) -> float | None:
+        """Take a token: the seconds until it is due (0.0: now), or None (nothing taken) when
+        that is more than ``longest``."""
         now = time.monotonic()
         capacity = max(rate, 1.0)
         tokens = capacity if self._tokens is None else min(capacity, self._tokens + (now - self._stamp) * rate)
         self._stamp = now
-        self._tokens = tokens - 1 if tokens >= 1 else tokens
-        return tokens >= 1
+        wait = 0.0 if tokens >= 1 else (1 - tokens) / rate
+        if wait > longest:
+            self._tokens = tokens
+            return None
+        self._tokens = tokens - 1
+        return wait
 
 
 class EgressProxy:
@@ -173,14 +183,14 @@ class EgressProxy:
             self._tasks.add(task)
         connection = _Connection(sock)
         try:
-            refusal = self._admission()
-            if refusal is not None:
-                self._emit("denied", None, reason=refusal.reason)
-                await _refuse(*await connection.streams(), refusal)
+            admission = self._admission()
+            if isinstance(admission, Refusal):
+                self._emit("denied", None, reason=admission.reason)
+                await _refuse(*await connection.streams(), admission)
                 return
             self._connections.add(connection)
             try:
-                await self._serve(connection)
+                await self._serve(connection, admission)
             finally:
                 if connection.idle_timer is not None:
                     connection.idle_timer.cancel()
@@ -214,7 +224,8 @@ class EgressProxy:
 
     # -- admission and decision ----------------------------------------------------------------
 
-    def _admission(self) -> Refusal | None:
+    def _admission(self) -> Refusal | float:
+        """A refusal, or the seconds the connection waits for its turn under the rate limit."""
         limits = self._policy.limits
         if self._closed:
             return Refusal(503, "the egress proxy is closed")
@@ -222,14 +233,17 @@ class EgressProxy:
             return Refusal(403, "byte budget spent")
         if len(self._connections) >= limits.max_connections:
             return Refusal(503, f"too many connections (at most {limits.max_connections} at once)")
-        if not self._bucket.take(limits.max_connections_per_second):
+        wait = self._bucket.reserve(limits.max_connections_per_second, RATE_WAIT_SECONDS)
+        if wait is None:
             return Refusal(429, f"too many connections (at most {limits.max_connections_per_second:g} a second)")
-        return None
+        return wait
 
-    async def _serve(self, connection: _Connection) -> None:
+    async def _serve(self, connection: _Connection, wait: float) -> None:
         limits = self._policy.limits
         read = functools.partial(asyncio.get_running_loop().sock_recv, connection.sock)
         try:
+            if wait:  # its turn under the rate limit (it counts as open meanwhile)
+                await asyncio.sleep(wait)
             request = await read_request(read, limits.head_seconds, limits.max_head_bytes)
             connection.request = request
             addresses = await self._decide(request)
