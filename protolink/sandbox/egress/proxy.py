@@ -9,8 +9,10 @@ an ``allowed`` event once its upstream connection is tried (made, or failed) and
 event at its end.
 
 Until the relay begins, the client's socket is used as it is (no transport, no stream): the
-head is read as soon as it is there and a tunnel's ``200`` is sent the moment the upstream
-connection is made, most often within the turn of the event loop that accepted the connection.
+head is read as soon as it is there, most often within the turn of the event loop that accepted
+the connection. A tunnel's ``200`` is the relay's first write, made once both sides are joined:
+the client's next bytes find the join ready (an answer sent before it would wake the client only
+for its request to wait on the daemon's set-up).
 """
 
 from __future__ import annotations
@@ -69,7 +71,6 @@ class _Connection:
     relay: Join | None = None
     bytes_up: int = 0
     bytes_down: int = 0
-    unsent_answer: bytes = b""  # what the socket did not take of a tunnel's answer
     end: str | None = None
     last_active: float = 0.0
     idle_timer: asyncio.TimerHandle | None = None
@@ -259,7 +260,7 @@ class EgressProxy:
         try:
             try:
                 await self._connect(connection, addresses)
-            finally:  # once the client has its answer: the record is not on the answer's path
+            finally:  # once the connection is tried: the record is not on the way to it
                 self._emit("allowed", connection, reason="allowed")
             await self._relay(connection, request)
         except Refusal as refusal:
@@ -303,8 +304,7 @@ class EgressProxy:
             connection.address)
 
     async def _connect(self, connection: _Connection, addresses: tuple[IPAddress, ...]) -> None:
-        """Connect to the first validated address that answers (never to the name); a tunnel's
-        client is answered at once."""
+        """Connect to the first validated address that answers (never to the name)."""
         request = connection.request
         assert request is not None
         failures = []
@@ -321,8 +321,6 @@ class EgressProxy:
             if reason is not None:
                 connection.close(reason)
                 raise Refusal(403, reason)
-            if request.method == "CONNECT":
-                connection.unsent_answer = _send_now(connection.sock, TUNNEL_ANSWER)
             return
         raise Refusal(502, f"connect failed: {'; '.join(failures)}")
 
@@ -342,7 +340,8 @@ class EgressProxy:
         head = request.forward_head
         if head:
             head = head[:self._spend(connection, len(head), up=True)]
-        ending = await relay.run(to_server=head, to_client=connection.unsent_answer, from_client=request.leftover)
+        answer = TUNNEL_ANSWER if tunnel else b""
+        ending = await relay.run(to_server=head, to_client=answer, from_client=request.leftover)
         if connection.end is None and ending != "eof":
             connection.end = ending
 
@@ -426,15 +425,6 @@ async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, re
             received = 0
             while received < LINGER_BYTES and (data := await reader.read(LINGER_BYTES)):
                 received += len(data)
-
-
-def _send_now(sock: socket.socket, data: bytes) -> bytes:
-    """Send what the socket takes of ``data`` now, without waiting; what it did not take (all of
-    it when the socket fails: the relay then finds it lost)."""
-    try:
-        return data[sock.send(data):]
-    except OSError:
-        return data
 
 
 async def _finish(writer: asyncio.StreamWriter, *, graceful: bool) -> None:
