@@ -31,8 +31,6 @@ from protolink.wire.egress import HANDOVER
 
 log = logging.getLogger(__name__)
 
-#: The largest read the proxy's side of a connection buffers before it waits for its reader.
-CHUNK = 256 * 1024
 #: Connections served at once (the proxy refuses beyond its own limit, which is lower); beyond
 #: this, a command's connection is closed at once: a flood costs the host no more descriptors.
 MAX_HANDLING = 256
@@ -45,9 +43,10 @@ START_SECONDS = 10.0
 
 
 class ConnectionHandler(Protocol):
-    """What serves a command's connection, start to end (an EgressProxy)."""
+    """What serves a command's connection (a non-blocking socket it owns and closes), start to
+    end (an EgressProxy)."""
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None: ...
+    async def handle(self, sock: socket.socket) -> None: ...
 
 
 class RelayDialer:
@@ -187,20 +186,11 @@ class RelayDialer:
         task.add_done_callback(self._handling.discard)
 
     async def _handle(self, sock: socket.socket) -> None:
-        writer = None
         try:
-            if sock.family == socket.AF_UNIX:
-                reader, writer = await asyncio.open_unix_connection(sock=sock, limit=CHUNK)
-            else:
-                reader, writer = await asyncio.open_connection(sock=sock, limit=CHUNK)
-            await self._proxy.handle(reader, writer)
+            await self._proxy.handle(sock)
         except Exception:  # the proxy promises never to raise; one connection's failure must not end others
             log.exception("the egress proxy failed on a connection")
-        finally:
-            if writer is not None:
-                writer.close()
-            else:
-                sock.close()
+            sock.close()
 
 
 async def _dial(path: Path) -> socket.socket:

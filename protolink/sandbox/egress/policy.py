@@ -35,8 +35,9 @@ class EgressLimits:
     """Limits of one sandbox's egress (one :class:`~protolink.sandbox.egress.proxy.EgressProxy`).
 
     ``max_connections`` open at once and ``max_connections_per_second`` (a token bucket holding
-    one second's worth) are checked before a request is read; beyond them a connection is
-    refused (503 and 429). ``max_bytes`` is the sandbox's byte budget: payload relayed in both
+    one second's worth) are checked before a request is read; beyond the first a connection is
+    refused (503); beyond the bucket it waits for its token when that is due within a second
+    (counted as open meanwhile), and is refused (429) otherwise. ``max_bytes`` is the sandbox's byte budget: payload relayed in both
     directions, summed over every connection for the proxy's whole life (None: unlimited); when
     it is spent, open connections close and new ones are refused. A connection that moves no byte
     either way for ``idle_seconds`` is closed. The request head must arrive whole within

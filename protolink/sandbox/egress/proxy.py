@@ -5,15 +5,24 @@ One :meth:`EgressProxy.handle` call serves one client connection from start to e
 request head (:mod:`protolink.sandbox.egress.request`), the decision (the allow-list, then one
 resolution and the address rules on every answer), a connection to one validated address, and
 the relay. Refusals are a short HTTP answer and a ``denied`` event; an allowed connection gets
-an ``allowed`` event at the decision and a ``closed`` event at its end.
+an ``allowed`` event once its upstream connection is tried (made, or failed) and a ``closed``
+event at its end.
+
+Until the relay begins, the client's socket is used as it is (no transport, no stream): the
+head is read as soon as it is there, most often within the turn of the event loop that accepted
+the connection. A tunnel's ``200`` is the relay's first write, made once both sides are joined:
+the client's next bytes find the join ready (an answer sent before it would wake the client only
+for its request to wait on the daemon's set-up).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +40,12 @@ _log = logging.getLogger(__name__)
 
 #: What a direction of a relayed connection buffers for a slow reader before its writer is not read.
 WRITE_BUFFER_BYTES = 1024 * 1024
+#: The most a client's stream reads ahead before it is joined (a request's first bytes).
+CHUNK = 256 * 1024
+#: A connection beyond the rate limit's bucket waits for its token when it is due within this,
+#: and is refused (429) otherwise: a package manager's burst is delayed, a flood still refused.
+RATE_WAIT_SECONDS = 1.0
+TUNNEL_ANSWER = b"HTTP/1.1 200 Connection established\r\n\r\n"
 LINGER_SECONDS = 1.0
 LINGER_BYTES = 64 * 1024
 _STATUS_TEXT = {
@@ -42,9 +57,12 @@ _STATUS_TEXT = {
 
 @dataclass(eq=False)
 class _Connection:
-    """One client connection: its target once known, its counters, and how it ended."""
+    """One client connection: its socket (its streams once the relay or a refusal needs them),
+    its target once known, its counters, and how it ended."""
 
-    client: asyncio.StreamWriter
+    sock: socket.socket
+    client: asyncio.StreamWriter | None = None
+    client_reader: asyncio.StreamReader | None = None
     started: float = field(default_factory=time.monotonic)
     request: Request | None = None
     address: IPAddress | None = None
@@ -58,28 +76,53 @@ class _Connection:
     idle_timer: asyncio.TimerHandle | None = None
 
     def close(self, reason: str) -> None:
-        """End the connection now (the first reason wins); both sides are aborted."""
+        """End the connection now (the first reason wins); both sides are aborted (a client
+        socket without its stream yet is shut down: a read of it ends at once)."""
         if self.end is None:
             self.end = reason
-        abort(self.client.transport)
+        if self.client is not None:
+            abort(self.client.transport)
+        else:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
         if self.upstream is not None:
             abort(self.upstream.transport)
 
+    async def streams(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The client's stream, made once, from its socket."""
+        if self.client is None or self.client_reader is None:
+            self.client_reader, self.client = await asyncio.open_connection(sock=self.sock, limit=CHUNK)
+        return self.client_reader, self.client
+
+    def release(self) -> None:
+        """Close the client's socket, through its stream when it has one."""
+        if self.client is not None:
+            abort(self.client.transport)
+        else:
+            self.sock.close()
+
 
 class _TokenBucket:
-    """``rate`` tokens a second, holding at most one second's worth (at least one token)."""
+    """``rate`` tokens a second, holding at most one second's worth (at least one token); a
+    token not there yet can be reserved ahead."""
 
     def __init__(self) -> None:
         self._tokens: float | None = None
         self._stamp = 0.0
 
-    def take(self, rate: float) -> bool:
+    def reserve(self, rate: float, longest: float) -> float | None:
+        """Take a token: the seconds until it is due (0.0: now), or None (nothing taken) when
+        that is more than ``longest``."""
         now = time.monotonic()
         capacity = max(rate, 1.0)
         tokens = capacity if self._tokens is None else min(capacity, self._tokens + (now - self._stamp) * rate)
         self._stamp = now
-        self._tokens = tokens - 1 if tokens >= 1 else tokens
-        return tokens >= 1
+        wait = 0.0 if tokens >= 1 else (1 - tokens) / rate
+        if wait > longest:
+            self._tokens = tokens
+            return None
+        self._tokens = tokens - 1
+        return wait
 
 
 class EgressProxy:
@@ -133,21 +176,22 @@ class EgressProxy:
                 if reason is not None:
                     connection.close(f"policy changed: {reason}")
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serve one client connection, start to end; never raises; always closes ``writer``."""
+    async def handle(self, sock: socket.socket) -> None:
+        """Serve one client connection, a connected non-blocking stream socket that the proxy
+        owns from now on, start to end; never raises; always closes ``sock``."""
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        connection = _Connection(sock)
         try:
-            refusal = self._admission()
-            if refusal is not None:
-                self._emit("denied", None, reason=refusal.reason)
-                await _refuse(reader, writer, refusal)
+            admission = self._admission()
+            if isinstance(admission, Refusal):
+                self._emit("denied", None, reason=admission.reason)
+                await _refuse(*await connection.streams(), admission)
                 return
-            connection = _Connection(writer)
             self._connections.add(connection)
             try:
-                await self._serve(reader, connection)
+                await self._serve(connection, admission)
             finally:
                 if connection.idle_timer is not None:
                     connection.idle_timer.cancel()
@@ -156,14 +200,15 @@ class EgressProxy:
                 if connection.relay is not None:
                     await connection.relay.aclose(graceful=graceful, seconds=self._policy.limits.idle_seconds)
                 else:
-                    await _finish(writer, graceful=graceful)
+                    if connection.client is not None:
+                        await _finish(connection.client, graceful=graceful)
                     if connection.upstream is not None:
                         await _finish(connection.upstream, graceful=graceful)
                 self._connections.discard(connection)
         except Exception:  # a bug must not take the host process down with it
             _log.exception("egress proxy of sandbox %s failed", self._sandbox)
         finally:
-            abort(writer.transport)
+            connection.release()
             if task is not None:
                 self._tasks.discard(task)
 
@@ -180,7 +225,8 @@ class EgressProxy:
 
     # -- admission and decision ----------------------------------------------------------------
 
-    def _admission(self) -> Refusal | None:
+    def _admission(self) -> Refusal | float:
+        """A refusal, or the seconds the connection waits for its turn under the rate limit."""
         limits = self._policy.limits
         if self._closed:
             return Refusal(503, "the egress proxy is closed")
@@ -188,32 +234,38 @@ class EgressProxy:
             return Refusal(403, "byte budget spent")
         if len(self._connections) >= limits.max_connections:
             return Refusal(503, f"too many connections (at most {limits.max_connections} at once)")
-        if not self._bucket.take(limits.max_connections_per_second):
+        wait = self._bucket.reserve(limits.max_connections_per_second, RATE_WAIT_SECONDS)
+        if wait is None:
             return Refusal(429, f"too many connections (at most {limits.max_connections_per_second:g} a second)")
-        return None
+        return wait
 
-    async def _serve(self, reader: asyncio.StreamReader, connection: _Connection) -> None:
+    async def _serve(self, connection: _Connection, wait: float) -> None:
         limits = self._policy.limits
+        read = functools.partial(asyncio.get_running_loop().sock_recv, connection.sock)
         try:
-            request = await read_request(reader, limits.head_seconds, limits.max_head_bytes)
+            if wait:  # its turn under the rate limit (it counts as open meanwhile)
+                await asyncio.sleep(wait)
+            request = await read_request(read, limits.head_seconds, limits.max_head_bytes)
             connection.request = request
             addresses = await self._decide(request)
         except Refusal as refusal:
             self._emit("denied", connection, reason=connection.end or refusal.reason)
             if connection.end is None:
-                await _refuse(reader, connection.client, refusal)
+                await _refuse(*await connection.streams(), refusal)
             return
         except asyncio.CancelledError:
             connection.close("cancelled")
             raise
         connection.address = addresses[0]
-        self._emit("allowed", connection, reason="allowed")
         try:
-            await self._connect(connection, addresses)
-            await self._relay(reader, connection, request)
+            try:
+                await self._connect(connection, addresses)
+            finally:  # once the connection is tried: the record is not on the way to it
+                self._emit("allowed", connection, reason="allowed")
+            await self._relay(connection, request)
         except Refusal as refusal:
             connection.end = refusal.reason
-            await _refuse(reader, connection.client, refusal)
+            await _refuse(*await connection.streams(), refusal)
         except asyncio.CancelledError:  # the caller gave up on this connection: nothing is flushed
             connection.close("cancelled")
             raise
@@ -274,20 +326,21 @@ class EgressProxy:
 
     # -- relay ---------------------------------------------------------------------------------
 
-    async def _relay(self, reader: asyncio.StreamReader, connection: _Connection, request: Request) -> None:
+    async def _relay(self, connection: _Connection, request: Request) -> None:
         upstream, upstream_reader = connection.upstream, connection.upstream_reader
         assert upstream is not None and upstream_reader is not None
         tunnel = request.method == "CONNECT"
         up_limit = None if tunnel else request.body_length
+        client = await connection.streams()
         relay = connection.relay = Join(
-            (reader, connection.client), (upstream_reader, upstream), ended_by="both" if tunnel else "server",
+            client, (upstream_reader, upstream), ended_by="both" if tunnel else "server",
             write_buffer_bytes=WRITE_BUFFER_BYTES, up_limit=up_limit,
             count=lambda size, up: self._spend(connection, size, up=up))
         self._watch_idle(connection)
         head = request.forward_head
         if head:
             head = head[:self._spend(connection, len(head), up=True)]
-        answer = b"HTTP/1.1 200 Connection established\r\n\r\n" if tunnel else b""
+        answer = TUNNEL_ANSWER if tunnel else b""
         ending = await relay.run(to_server=head, to_client=answer, from_client=request.leftover)
         if connection.end is None and ending != "eof":
             connection.end = ending

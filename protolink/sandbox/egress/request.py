@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from protolink.net.addresses import IPAddress, parse_host
 
+#: Up to n bytes from the client; b"" at its end.
+Read = Callable[[int], Awaitable[bytes]]
 MAX_HEADERS = 100
 _READ_SIZE = 64 * 1024
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
@@ -60,17 +63,18 @@ class Request:
     leftover: bytes = b""
 
 
-async def read_request(reader: asyncio.StreamReader, seconds: float, max_bytes: int) -> Request:
-    """Read and parse one request head; Refusal when it is late, too large or not accepted."""
+async def read_request(read: Read, seconds: float, max_bytes: int) -> Request:
+    """Read and parse one request head with ``read`` (``loop.sock_recv`` of the client's socket,
+    or a stream's ``read``); Refusal when it is late, too large or not accepted."""
     try:
         async with asyncio.timeout(seconds):
-            head, leftover = await _read_head(reader, max_bytes)
+            head, leftover = await _read_head(read, max_bytes)
     except TimeoutError:
         raise Refusal(408, f"the request head was not complete within {seconds:g} seconds") from None
     return parse_head(head, leftover)
 
 
-async def _read_head(reader: asyncio.StreamReader, max_bytes: int) -> tuple[bytes, bytes]:
+async def _read_head(read: Read, max_bytes: int) -> tuple[bytes, bytes]:
     buffer = bytearray()
     while True:
         end = buffer.find(b"\r\n\r\n")
@@ -80,7 +84,7 @@ async def _read_head(reader: asyncio.StreamReader, max_bytes: int) -> tuple[byte
             return bytes(buffer[:end]), bytes(buffer[end + 4:])
         if len(buffer) >= max_bytes:
             break
-        data = await reader.read(_READ_SIZE)
+        data = await read(_READ_SIZE)
         if not data:
             raise Refusal(400, "the connection ended before the request head was complete")
         buffer += data

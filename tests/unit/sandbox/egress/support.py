@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Sequence
+import socket
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from protolink.net.addresses import IPAddress
@@ -132,24 +133,50 @@ async def serve(policy: EgressPolicy, network=None, sandbox: str = "test", on_ev
     proxy = EgressProxy(policy, sandbox=sandbox, on_event=record, network=network)
     unclosed: list[str] = []
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # As a dialer would: the proxy closes the stream, and the stream knows it.
-        await proxy.handle(reader, writer)
+    async def handle(sock: socket.socket) -> None:
+        # As the dialer does: the proxy owns the socket and closes it.
+        await proxy.handle(sock)
         try:
-            await asyncio.wait_for(writer.wait_closed(), 5)
+            await wait_for(lambda: sock.fileno() == -1, 5)
         except TimeoutError:
-            unclosed.append("a handled stream did not close")
-        except OSError:
-            pass
+            unclosed.append("a handled socket was not closed")
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=2048)
-    try:
-        yield Served(proxy, server.sockets[0].getsockname()[1], events)
-    finally:
-        await proxy.aclose()
-        server.close()
-        await server.wait_closed()
+    with accepting(handle) as port:
+        try:
+            yield Served(proxy, port, events)
+        finally:
+            await proxy.aclose()
     assert not unclosed, unclosed
+
+
+@contextlib.contextmanager
+def accepting(handle) -> Iterator[int]:
+    """A loopback listener whose connections (non-blocking sockets) each go to a task of
+    ``handle``; its port. At the end it stops accepting and cancels the tasks still running."""
+    loop = asyncio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", 0), backlog=2048)
+    listener.setblocking(False)
+    handlers: set[asyncio.Task[None]] = set()
+
+    def accept_all() -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except BlockingIOError:
+                return
+            sock.setblocking(False)
+            task = asyncio.ensure_future(handle(sock))
+            handlers.add(task)
+            task.add_done_callback(handlers.discard)
+
+    loop.add_reader(listener.fileno(), accept_all)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        loop.remove_reader(listener.fileno())
+        listener.close()
+        for task in handlers:
+            task.cancel()
 
 
 async def wait_for(predicate, seconds: float = 10.0) -> None:

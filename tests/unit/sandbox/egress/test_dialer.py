@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,16 +34,16 @@ class Echo:
         self.served = 0
         self.fail = False
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, sock: socket.socket) -> None:
         self.served += 1
         if self.fail:
             raise RuntimeError("a broken handler")
+        loop = asyncio.get_running_loop()
         try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
+            while data := await loop.sock_recv(sock, 65536):
+                await loop.sock_sendall(sock, data)
         finally:
-            writer.close()
+            sock.close()
 
 
 async def until(condition, what: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 from protolink.sandbox.egress import EgressLimits, EgressPolicy
 from protolink.sandbox.egress.proxy import EgressProxy
 
-from .support import LOOPBACK_RULES, Origin, ScriptedNetwork, serve, until_closed, wait_for
+from .support import LOOPBACK_RULES, Origin, ScriptedNetwork, accepting, serve, until_closed, wait_for
 
 PUBLIC = "151.101.0.223"
 
@@ -182,23 +182,20 @@ async def test_aclose_ends_open_tunnels_and_leaves_no_task(origin):
     network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
     before = len(asyncio.all_tasks())
     proxy = EgressProxy(EgressPolicy.parse(["files.example"]), sandbox="s", network=network)
-    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    clients = []
-    for _ in range(3):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"CONNECT files.example:443 HTTP/1.1\r\n\r\n")
-        await reader.readuntil(b"\r\n\r\n")
-        clients.append((reader, writer))
-    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)  # no request yet
-    await wait_for(lambda: proxy.open_connections == 4)
-    await proxy.aclose()
-    assert proxy.open_connections == 0
-    for reader, writer in [*clients, (idle_reader, idle_writer)]:
-        await until_closed(reader)
-        writer.close()
-    server.close()
-    await server.wait_closed()
+    with accepting(proxy.handle) as port:
+        clients = []
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"CONNECT files.example:443 HTTP/1.1\r\n\r\n")
+            await reader.readuntil(b"\r\n\r\n")
+            clients.append((reader, writer))
+        idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)  # no request yet
+        await wait_for(lambda: proxy.open_connections == 4)
+        await proxy.aclose()
+        assert proxy.open_connections == 0
+        for reader, writer in [*clients, (idle_reader, idle_writer)]:
+            await until_closed(reader)
+            writer.close()
     await wait_for(lambda: len(asyncio.all_tasks()) <= before)
 
 
@@ -275,18 +272,16 @@ async def test_cancelling_a_handler_ends_its_connection_at_once(origin):
     proxy = EgressProxy(EgressPolicy.parse(["files.example"]), sandbox="s", network=network, on_event=events.append)
     handlers = []
 
-    async def handle(reader, writer):
+    async def handle(sock):
         handlers.append(asyncio.current_task())
-        await proxy.handle(reader, writer)
+        await proxy.handle(sock)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
-    writer.write(f"GET http://files.example/bytes/{1 << 34} HTTP/1.1\r\n\r\n".encode())
-    await reader.readexactly(1 << 20)  # the client now stops reading: buffers fill up
-    await wait_for(lambda: handlers)
-    handlers[0].cancel()
-    await asyncio.wait_for(asyncio.gather(handlers[0], return_exceptions=True), 5)
-    assert proxy.open_connections == 0 and events[-1].reason == "cancelled"
-    writer.close()
-    server.close()
-    await server.wait_closed()
+    with accepting(handle) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET http://files.example/bytes/{1 << 34} HTTP/1.1\r\n\r\n".encode())
+        await reader.readexactly(1 << 20)  # the client now stops reading: buffers fill up
+        await wait_for(lambda: handlers)
+        handlers[0].cancel()
+        await asyncio.wait_for(asyncio.gather(handlers[0], return_exceptions=True), 5)
+        assert proxy.open_connections == 0 and events[-1].reason == "cancelled"
+        writer.close()
