@@ -3,7 +3,7 @@ second command, and the same command on the sandbox's own server straight (no se
 
     python bench/service_split.py [--runs 15] [--turns 3] [--baseline main] [--image IMAGE]
 
-Each turn starts a service of its own (as bench/service.py does, default template pooled) and
+Each turn starts a service of its own (bench/service.py's, default template pooled) and
 claims ``--runs`` sandboxes from its pool, each once the pool is full and has settled; medians.
 With ``--baseline REF`` the turns alternate between that git ref's code (a ``git archive`` of
 it, on ``PYTHONPATH`` and as the working directory, for the client and the service alike) and
@@ -22,9 +22,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
+
+import grpc
+from service import TRUE, _Silent, pool_full, running_service  # bench/service.py, beside this file
+
+from protolink.sandbox import engine
+from protolink.sandbox.appliance import ADDRESS_LABEL
+from protolink.sandbox.client import attach, channel_options
+from protolink.sandbox.service.client import Sandbox, SandboxStatus, connect
+from protolink.wire._pb import service_pb2
 
 HERE = Path(__file__).resolve().parent
 SETTLE_SECONDS = 1.5
@@ -33,79 +41,40 @@ COLUMNS = ("total", "create", "attach", "first", "second", "direct")
 
 async def one_turn(image: str, runs: int) -> dict[str, float]:
     """Medians, in seconds, of each column over ``runs`` pooled claims of a service of this code."""
-    import grpc
-
-    from protolink.execution.process_types import ProcessSpec
-    from protolink.sandbox import engine
-    from protolink.sandbox.client import attach, channel_options
-    from protolink.sandbox.service.client import Sandbox, SandboxStatus, connect
-    from protolink.sandbox.service.files import ServiceFiles
-    from protolink.sandbox.service.process import remove_everything
-    from protolink.wire._pb import service_pb2
-
-    true = ProcessSpec(("/bin/true",), "/tmp", {"PATH": "/usr/bin:/bin"}, 30, 1 << 16)
-
-    class Silent:
-        async def emit(self, type: str, **data: Any) -> None:
-            return None
-
-    runtime = Path(tempfile.mkdtemp(prefix="pl-split-"))
-    os.environ["PROTOLINK_RUNTIME_DIR"] = str(runtime)
-    name = f"protolink-bench-split-{uuid.uuid4().hex[:6]}"
-    files = ServiceFiles.of(name)
-    log = open(files.log, "ab")
-    process = subprocess.Popen([sys.executable, "-m", "protolink.sandbox.service", "--name", name, "--image", image,
-                                "--pool", "2"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    docker = engine.client()
     rows: list[tuple[float, ...]] = []
-    try:
-        while not files.pid.exists():
-            if process.poll() is not None:
-                raise RuntimeError(files.log.read_text())
-            await asyncio.sleep(0.05)
+    docker = engine.client()
+    async with running_service(image) as files:
         client = await connect(files.address, files.default_token.read_text(), timeout=60)
         for _ in range(runs):
-            while (await client.pool_ready()).get("default", 0) < 2:
-                await asyncio.sleep(0.05)
+            await pool_full(client)
             await asyncio.sleep(SETTLE_SECONDS)
             started = time.perf_counter()
             status = SandboxStatus.of(await client._call("Create", service_pb2.CreateRequest()))
             created = time.perf_counter()
             sandbox = await Sandbox.open(client, status)
             attached = time.perf_counter()
-            first = await sandbox.backend.execute(true, Silent())
+            first = await sandbox.backend.execute(TRUE, _Silent())
             ran = time.perf_counter()
-            second = await sandbox.backend.execute(true, Silent())
+            second = await sandbox.backend.execute(TRUE, _Silent())
             again = time.perf_counter()
             assert status.pooled and first.exit_code == second.exit_code == 0
-            direct = await straight(docker, status.id, attach, channel_options, grpc, true, Silent())
+            direct = await straight(docker, status.id)
             rows.append((ran - started, created - started, attached - created, ran - attached, again - ran, direct))
             await sandbox.delete()
         await client.aclose()
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
-        log.close()
-        try:
-            remove_everything(name, docker)
-        finally:
-            docker.close()
-        shutil.rmtree(runtime, ignore_errors=True)
+    docker.close()
     return {column: statistics.median(values) for column, values in zip(COLUMNS, zip(*rows))}
 
 
-async def straight(docker: Any, sandbox_id: str, attach: Any, channel_options: Any, grpc: Any, spec: Any,
-                   emitter: Any) -> float:
+async def straight(docker: Any, sandbox_id: str) -> float:
     """A second command run on the sandbox's own server over a grpcio channel of this process."""
-    from protolink.sandbox.appliance import ADDRESS_LABEL
-
     found = [c for c in docker.api.containers() if any(n.endswith(f".{sandbox_id}") for n in c["Names"])]
     channel = grpc.aio.insecure_channel(found[0]["Labels"][ADDRESS_LABEL], options=channel_options())
     backend = await attach(channel, timeout=10)
     try:
-        await backend.execute(spec, emitter)
+        await backend.execute(TRUE, _Silent())
         started = time.perf_counter()
-        await backend.execute(spec, emitter)
+        await backend.execute(TRUE, _Silent())
         return time.perf_counter() - started
     finally:
         await backend.aclose()
