@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -196,8 +198,10 @@ async def clients_at_once(address: str, token: str, clients: int, commands: int)
     return errors, len(latencies) / wall, len(latencies) / running, p99
 
 
-async def main(args: argparse.Namespace) -> None:
-    image = args.image or await asyncio.to_thread(ensure_image)
+@contextlib.asynccontextmanager
+async def running_service(image: str) -> AsyncIterator[ServiceFiles]:
+    """A service process of this bench's own (its default template pooled, ``POOL``), in a
+    temporary runtime directory; stopped, and all it made removed, at the end."""
     runtime = Path(tempfile.mkdtemp(prefix="pl-bench-"))
     os.environ["PROTOLINK_RUNTIME_DIR"] = str(runtime)
     name = f"protolink-bench-svc-{uuid.uuid4().hex[:6]}"
@@ -210,6 +214,22 @@ async def main(args: argparse.Namespace) -> None:
             if process.poll() is not None:
                 raise RuntimeError(files.log.read_text())
             await asyncio.sleep(0.05)
+        yield files
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        log.close()
+        docker = engine.client()
+        try:
+            remove_everything(name, docker)
+        finally:
+            docker.close()
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+async def main(args: argparse.Namespace) -> None:
+    image = args.image or await asyncio.to_thread(ensure_image)
+    async with running_service(image) as files:
         service_pid = json.loads(files.pid.read_text())["pid"]
         token = files.default_token.read_text()
         client = await connect(files.address, token, timeout=60)
@@ -236,16 +256,6 @@ async def main(args: argparse.Namespace) -> None:
         row("   commands per second while commands ran", f"{busy_rate:.0f}/s", "", "")
         row("   command latency, 99th percentile", ms(p99), "", "")
         await client.aclose()
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
-        log.close()
-        docker = engine.client()
-        try:
-            remove_everything(name, docker)
-        finally:
-            docker.close()
-        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def arguments() -> argparse.Namespace:

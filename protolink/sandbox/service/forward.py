@@ -5,6 +5,9 @@ One implementation serves both hops: the service's (to the sandbox, or to the ga
 Swarm node it runs on) and a node gateway's (:mod:`protolink.sandbox.gateway`, to the task's
 socket). Each gives :class:`Forwarder` its own ``resolve``, which finds the :class:`Target`.
 
+A pooled sandbox waits with an Execute call already open to it (:class:`HeldCall`): its owner's
+first Execute call is forwarded on it, without opening a stream to the sandbox then.
+
 Nothing is parsed on the way but what the events need: each Execute request and event (argv,
 directory, exit, duration, output bytes), each ReplaceFile request and each Upload's summary (the
 path written). The
@@ -13,6 +16,7 @@ other side's status and trailing metadata (the wire's typed errors) come back un
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +29,7 @@ from protolink.errors import SandboxLostError
 from protolink.wire._pb import process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
 from protolink.wire.status import CallEnd, Status, abort_with, to_status
 
+from ..process_stream import OPENING
 from .events import Events
 
 #: The metadata key that names the sandbox a forwarded call is for.
@@ -48,7 +53,9 @@ _HELD_BACK = frozenset({"authorization", SANDBOX_KEY, CONTAINER_KEY})
 class Target(Protocol):
     """Where a forwarded call goes: a sandbox's ``id``, its ``state`` (``lost`` ends the call
     with :class:`~protolink.errors.SandboxLostError`), its count of calls in flight and the
-    time of the last one (its idle clock), and the channel to it."""
+    time of the last one (its idle clock), and the channel to it. One may also have a
+    ``held_call()``: the :class:`HeldCall` opened to it ahead of its first Execute call, given
+    out once (None when there is none, or it ended)."""
 
     id: str
     state: str
@@ -129,8 +136,12 @@ class Forwarder(grpc.GenericRpcHandler):
             first = await _first(requests, context)
             tenant, target = await self.resolve(context, method)
             watch = Commands(self.events, tenant, target.id) if method == EXECUTE else None
-            call = target.channel().stream_stream(method)(_watched(first, requests, watch), metadata=_passed(context),
-                                                          timeout=context.time_remaining())
+            watched, metadata, timeout = _watched(first, requests, watch), _passed(context), context.time_remaining()
+            held = _held(target) if method == EXECUTE and _plain(metadata) and timeout is None else None
+            if held is not None:
+                call = held.feed(watched)
+            else:
+                call = target.channel().stream_stream(method)(watched, metadata=metadata, timeout=timeout)
             async for response in _relayed_stream(context, target, call, watch):
                 yield response
 
@@ -150,6 +161,31 @@ class Forwarder(grpc.GenericRpcHandler):
             return
         size = len(parsed.data) if parsed.HasField("data") else None
         self.events.emit("file.written", tenant, target.id, path=parsed.expected.resource_id, bytes=size)
+
+
+class HeldCall:
+    """An Execute call opened on ``channel`` before anyone asks for one, with the request that
+    does nothing (:data:`~protolink.sandbox.process_stream.OPENING`); :meth:`feed` gives it the
+    requests of the first client call that names its sandbox. It carries no metadata and no
+    deadline: it stands only for a client call that has neither."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._requests: asyncio.Future[AsyncIterator[bytes]] = asyncio.get_running_loop().create_future()
+        self.call = channel.stream_stream(EXECUTE)(self._relayed())
+
+    def feed(self, requests: AsyncIterator[bytes]) -> Any:
+        """The call, now carrying ``requests``."""
+        self._requests.set_result(requests)
+        return self.call
+
+    def cancel(self) -> None:
+        self.call.cancel()
+        self._requests.cancel()
+
+    async def _relayed(self) -> AsyncIterator[bytes]:
+        yield OPENING.SerializeToString()
+        async for request in await self._requests:
+            yield request
 
 
 @dataclass
@@ -197,6 +233,12 @@ class Commands:
                 exit_code=finished.exit_code if which == "finished" and finished.HasField("exit_code") else None,
                 duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
                 timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
+
+
+def _held(target: Target) -> HeldCall | None:
+    """``target``'s Execute call opened ahead, when it has one (a pooled sandbox; see :class:`Target`)."""
+    take = getattr(target, "held_call", None)
+    return take() if take is not None else None
 
 
 async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
@@ -252,6 +294,11 @@ async def _watched(first: bytes, requests: AsyncIterator[bytes], watch: Commands
 async def _abort_as(context: grpc.aio.ServicerContext, status: Status) -> None:
     """End the caller's call as the sandbox ended it: status, details, trailing metadata (the wire's typed error)."""
     await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+def _plain(metadata: tuple[tuple[str, Any], ...]) -> bool:
+    """Whether ``metadata`` holds nothing but what grpcio sends on every call (its user agent)."""
+    return all(key == "user-agent" for key, _ in metadata)
 
 
 def _passed(context: grpc.aio.ServicerContext) -> tuple[tuple[str, Any], ...]:

@@ -38,6 +38,7 @@ from ..writable_roots import open_to
 from . import labels
 from .config import Overrides, Template
 from .events import Events
+from .forward import HeldCall
 from .swarm import SwarmPlacement
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ class Placed:
     docker: ServiceContainer | None = None
     egress: EgressService | None = None
     info: bytes = b""
+    held: HeldCall | None = None  # a pool member's Execute call, opened ahead for its owner's first
     reaching: asyncio.Lock = field(default_factory=asyncio.Lock)  # one reconnection at a time
     _channel: grpc.aio.Channel | None = None
 
@@ -128,6 +130,12 @@ class Placed:
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=channel_options())
         return self._channel
+
+    def held_call(self) -> HeldCall | None:
+        """The Execute call opened to this pool member ahead of its owner's first (once; None
+        when there is none, or it ended): see :class:`~.forward.HeldCall`."""
+        held, self.held = self.held, None
+        return held if held is not None and not held.call.done() else None
 
     def to_dict(self) -> dict[str, Any]:
         """What a status shows (and the ``state`` of one that ended)."""
@@ -304,7 +312,8 @@ async def reach(placed: Placed, swarm: SwarmPlacement | None) -> None:
 async def warm_up(placed: Placed) -> None:
     """Run :data:`WARM_UP` in pool member ``placed`` before anyone claims it: a sandbox's first
     command pays for every path it takes for the first time (the server's, the spawner's, the
-    channel's), some 10 ms. Failing only leaves it cold."""
+    channel's), some 10 ms. Failing only leaves it cold. Then open the Execute call its owner's
+    first one goes on (:class:`~.forward.HeldCall`): the stream to the sandbox is set up ahead."""
     backend = await attach(placed.channel(), info=sandbox_pb2.InfoResponse.FromString(placed.info))
     try:
         await backend.execute(WARM_UP, NO_EVENTS)
@@ -312,6 +321,7 @@ async def warm_up(placed: Placed) -> None:
         log.info("could not warm up pooled sandbox %s: %s", placed.id, error)
     finally:
         await backend.aclose()
+    placed.held = HeldCall(placed.channel())
 
 
 async def record_claim(service: str, placed: Placed, docker_client: Any, swarm: SwarmPlacement | None) -> None:
@@ -344,6 +354,9 @@ async def resume_egress(placed: Placed, events: Events) -> None:
 
 async def remove(placed: Placed, docker_client: Any, swarm: SwarmPlacement | None = None) -> None:
     """Remove ``placed``'s container (or Swarm service), host directories, workspace and connections."""
+    if placed.held is not None:
+        placed.held.cancel()
+        placed.held = None
     if placed._channel is not None:
         await placed._channel.close()
         placed._channel = None

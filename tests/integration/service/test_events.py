@@ -37,11 +37,11 @@ class Collected:
 
 
 @contextlib.asynccontextmanager
-async def serving(image: str, sink: Collected, docker_client, *more_sinks):
+async def serving(image: str, sink: Collected, docker_client, *more_sinks, pool: int | None = None):
     name = f"{TEST_NAME_PREFIX}svc-{uuid.uuid4().hex[:8]}"
     stop = asyncio.Event()
-    task = asyncio.ensure_future(serve(name, ServiceConfig.load(None, image=image), sinks=[sink, *more_sinks],
-                                       stop=stop))
+    task = asyncio.ensure_future(serve(name, ServiceConfig.load(None, image=image, pool=pool),
+                                       sinks=[sink, *more_sinks], stop=stop))
     files = ServiceFiles.of(name)
     try:
         while not files.pid.exists():
@@ -104,3 +104,30 @@ async def test_a_sink_gets_every_request_sandbox_command_and_file(runtime, sandb
     assert command_span.attributes["protolink.sandbox"] == sandbox.id
     assert [span.attributes["protolink.sandbox"] for span in spans.get_finished_spans()
             if span.name == "sandbox.created"] == [sandbox.id]
+
+
+async def test_the_commands_of_a_pooled_sandbox_are_its_owners_and_reported(runtime, sandbox_image, docker_client,
+                                                                               run):
+    """A pool member waits with an Execute call opened to it; its owner's first call goes on that
+    one, the next on a new one: both run their commands, reported as the owner's."""
+    sink = Collected()
+    async with serving(sandbox_image, sink, docker_client, pool=1) as files:
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        deadline = asyncio.get_running_loop().time() + 120  # a hang guard
+        while (await client.pool_ready()).get("default") != 1:
+            assert asyncio.get_running_loop().time() < deadline, "no pooled sandbox after 120 s"
+            await asyncio.sleep(0.1)
+        sandbox = await client.create()
+        assert sandbox.status.pooled
+        first = await run(sandbox.backend, ["/bin/sh", "-c", "printf held; exit 4"])
+        await sandbox.backend.aclose()  # its call ends; the next backend opens a new one
+        again = await client.open(sandbox.id)
+        second = await run(again.backend, ["/bin/echo", "again"])
+        await again.delete()
+        await client.aclose()
+    assert (first.stdout, first.exit_code, second.stdout, second.exit_code) == ("held", 4, "again\n", 0)
+    tenant = sink.of("sandbox.created")[0].tenant
+    assert [(event.tenant, event.sandbox, event.fields["argv"][-1]) for event in sink.of("command.started")] == [
+        (tenant, sandbox.id, "printf held; exit 4"), (tenant, sandbox.id, "again")]
+    assert [(event.fields["exit_code"], event.fields["output_bytes"]) for event in sink.of("command.ended")] == [
+        (4, 4), (0, 6)]

@@ -1,0 +1,125 @@
+"""Where the pooled create -> first result goes: the create, the attach, the first command, a
+second command, and the same command on the sandbox's own server straight (no service between).
+
+    python bench/service_split.py [--runs 15] [--turns 3] [--baseline main] [--image IMAGE]
+
+Each turn starts a service of its own (bench/service.py's, default template pooled) and
+claims ``--runs`` sandboxes from its pool, each once the pool is full and has settled; medians.
+With ``--baseline REF`` the turns alternate between that git ref's code (a ``git archive`` of
+it, on ``PYTHONPATH`` and as the working directory, for the client and the service alike) and
+this checkout's, in one run, on one image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from service import TRUE, _Silent, pool_full, running_service  # bench/service.py, beside this file
+
+from protolink.sandbox import engine
+from protolink.sandbox.appliance import ADDRESS_LABEL
+from protolink.sandbox.client import attach, channel_options
+from protolink.sandbox.service.client import Sandbox, SandboxStatus, connect
+from protolink.wire._pb import service_pb2
+
+HERE = Path(__file__).resolve().parent
+SETTLE_SECONDS = 1.5
+COLUMNS = ("total", "create", "attach", "first", "second", "direct")
+
+
+async def one_turn(image: str, runs: int) -> dict[str, float]:
+    """Medians, in seconds, of each column over ``runs`` pooled claims of a service of this code."""
+    rows: list[tuple[float, ...]] = []
+    docker = engine.client()
+    async with running_service(image) as files:
+        client = await connect(files.address, files.default_token.read_text(), timeout=60)
+        for _ in range(runs):
+            await pool_full(client)
+            await asyncio.sleep(SETTLE_SECONDS)
+            started = time.perf_counter()
+            status = SandboxStatus.of(await client._call("Create", service_pb2.CreateRequest()))
+            created = time.perf_counter()
+            sandbox = await Sandbox.open(client, status)
+            attached = time.perf_counter()
+            first = await sandbox.backend.execute(TRUE, _Silent())
+            ran = time.perf_counter()
+            second = await sandbox.backend.execute(TRUE, _Silent())
+            again = time.perf_counter()
+            assert status.pooled and first.exit_code == second.exit_code == 0
+            direct = await straight(docker, status.id)
+            rows.append((ran - started, created - started, attached - created, ran - attached, again - ran, direct))
+            await sandbox.delete()
+        await client.aclose()
+    docker.close()
+    return {column: statistics.median(values) for column, values in zip(COLUMNS, zip(*rows))}
+
+
+async def straight(docker: Any, sandbox_id: str) -> float:
+    """A second command run on the sandbox's own server over a grpcio channel of this process."""
+    found = [c for c in docker.api.containers() if any(n.endswith(f".{sandbox_id}") for n in c["Names"])]
+    channel = grpc.aio.insecure_channel(found[0]["Labels"][ADDRESS_LABEL], options=channel_options())
+    backend = await attach(channel, timeout=10)
+    try:
+        await backend.execute(TRUE, _Silent())
+        started = time.perf_counter()
+        await backend.execute(TRUE, _Silent())
+        return time.perf_counter() - started
+    finally:
+        await backend.aclose()
+        await channel.close()
+
+
+def run_turn(code: Path, image: str, runs: int) -> dict[str, float]:
+    """One turn in a process of its own whose ``protolink`` is the one in ``code``."""
+    environment = {**os.environ, "PYTHONPATH": str(code)}
+    answer = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", "--image", image,
+                             "--runs", str(runs)], cwd=code, env=environment, check=True, capture_output=True,
+                            text=True)
+    return json.loads(answer.stdout.strip().splitlines()[-1])
+
+
+def main(args: argparse.Namespace) -> None:
+    if args.one:
+        print(json.dumps(asyncio.run(one_turn(args.image, args.runs))))
+        return
+    sides = {"this": HERE.parent}
+    archive = None
+    if args.baseline:
+        archive = Path(tempfile.mkdtemp(prefix="pl-split-base-"))
+        tar = subprocess.run(["git", "-C", str(HERE.parent), "archive", args.baseline], check=True,
+                             capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(archive)], input=tar, check=True)
+        sides = {args.baseline: archive, **sides}
+    print(f"image {args.image}; {os.cpu_count()} CPUs; medians of {args.runs} in ms")
+    print(f"{'turn':<6}{'code':<10}" + "".join(f"{column:>9}" for column in COLUMNS) + "   load")
+    try:
+        for turn in range(1, args.turns + 1):
+            for side, code in sides.items():
+                found = run_turn(code, args.image, args.runs)
+                print(f"{turn:<6}{side:<10}" + "".join(f"{found[c] * 1000:>9.1f}" for c in COLUMNS)
+                      + f"   {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        if archive is not None:
+            shutil.rmtree(archive, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--baseline", default=None, help="a git ref whose code runs in the other turns")
+    parser.add_argument("--image", required=True)
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    main(parser.parse_args())
