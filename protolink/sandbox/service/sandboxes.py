@@ -39,7 +39,7 @@ from . import labels
 from .config import Overrides, Template
 from .events import Events
 from .forward import HeldCall
-from .swarm import SwarmPlacement
+from .swarm import SwarmPlacement, adopted_template
 
 log = logging.getLogger(__name__)
 #: What a pool member runs once while it waits (:func:`warm_up`).
@@ -182,6 +182,7 @@ def adopted_service(swarm_service: dict[str, Any], now: float) -> Placed | None:
     if not found.get(labels.TENANT) or not found.get(labels.SANDBOX):
         return None
     placed = _from_labels(found, found[labels.TENANT], found[labels.SANDBOX], now)
+    placed.template = adopted_template(placed.template, swarm_service)
     placed.swarm_service = swarm_service["Spec"]["Name"]
     return placed
 
