@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -69,6 +70,16 @@ def row(label: str, *cells: str) -> None:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
+
+
+def ms_tenths(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def compared(label: str, figures: dict[str, list[float]], shown: Callable[[float], str] = ms) -> None:
+    """One row: each side's median and their ratio (Swarm / local)."""
+    ours, theirs = statistics.median(figures["local"]), statistics.median(figures["swarm"])
+    row(label, shown(ours), shown(theirs), f"{theirs / ours:.2f}x")
 
 
 def load() -> str:
@@ -207,17 +218,13 @@ async def main(args: argparse.Namespace) -> None:
                     firsts[side].append(first)
                     wholes[side].append(whole)
             row("", "local", "swarm", "swarm/local")
-            for label, figures in ((f"1. create -> first result (median of {args.runs})", firsts),
-                                   ("   create -> first result -> deleted", wholes)):
-                ours, theirs = statistics.median(figures["local"]), statistics.median(figures["swarm"])
-                row(label, ms(ours), ms(theirs), f"{theirs / ours:.2f}x")
+            compared(f"1. create -> first result (median of {args.runs})", firsts)
+            compared("   create -> first result -> deleted", wholes)
             remote, on_manager = await on_a_worker(swarm, cluster)
             near = await local.create()
             await round_trips({"local": near, "swarm": remote}, 10)  # each side's first calls
             trips = await round_trips({"local": near, "swarm": remote}, args.calls)
-            ours, theirs = statistics.median(trips["local"]), statistics.median(trips["swarm"])
-            row(f"   round trip of /bin/true (median of {args.calls})", f"{ours * 1000:.1f} ms",
-                f"{theirs * 1000:.1f} ms", f"{theirs / ours:.2f}x")
+            compared(f"   round trip of /bin/true (median of {args.calls})", trips, ms_tenths)
             for sandbox in (near, remote, *on_manager):
                 await sandbox.delete()
             await pooled(local)  # each side's first claim
@@ -229,10 +236,8 @@ async def main(args: argparse.Namespace) -> None:
                     created, first = await pooled(client)
                     warm[side].append(created)
                     warm_firsts[side].append(first)
-            for label, figures in ((f"   warm create from a pool (median of {args.runs})", warm),
-                                   ("   warm create -> first result", warm_firsts)):
-                ours, theirs = statistics.median(figures["local"]), statistics.median(figures["swarm"])
-                row(label, f"{ours * 1000:.1f} ms", f"{theirs * 1000:.1f} ms", f"{theirs / ours:.2f}x")
+            compared(f"   warm create from a pool (median of {args.runs})", warm, ms_tenths)
+            compared("   warm create -> first result", warm_firsts, ms_tenths)
             print(f"   warm creates on Swarm (target <= 15 ms at the median): "
                   f"{', '.join(f'{each * 1000:.1f}' for each in warm['swarm'])} ms")
             print(load())

@@ -270,7 +270,7 @@ class Manager:
                 if placed is not None:
                     placed.state = "lost"
                     self.ended.append(placed)
-                    self._lose(placed, "its task was gone when the service started")
+                    self._report_lost(placed, "its task was gone when the service started")
                 continue
             placed.node, placed.container_id, placed.task_id = where
             if placed.id in renewals:
@@ -282,7 +282,7 @@ class Manager:
             self.sandboxes[placed.id] = placed
             log.info("adopted sandbox %s of tenant %s on node %s", placed.id, placed.tenant, placed.node)
 
-    def _lose(self, placed: Placed, why: str) -> None:
+    def _report_lost(self, placed: Placed, why: str) -> None:
         """Record that ``placed`` is lost, and why (the audit log keeps it; on Swarm, with its node)."""
         where = {"node": placed.node} if placed.swarm_service else {}
         log.warning("sandbox %s is lost: %s", placed.id, why)
@@ -303,7 +303,7 @@ class Manager:
                 log.warning("could not ask the Swarm manager for the service's tasks: %s", error)
                 continue
             for name in gone:
-                self._lost(watched[name], "its task no longer runs (its node is down or left, or the task ended)")
+                self._remove_lost(watched[name], "its task no longer runs (its node is down or left, or the task ended)")
 
     async def _watch_deadlines(self) -> None:
         while True:
@@ -329,18 +329,18 @@ class Manager:
                 continue
             for placed in watched:
                 if placed.container_id not in running:
-                    self._lost(placed, f"its container {placed.container_id[:12]} stopped (killed, out of memory, "
-                                       f"or removed)")
+                    self._remove_lost(placed, f"its container {placed.container_id[:12]} stopped "
+                                              f"(killed, out of memory, or removed)")
 
     def _placed(self) -> list[Placed]:
         """The sandboxes tenants hold, and the pool members."""
         return [*self.sandboxes.values(), *chain(*self.pools.values())]
 
-    def _lost(self, placed: Placed, why: str) -> None:
+    def _remove_lost(self, placed: Placed, why: str) -> None:
         """Remove ``placed``, whose container or task is gone: reported lost to its owner (a pool
         member is only replaced)."""
         if placed.tenant:
-            self._lose(placed, why)
+            self._report_lost(placed, why)
         self._spawn(self._remove(placed, "lost"))
         self._refill.set()
 
