@@ -301,9 +301,13 @@ class FakeSandbox:
         return self.read_text()
 
     async def _execute(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
-        """Answers the first process's request with :attr:`execute`'s events for its id."""
-        async for request in requests:
-            async for item in self.execute(process_pb2.ExecuteRequest.FromString(request).id):
+        """Answers the first process's request with :attr:`execute`'s events for its id (a cancel,
+        such as the request that opens a call, starts nothing: it is not a process's)."""
+        async for data in requests:
+            request = process_pb2.ExecuteRequest.FromString(data)
+            if request.cancel:
+                continue
+            async for item in self.execute(request.id):
                 yield item
             return
 
