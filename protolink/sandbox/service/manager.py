@@ -245,9 +245,8 @@ class Manager:
 
     def _report_lost(self, placed: Placed, why: str) -> None:
         """Record that ``placed`` is lost, and why (the audit log keeps it; on Swarm, with its node)."""
-        where = {"node": placed.node} if placed.node else {}
         log.warning("sandbox %s is lost: %s", placed.id, why)
-        self.events.emit("sandbox.lost", placed.tenant, placed.id, **where, reason=why)
+        self.events.emit("sandbox.lost", placed.tenant, placed.id, **self.placement.where(placed), reason=why)
 
     async def _watch_deadlines(self) -> None:
         while True:

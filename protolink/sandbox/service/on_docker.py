@@ -121,6 +121,9 @@ class OnDocker:
             adopted.running.append(placed)
         return adopted
 
+    def where(self, placed: Placed) -> dict[str, str]:
+        return {}
+
     async def lost(self, watched: list[Placed]) -> list[tuple[Placed, str]]:
         running = await asyncio.to_thread(self._running_containers)
         return [(placed, f"its container {placed.container_id[:12]} stopped (killed, out of memory, or removed)")

@@ -107,6 +107,9 @@ class OnSwarm:
             adopted.running.append(placed)
         return adopted
 
+    def where(self, placed: Placed) -> dict[str, str]:
+        return {"node": placed.node}
+
     async def lost(self, watched: list[Placed]) -> list[tuple[Placed, str]]:
         """Of ``watched``, those whose task no longer runs: one look at the manager for all."""
         named = {placed.swarm_service: placed for placed in watched}

@@ -55,6 +55,9 @@ class Placement(Protocol):
         """The sandboxes a previous run of the service left; the others (pool leftovers, the
         stopped) are removed."""
 
+    def where(self, placed: Placed) -> dict[str, str]:
+        """What an audit record of ``placed`` says of where it ran (on Swarm, its node)."""
+
     async def lost(self, watched: list[Placed]) -> list[tuple[Placed, str]]:
         """Of the running ``watched``, those whose container or task is gone, each with why.
         Any error when the engine did not answer this time."""
