@@ -3,13 +3,13 @@
 :class:`Manager` creates sandboxes (from a template's warm pool when nothing is changed, else
 cold), finds them for their owner only (another tenant's looks absent), renews and removes
 them, removes the ones whose time to live or idle timeout passed, and, at start, adopts the
-containers a previous run of the service left (:func:`.sandboxes.adopted`) and removes pool
-leftovers. With a ``[swarm]`` configuration every sandbox, pool members too, is a Swarm service
-(:class:`~.swarm.SwarmPlacement`), adopted by its labels; one whose task is gone is lost: removed,
-never recreated, and its owner's next call ends with
-:class:`~protolink.errors.SandboxLostError`; so does a local sandbox whose container stopped
-behind the service's back (one rule for both placements). A pool member whose container or task
-is gone is removed and replaced, never handed out.
+sandboxes a previous run of the service left and removes pool leftovers. Where sandboxes run is
+its :class:`~.placement.Placement`, chosen once: containers on the host's engine
+(:class:`~.on_docker.OnDocker`), or, with a ``[swarm]`` configuration, Swarm services
+(:class:`~.on_swarm.OnSwarm`), pool members too. A sandbox whose container or task is gone is
+lost (one rule for both placements): removed, never recreated, and its owner's next call ends
+with :class:`~protolink.errors.SandboxLostError`. A pool member whose container or task is gone
+is removed and replaced, never handed out.
 """
 
 from __future__ import annotations
@@ -26,30 +26,30 @@ from typing import Any
 
 from protolink.errors import QuotaExceededError, SandboxError, SandboxLostError, SandboxNotFoundError
 
-from .. import engine
 from ..config import Identity
 from ..hostdirs import write_private
-from ..leftovers import remove_host_dirs
-from . import labels, sandboxes
+from . import sandboxes
 from .config import Overrides, ServiceConfig, Template
 from .events import Events
 from .files import ServiceFiles
+from .on_docker import OnDocker
+from .on_swarm import OnSwarm
+from .placement import Placement
 from .sandboxes import Placed
-from .swarm import SwarmPlacement
 from .tokens import Tenant
 
 log = logging.getLogger(__name__)
 
 #: How often deadlines are looked at.
 TICK_SECONDS = 0.5
-#: How often the engine is asked which of the service's containers still run.
+#: How often the placement is asked which of the service's containers or tasks still run.
 LIVENESS_SECONDS = 2.0
 #: How many ended sandboxes a listing still shows.
 ENDED_KEPT = 100
 #: Pool members started at once per template.
 POOL_STARTS = 1
 #: How long after a claim its pool starts a new member, and the claim is recorded (in the
-#: container's name, or the Swarm service's labels: :func:`.sandboxes.record_claim`): the claimed
+#: container's name, or the Swarm service's labels: :meth:`.placement.Placement.record_claim`): the claimed
 #: sandbox's first calls do not compete with a start or a rename for the CPU (a rename beside the
 #: first command made it some 10 ms slower). A service that dies meanwhile leaves a pool member's
 #: record: the next run removes that sandbox.
@@ -72,19 +72,14 @@ class Manager:
         self._refill = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._unrecorded: set[str] = set()  # ids of claimed pool members whose record still says "pool"
-        self._docker: Any = None
-        self.swarm = SwarmPlacement(config.swarm) if config.swarm is not None else None
+        self.placement: Placement = OnSwarm(name, config.swarm) if config.swarm is not None else OnDocker(name, events)
 
     async def start(self) -> None:
         """Adopt what a previous run left, then keep deadlines and pools."""
-        self._docker = await asyncio.to_thread(engine.client)
+        await self.placement.open()
         await self._adopt()
-        if self.swarm is not None:
-            await self.swarm.open()
-            await self._adopt_services()
-            self._spawn(self._watch_tasks())
         self._spawn(self._watch_deadlines())
-        self._spawn(self._watch_containers())
+        self._spawn(self._watch_lost())
         self._spawn(self._keep_pools())
         self._refill.set()
 
@@ -101,14 +96,8 @@ class Manager:
             await asyncio.gather(*(self._record_claim(self.sandboxes[name]) for name in list(self._unrecorded)))
         await asyncio.gather(*(self._remove(placed, "down") for placed in doomed), return_exceptions=True)
         for placed in self.sandboxes.values():  # kept: drop the connections of this run
-            if placed._channel is not None:
-                await placed._channel.close()
-            if placed.egress is not None:
-                await placed.egress.aclose()
-        if self._docker is not None:
-            await asyncio.to_thread(self._docker.close)
-        if self.swarm is not None:
-            await self.swarm.close()
+            await sandboxes.disconnect(placed)
+        await self.placement.close()
 
     # What tenants ask --------------------------------------------------------------------
 
@@ -126,7 +115,7 @@ class Manager:
         """:meth:`find`, connected: a Swarm sandbox whose gateway did not answer before is connected
         again (SandboxNotReachedError when it still does not)."""
         placed = self.find(tenant, sandbox_id)
-        await sandboxes.reach(placed, self.swarm)
+        await self.placement.reach(placed)
         return placed
 
     def listing(self, tenant: Tenant) -> list[Placed]:
@@ -140,8 +129,7 @@ class Manager:
         the configuration does not allow) and ValueError refuse at once."""
         base = self.config.template(template_name)
         template = overrides.applied(base)
-        if self.swarm is not None and (overrides.workspace or template.allow is not None):
-            raise ValueError("a sandbox on Swarm has no managed workspace and no egress")
+        self.placement.check(template, overrides)
         roots = self.config.checked_roots(overrides.roots)
         self._check_quota(tenant, template)
         now = time.time()
@@ -162,7 +150,7 @@ class Manager:
             if overrides.workspace:
                 placed.workspace = await asyncio.to_thread(sandboxes.make_workspace, self.files.workspaces(),
                                                            placed.id, self.identity)
-            await sandboxes.start(self.name, placed, Overrides(roots=roots), self.events, self.swarm)
+            await self.placement.start(placed, Overrides(roots=roots))
         except BaseException:
             del self.sandboxes[placed.id]
             if placed.workspace:
@@ -220,7 +208,7 @@ class Manager:
         if placed.tenant and reason == "lost":  # its owner is told so while it is removed (a dead node's is slow)
             self.ended.append(placed)
         try:
-            await sandboxes.remove(placed, self._docker, self.swarm)
+            await self.placement.remove(placed)
         finally:
             if placed.tenant:
                 if reason != "lost":  # listed as ended once it is gone
@@ -228,82 +216,37 @@ class Manager:
                 self.events.emit("sandbox.removed", placed.tenant, placed.id, reason=reason)
 
     async def _record_claim(self, placed: Placed, *, after: float = 0.0) -> None:
-        """Record the new owner of a claimed pool member (:func:`.sandboxes.record_claim`),
+        """Record the new owner of a claimed pool member (:meth:`.placement.Placement.record_claim`),
         ``after`` seconds (unless it is gone by then)."""
         await asyncio.sleep(after)
         if placed.id not in self._unrecorded:
             return
         self._unrecorded.discard(placed.id)
         try:
-            await sandboxes.record_claim(self.name, placed, self._docker, self.swarm)
+            await self.placement.record_claim(placed)
         except Exception as error:
             log.warning("could not record the owner of claimed sandbox %s: %s", placed.id, error)
 
     async def _adopt(self) -> None:
-        now = time.time()
+        """Adopt what a previous run left (:meth:`.placement.Placement.adopt`) with its renewed
+        deadlines; report the lost."""
         renewals = self._load_renewals()
-        found = await asyncio.to_thread(self._docker.api.containers, all=True,
-                                        filters={"label": f"{labels.SERVICE}={self.name}"})
-        for container in found:
-            name = (container.get("Names") or ["/"])[0].lstrip("/")
-            placed = sandboxes.adopted(self.name, name, container, now)
-            if placed is None or container.get("State") != "running":
-                await asyncio.to_thread(sandboxes.remove_container, self._docker, container["Id"])
-                await asyncio.to_thread(remove_host_dirs, container.get("Labels") or {})
-                continue
+        adopted = await self.placement.adopt()
+        for placed in adopted.running:
             if placed.id in renewals:
                 placed.expires, placed.renewed = renewals[placed.id], True
-            await sandboxes.resume_egress(placed, self.events)
             self.sandboxes[placed.id] = placed
-            log.info("adopted sandbox %s of tenant %s", placed.id, placed.tenant)
-
-    async def _adopt_services(self) -> None:
-        """Adopt the Swarm services a previous run left whose task still runs; the others are lost."""
-        assert self.swarm is not None
-        now = time.time()
-        renewals = self._load_renewals()
-        for found in await self.swarm.services(self.name, labels.SERVICE):
-            placed = sandboxes.adopted_service(found, now)
-            where = None if placed is None else await self.swarm.task(placed.swarm_service)
-            if placed is None or where is None:
-                await self.swarm.remove(found["Spec"]["Name"])
-                if placed is not None:
-                    placed.state = "lost"
-                    self.ended.append(placed)
-                    self._report_lost(placed, "its task was gone when the service started")
-                continue
-            placed.node, placed.container_id, placed.task_id = where
-            if placed.id in renewals:
-                placed.expires, placed.renewed = renewals[placed.id], True
-            try:  # its task ran: one try now, the others at its calls (sandboxes.reach)
-                await sandboxes.connect_swarm(placed, self.swarm, patience=0)
-            except SandboxError as error:
-                log.warning("could not reach adopted sandbox %s: %s", placed.id, error)
-            self.sandboxes[placed.id] = placed
-            log.info("adopted sandbox %s of tenant %s on node %s", placed.id, placed.tenant, placed.node)
+            log.info("adopted sandbox %s of tenant %s%s", placed.id, placed.tenant,
+                     f" on node {placed.node}" if placed.node else "")
+        for placed, why in adopted.lost:
+            placed.state = "lost"
+            self.ended.append(placed)
+            self._report_lost(placed, why)
 
     def _report_lost(self, placed: Placed, why: str) -> None:
         """Record that ``placed`` is lost, and why (the audit log keeps it; on Swarm, with its node)."""
-        where = {"node": placed.node} if placed.swarm_service else {}
         log.warning("sandbox %s is lost: %s", placed.id, why)
-        self.events.emit("sandbox.lost", placed.tenant, placed.id, **where, reason=why)
-
-    async def _watch_tasks(self) -> None:
-        """Report lost, and remove, a Swarm sandbox whose task no longer runs (its node is down or
-        left, the task failed or was removed): never recreated, its quota freed; a pool member is
-        only replaced."""
-        assert self.swarm is not None
-        while True:
-            await asyncio.sleep(LIVENESS_SECONDS)
-            watched = {placed.swarm_service: placed for placed in self._placed()
-                       if placed.swarm_service and placed.state == "running"}
-            try:
-                gone = await self.swarm.lost({name: placed.task_id for name, placed in watched.items()})
-            except Exception as error:  # the manager did not answer this time: asked again at the next tick
-                log.warning("could not ask the Swarm manager for the service's tasks: %s", error)
-                continue
-            for name in gone:
-                self._remove_lost(watched[name], "its task no longer runs (its node is down or left, or the task ended)")
+        self.events.emit("sandbox.lost", placed.tenant, placed.id, **self.placement.where(placed), reason=why)
 
     async def _watch_deadlines(self) -> None:
         while True:
@@ -314,23 +257,20 @@ class Manager:
                 if reason is not None:
                     self._spawn(self._remove(placed, reason))
 
-    async def _watch_containers(self) -> None:
-        """Report lost, and remove, a sandbox whose container stopped behind the service's back
-        (killed, out of memory, removed), as :meth:`_watch_tasks` does on Swarm: its quota is
-        freed, its client's calls end with SandboxLostError, a pool refills."""
+    async def _watch_lost(self) -> None:
+        """Report lost, and remove, a sandbox whose container or task is gone behind the service's
+        back (killed, out of memory, removed; its node is down or left): never recreated, its
+        quota freed, its client's calls end with SandboxLostError; a pool member is only replaced."""
         while True:
             await asyncio.sleep(LIVENESS_SECONDS)
-            watched = [placed for placed in self._placed()
-                       if placed.container_id and not placed.swarm_service and placed.state == "running"]
+            watched = [placed for placed in self._placed() if placed.state == "running"]
             try:
-                running = await asyncio.to_thread(self._running_containers)
+                gone = await self.placement.lost(watched)
             except Exception as error:  # the engine did not answer this time: asked again at the next tick
-                log.warning("could not list the service's containers: %s", error)
+                log.warning("could not look for the service's lost sandboxes: %s", error)
                 continue
-            for placed in watched:
-                if placed.container_id not in running:
-                    self._remove_lost(placed, f"its container {placed.container_id[:12]} stopped "
-                                              f"(killed, out of memory, or removed)")
+            for placed, why in gone:
+                self._remove_lost(placed, why)
 
     def _placed(self) -> list[Placed]:
         """The sandboxes tenants hold, and the pool members."""
@@ -343,10 +283,6 @@ class Manager:
             self._report_lost(placed, why)
         self._spawn(self._remove(placed, "lost"))
         self._refill.set()
-
-    def _running_containers(self) -> set[str]:
-        found = self._docker.api.containers(filters={"label": f"{labels.SERVICE}={self.name}", "status": "running"})
-        return {container["Id"] for container in found}
 
     async def _keep_pools(self) -> None:
         while True:
@@ -361,7 +297,7 @@ class Manager:
     async def _pool_one(self, template: Template) -> None:
         placed = Placed(id=secrets.token_hex(8), tenant="", template=template)
         try:
-            await sandboxes.start(self.name, placed, Overrides(), self.events, self.swarm)
+            await self.placement.start(placed, Overrides())
             await sandboxes.warm_up(placed)
         except SandboxError as error:
             log.warning("could not start a pooled sandbox of template %s: %s", template.name, error)

@@ -1,21 +1,18 @@
-"""The service's sandboxes: one record per sandbox, and the container it runs in.
+"""The service's sandboxes: one record per sandbox, wherever it runs.
 
 A :class:`Placed` sandbox is what the service knows of one sandbox: its owner, template,
-limits, deadlines and address. It is started here (a :class:`ServiceContainer`, a
-DockerSandbox whose container carries the labels of :mod:`.labels`, or a Swarm service of one
-task, :class:`~.swarm.SwarmPlacement`), rebuilt from those labels when a restarted service
-adopts it, and removed here.
+limits, deadlines and address. Its placement (:mod:`.placement`) starts it with the labels of
+:mod:`.labels` (:func:`container_labels`), rebuilt from those labels when a restarted service
+adopts it (:func:`adopted`, :func:`adopted_service`), and removes it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +24,17 @@ from protolink.wire._pb import sandbox_pb2
 from protolink.wire.roots import Root
 
 from ..appliance import ADDRESS_LABEL
-from ..client import attach, channel_options
+from ..client import attach
 from ..config import Identity, Lease, Limits, SandboxConfig
 from ..docker import DockerSandbox
 from ..egress.policy import parse_policy
 from ..egress.service import EgressService
-from ..leftovers import CREATED_LABEL, remove_host_dirs
-from ..placements.docker import ContainerSpec, EngineFacts, HostFacts, unix_address
+from ..leftovers import CREATED_LABEL
 from ..writable_roots import open_to
 from . import labels
 from .config import Overrides, Template
-from .events import Events
 from .forward import HeldCall
-from .swarm import SwarmPlacement, adopted_template
+from .swarm import adopted_template
 
 log = logging.getLogger(__name__)
 #: What a pool member runs once while it waits (:func:`warm_up`).
@@ -47,20 +42,6 @@ WARM_UP = ProcessSpec(("/bin/true",), "/", {"PATH": "/usr/bin:/bin"}, 30, 1 << 1
 
 INFO = "/protolink.sandbox.v1.Sandbox/Info"
 INFO_SECONDS = 10.0
-#: How long a Swarm task's server may take to listen once the task runs (a hang guard).
-SWARM_SERVER_SECONDS = 60.0
-
-
-class ServiceContainer(DockerSandbox):
-    """A DockerSandbox whose container also carries ``extra_labels`` and its socket's address."""
-
-    def __init__(self, *, extra_labels: dict[str, str], **options: Any) -> None:
-        super().__init__(**options)
-        self.extra_labels = extra_labels
-
-    def _spec(self, engine_facts: EngineFacts, host: HostFacts) -> ContainerSpec:
-        spec = super()._spec(engine_facts, host)
-        return replace(spec, labels={**spec.labels, **self.extra_labels, ADDRESS_LABEL: unix_address(host.channel_dir)})
 
 
 @dataclass
@@ -87,7 +68,7 @@ class Placed:
     task_id: str = ""
     node: str = ""
     container_labels: dict[str, str] = field(default_factory=dict)
-    docker: ServiceContainer | None = None
+    docker: DockerSandbox | None = None
     egress: EgressService | None = None
     info: bytes = b""
     held: HeldCall | None = None  # a pool member's Execute call, opened ahead for its owner's first
@@ -123,12 +104,11 @@ class Placed:
         self.renewed = True
 
     def channel(self) -> grpc.aio.Channel:
-        """The channel to this sandbox's own server (opened on first use; on Swarm, to its node's
-        gateway, opened by :func:`connect_swarm`)."""
-        if self._channel is None and self.swarm_service:
-            raise SandboxNotReachedError(f"sandbox {self.id}: its node's gateway did not answer")
+        """The channel to this sandbox's own server, opened by its placement (on Swarm, to its
+        node's gateway: SandboxNotReachedError while that did not answer)."""
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=channel_options())
+            raise SandboxNotReachedError(f"sandbox {self.id}: its server was not reached (on Swarm, its node's "
+                                         f"gateway did not answer)")
         return self._channel
 
     def held_call(self) -> HeldCall | None:
@@ -217,31 +197,6 @@ def make_workspace(base: Path, sandbox_id: str, identity: Identity) -> str:
     return str(path)
 
 
-async def start(service: str, placed: Placed, overrides: Overrides, events: Events,
-                swarm: SwarmPlacement | None = None) -> None:
-    """Start ``placed``'s container (on ``swarm`` when given) and wait until its server answers;
-    on failure nothing is left."""
-    if swarm is not None:
-        await _start_on_swarm(service, placed, overrides, swarm)
-        return
-    roots = overrides.roots + ((Root(placed.workspace, writable=True),) if placed.workspace else ())
-    config = sandbox_config(service, placed, roots, labels.container_name(service, placed.tenant, placed.id))
-
-    def on_egress(event: Any) -> None:
-        events.emit("egress", placed.tenant, placed.id, **asdict(event))
-
-    container = ServiceContainer(config=config, extra_labels=container_labels(service, placed),
-                                 on_egress_event=on_egress)
-    await container.start()
-    placed.docker = container
-    placed.address = container.address or ""
-    placed.container_id = container.container_id or ""
-    # The connection is made and the server's Info kept: a client's first call is its own.
-    placed.info = await placed.channel().unary_unary(INFO)(sandbox_pb2.InfoRequest().SerializeToString(),
-                                                          timeout=INFO_SECONDS, wait_for_ready=True)
-    placed.state = "running"
-
-
 def sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: str) -> SandboxConfig:
     """The configuration of ``placed``'s container (or Swarm task) named ``name``, mounting ``roots``."""
     template = placed.template
@@ -253,61 +208,6 @@ def sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: 
         egress=None if template.allow is None else parse_policy(template.allow),
         runtime=template.runtime,
     )
-
-
-async def _start_on_swarm(service: str, placed: Placed, overrides: Overrides, swarm: SwarmPlacement) -> None:
-    """Start ``placed`` as a Swarm service and wait until its server answers through its node's gateway."""
-    name = labels.swarm_name(service, placed.tenant, placed.id)
-    config = sandbox_config(service, placed, overrides.roots, name)
-    found = {**container_labels(service, placed), labels.TENANT: placed.tenant, labels.SANDBOX: placed.id}
-    placed.node, placed.container_id, placed.task_id = await swarm.start(config, found,
-                                                                         dict(placed.template.node_labels))
-    placed.swarm_service, placed.container_labels = name, found
-    try:
-        await connect_swarm(placed, swarm)
-    except BaseException:
-        await remove(placed, None, swarm)
-        raise
-
-
-async def connect_swarm(placed: Placed, swarm: SwarmPlacement, *, patience: float = SWARM_SERVER_SECONDS) -> None:
-    """Open ``placed``'s channel through its node's gateway and keep its server's Info, waiting up
-    to ``patience`` seconds while the task's server is not listening yet (the gateway answers
-    UNAVAILABLE meanwhile; 0: one try that does not wait for the gateway either).
-    SandboxNotReachedError when it does not answer; the channel is closed then."""
-    gateway = swarm.config.gateways.get(placed.node)
-    placed.address = gateway.address if gateway is not None else ""
-    placed._channel = await swarm.channel(placed.node, placed.container_id)
-    deadline = time.monotonic() + patience
-    request = sandbox_pb2.InfoRequest().SerializeToString()
-    while True:
-        try:
-            placed.info = await placed._channel.unary_unary(INFO)(request, timeout=INFO_SECONDS,
-                                                                  wait_for_ready=patience > 0)
-            break
-        except grpc.aio.AioRpcError as error:
-            if error.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
-                await placed._channel.close()
-                placed._channel = None
-                raise SandboxNotReachedError(f"the server of sandbox {placed.id} on node {placed.node} does not "
-                                             f"answer through the gateway at {placed.address}: "
-                                             f"{error.details()}") from None
-        await asyncio.sleep(0.1)
-    placed.state = "running"
-
-
-async def reach(placed: Placed, swarm: SwarmPlacement | None) -> None:
-    """Connect a running Swarm sandbox again when its gateway did not answer before (no channel,
-    or a channel that failed to connect); SandboxNotReachedError when it still does not."""
-    if swarm is None or not placed.swarm_service or placed.state != "running":
-        return
-    async with placed.reaching:
-        if placed._channel is not None:
-            if placed._channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                return
-            await placed._channel.close()
-            placed._channel = None
-        await connect_swarm(placed, swarm, patience=0)
 
 
 async def warm_up(placed: Placed) -> None:
@@ -325,36 +225,8 @@ async def warm_up(placed: Placed) -> None:
     placed.held = HeldCall(placed.channel())
 
 
-async def record_claim(service: str, placed: Placed, docker_client: Any, swarm: SwarmPlacement | None) -> None:
-    """Write the owner of the claimed pool member ``placed`` where a restarted service reads it:
-    into its container's name, or into its Swarm service's labels (with the claim's time, from
-    which its time to live counts)."""
-    if placed.swarm_service:
-        assert swarm is not None, "a Swarm sandbox is claimed through its placement"
-        await swarm.relabel(placed.swarm_service, {labels.TENANT: placed.tenant, labels.CREATED: repr(placed.created)})
-    else:
-        await asyncio.to_thread(docker_client.api.rename, placed.container_id,
-                                labels.container_name(service, placed.tenant, placed.id))
-
-
-async def resume_egress(placed: Placed, events: Events) -> None:
-    """Serve the egress of an adopted sandbox again (its relay waits for a host to dial in)."""
-    if placed.template.allow is None:
-        return
-
-    def on_egress(event: Any) -> None:
-        events.emit("egress", placed.tenant, placed.id, **asdict(event))
-
-    try:
-        placed.egress = await EgressService.start(Path(placed.address.removeprefix("unix://")).parent,
-                                                  parse_policy(placed.template.allow), sandbox=placed.id,
-                                                  on_event=on_egress)
-    except ConnectionError as error:
-        log.warning("sandbox %s: its egress could not be resumed: %s", placed.id, error)
-
-
-async def remove(placed: Placed, docker_client: Any, swarm: SwarmPlacement | None = None) -> None:
-    """Remove ``placed``'s container (or Swarm service), host directories, workspace and connections."""
+async def disconnect(placed: Placed) -> None:
+    """Close ``placed``'s connections of this run: its held call, its channel and its egress."""
     if placed.held is not None:
         placed.held.cancel()
         placed.held = None
@@ -363,20 +235,3 @@ async def remove(placed: Placed, docker_client: Any, swarm: SwarmPlacement | Non
         placed._channel = None
     if placed.egress is not None:
         await placed.egress.aclose()
-    if placed.swarm_service:
-        assert swarm is not None, "a Swarm sandbox is removed through its placement"
-        await swarm.remove(placed.swarm_service)
-    elif placed.docker is not None:
-        await placed.docker.aclose()
-    elif placed.container_id:
-        await asyncio.to_thread(remove_container, docker_client, placed.container_id)
-        await asyncio.to_thread(remove_host_dirs, placed.container_labels)
-    if placed.workspace:
-        await asyncio.to_thread(shutil.rmtree, placed.workspace, True)
-
-
-def remove_container(docker_client: Any, container_id: str) -> None:
-    import docker.errors
-
-    with contextlib.suppress(docker.errors.NotFound):
-        docker_client.api.remove_container(container_id, force=True, v=True)

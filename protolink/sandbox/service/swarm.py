@@ -8,6 +8,7 @@ gateways' token and the task's container id on every call. A task that stops run
 node goes down, is lost (:meth:`SwarmPlacement.lost`): Swarm never restarts it (restart policy
 ``none``), and the service never recreates it. The service's labels record its template's
 runtime and node labels, which a restarted service reads back (:func:`adopted_template`).
+The service's placement on Swarm, :class:`~.on_swarm.OnSwarm`, places its sandboxes through it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,143 @@
+"""The service's sandboxes as Swarm services of one task: :class:`OnSwarm`.
+
+Each sandbox is started by :class:`~.swarm.SwarmPlacement` on the configured manager and
+reached through the gateway of the node its task runs on; its service's labels record its
+owner and the rest (:func:`.sandboxes.adopted_service` reads them back). A task that no longer
+runs is lost (:meth:`OnSwarm.lost`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+
+from protolink.errors import SandboxError, SandboxNotReachedError
+from protolink.wire._pb import sandbox_pb2
+
+from . import labels, sandboxes
+from .config import Overrides, SwarmConfig, Template
+from .placement import Adopted
+from .sandboxes import INFO, INFO_SECONDS, Placed
+from .swarm import SwarmPlacement
+
+log = logging.getLogger(__name__)
+
+#: How long a Swarm task's server may take to listen once the task runs (a hang guard).
+SWARM_SERVER_SECONDS = 60.0
+
+
+class OnSwarm:
+    """The sandboxes of service ``service`` on the Swarm of ``config``."""
+
+    def __init__(self, service: str, config: SwarmConfig) -> None:
+        self.service = service
+        self.swarm = SwarmPlacement(config)
+
+    async def open(self) -> None:
+        await self.swarm.open()
+
+    async def close(self) -> None:
+        await self.swarm.close()
+
+    def check(self, template: Template, overrides: Overrides) -> None:
+        if overrides.workspace or template.allow is not None:
+            raise ValueError("a sandbox on Swarm has no managed workspace and no egress")
+
+    async def start(self, placed: Placed, overrides: Overrides) -> None:
+        """Start ``placed`` as a Swarm service and wait until its server answers through its node's gateway."""
+        name = labels.swarm_name(self.service, placed.tenant, placed.id)
+        config = sandboxes.sandbox_config(self.service, placed, overrides.roots, name)
+        found = {**sandboxes.container_labels(self.service, placed), labels.TENANT: placed.tenant,
+                 labels.SANDBOX: placed.id}
+        placed.node, placed.container_id, placed.task_id = await self.swarm.start(config, found,
+                                                                                  dict(placed.template.node_labels))
+        placed.swarm_service, placed.container_labels = name, found
+        try:
+            await self._connect(placed)
+        except BaseException:
+            await self.remove(placed)
+            raise
+
+    async def reach(self, placed: Placed) -> None:
+        """Connect a running sandbox again when its gateway did not answer before (no channel,
+        or a channel that failed to connect)."""
+        if placed.state != "running":
+            return
+        async with placed.reaching:
+            if placed._channel is not None:
+                if placed._channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                    return
+                await placed._channel.close()
+                placed._channel = None
+            await self._connect(placed, patience=0)
+
+    async def record_claim(self, placed: Placed) -> None:
+        """Write the claim's owner into the service's labels, with the claim's time (from which
+        its time to live counts)."""
+        await self.swarm.relabel(placed.swarm_service, {labels.TENANT: placed.tenant,
+                                                        labels.CREATED: repr(placed.created)})
+
+    async def remove(self, placed: Placed) -> None:
+        """Remove ``placed``'s connections and its Swarm service (its task's container goes with it)."""
+        await sandboxes.disconnect(placed)
+        if placed.swarm_service:
+            await self.swarm.remove(placed.swarm_service)
+
+    async def adopt(self) -> Adopted:
+        """The services whose task still runs (one try to reach each now, the others at its
+        calls: :meth:`reach`); the others are lost."""
+        now = time.time()
+        adopted = Adopted()
+        for found in await self.swarm.services(self.service, labels.SERVICE):
+            placed = sandboxes.adopted_service(found, now)
+            where = None if placed is None else await self.swarm.task(placed.swarm_service)
+            if placed is None or where is None:
+                await self.swarm.remove(found["Spec"]["Name"])
+                if placed is not None:
+                    adopted.lost.append((placed, "its task was gone when the service started"))
+                continue
+            placed.node, placed.container_id, placed.task_id = where
+            try:
+                await self._connect(placed, patience=0)
+            except SandboxError as error:
+                log.warning("could not reach adopted sandbox %s: %s", placed.id, error)
+            adopted.running.append(placed)
+        return adopted
+
+    def where(self, placed: Placed) -> dict[str, str]:
+        return {"node": placed.node}
+
+    async def lost(self, watched: list[Placed]) -> list[tuple[Placed, str]]:
+        """Of ``watched``, those whose task no longer runs: one look at the manager for all."""
+        named = {placed.swarm_service: placed for placed in watched}
+        gone = await self.swarm.lost({name: placed.task_id for name, placed in named.items()})
+        return [(named[name], "its task no longer runs (its node is down or left, or the task ended)")
+                for name in gone]
+
+    async def _connect(self, placed: Placed, *, patience: float = SWARM_SERVER_SECONDS) -> None:
+        """Open ``placed``'s channel through its node's gateway and keep its server's Info, waiting up
+        to ``patience`` seconds while the task's server is not listening yet (the gateway answers
+        UNAVAILABLE meanwhile; 0: one try that does not wait for the gateway either).
+        SandboxNotReachedError when it does not answer; the channel is closed then."""
+        gateway = self.swarm.config.gateways.get(placed.node)
+        placed.address = gateway.address if gateway is not None else ""
+        placed._channel = await self.swarm.channel(placed.node, placed.container_id)
+        deadline = time.monotonic() + patience
+        request = sandbox_pb2.InfoRequest().SerializeToString()
+        while True:
+            try:
+                placed.info = await placed._channel.unary_unary(INFO)(request, timeout=INFO_SECONDS,
+                                                                      wait_for_ready=patience > 0)
+                break
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    await placed._channel.close()
+                    placed._channel = None
+                    raise SandboxNotReachedError(f"the server of sandbox {placed.id} on node {placed.node} does "
+                                                 f"not answer through the gateway at {placed.address}: "
+                                                 f"{error.details()}") from None
+            await asyncio.sleep(0.1)
+        placed.state = "running"
