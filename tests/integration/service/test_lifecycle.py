@@ -132,11 +132,18 @@ async def test_a_sandbox_whose_container_dies_is_lost_as_on_swarm_and_frees_its_
     assert (await client.get(doomed.id)).state == "lost"
     with pytest.raises(SandboxLostError, match="is lost"):
         await run(doomed.backend, ["/bin/true"])
-    audit = [json.loads(line) for line in service.files.audit.read_text().splitlines()]
     why = f"its container {container.id[:12]} stopped (killed, out of memory, or removed)"
-    assert [(record["kind"], record["fields"].get("reason")) for record in audit
-            if record["kind"].startswith("sandbox.") and record["fields"].get("sandbox") == doomed.id] == [
-        ("sandbox.created", None), ("sandbox.lost", why), ("sandbox.removed", "lost")]
+
+    def told() -> list[tuple[str, str | None]]:
+        audit = [json.loads(line) for line in service.files.audit.read_text().splitlines()]
+        return [(record["kind"], record["fields"].get("reason")) for record in audit
+                if record["kind"].startswith("sandbox.") and record["fields"].get("sandbox") == doomed.id]
+
+    async def removed() -> bool:  # it is listed lost at once, while its removal goes on
+        return ("sandbox.removed", "lost") in told()
+
+    await eventually(removed, "removed")
+    assert told() == [("sandbox.created", None), ("sandbox.lost", why), ("sandbox.removed", "lost")]
     await doomed.backend.aclose()
     async with await client.create() as again:  # the quota of one is free again
         assert (await run(again.backend, ["/bin/echo", "fresh"])).stdout == "fresh\n"
