@@ -75,8 +75,32 @@ async def upload(backend: SandboxBackend, source: str | os.PathLike[str], destin
         try:
             response = await call
         except grpc.aio.AioRpcError as error:
-            raise (failures[0] if failures else end.error(error)) from None
+            if failures:
+                raise failures[0] from None
+            if end.replaced(error):  # the sandbox refused while the data went out: ask it again
+                raise (await _start_refusal(backend, start, timeout) or end.error(error)) from None
+            raise end.error(error) from None
     return checked_answer(wire.summary, parsed_answer(response), path=target, limits=limits)
+
+
+async def _start_refusal(backend: SandboxBackend, start: transfer_pb2.UploadStart,
+                         timeout: float | None) -> Exception | None:
+    """What the sandbox refuses ``start`` with, sent alone; None when it takes it.
+
+    Asked when grpcio lost the status of an upload the sandbox ended while its data was still
+    being written (:class:`~protolink.wire.status.CallEnd`): a refusal of the start (a read-only
+    root, a symlink, an existing destination) comes back whole here, since nothing is written
+    after the start. Without data and without its end, this upload is abandoned: nothing is kept.
+    """
+    async def only_start() -> AsyncIterator[transfer_pb2.UploadChunk]:
+        yield transfer_pb2.UploadChunk(start=start)
+
+    try:
+        await backend.stream_method("Upload")(only_start(), timeout=timeout)
+    except grpc.aio.AioRpcError as error:
+        refusal = from_rpc_error(error)
+        return None if isinstance(refusal, OSError) and str(refusal) == wire.ABANDONED else refusal
+    return None
 
 
 async def download(backend: SandboxBackend, source: str, destination: str | os.PathLike[str], *,

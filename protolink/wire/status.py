@@ -42,6 +42,9 @@ T = TypeVar("T")
 ERROR_METADATA_KEY = "protolink-error-bin"
 #: How gRPC's channel fails a call it could not send because no connection could be made.
 NOT_CONNECTED_DETAILS = "failed to connect to all addresses"
+#: The details of the INTERNAL status grpcio puts in place of the other side's when a write
+#: fails because that side has just ended the call (grpc/grpc#36066).
+WRITE_FAILED_DETAILS = "Internal error from Core"
 MAX_MESSAGE_CHARS = 4096
 #: The most missing protections an untrusted answer may name (the server checks seven).
 MAX_MISSING = 16
@@ -232,6 +235,12 @@ class CallEnd:
     def error(self, raised: grpc.aio.AioRpcError) -> Exception:
         """The exception to raise on the host for the call's end (:func:`from_status`)."""
         return from_status(*self.of(raised))
+
+    def replaced(self, raised: grpc.aio.AioRpcError) -> bool:
+        """Whether the call's status is grpcio's INTERNAL of a failed write, in place of the one
+        the other side sent (which is then lost)."""
+        status = self.of(raised)
+        return status.code == grpc.StatusCode.INTERNAL and status.details == WRITE_FAILED_DETAILS
 
     def _ended(self, call: grpc.aio.Call) -> None:
         if self.status is None:

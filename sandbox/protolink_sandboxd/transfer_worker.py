@@ -139,7 +139,7 @@ def _data(source: BinaryIO, max_bytes: int) -> Iterator[bytes]:
         if chunk.end.bytes != received:
             raise ValueError(f"the upload sent {chunk.end.bytes} bytes; {received} arrived")
         return
-    raise ConnectionError("the upload ended before its data did; nothing of it was kept")
+    raise ConnectionError(wire.ABANDONED)
 
 
 def _limits(message: transfer_pb2.UploadStart | transfer_pb2.DownloadRequest) -> TransferLimits:
