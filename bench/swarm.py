@@ -36,7 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -74,6 +74,20 @@ def ms(seconds: float) -> str:
 
 def ms_tenths(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
+
+
+async def in_turns(clients: dict[str, ServiceClient], runs: int,
+                   measure: Callable[[ServiceClient], Awaitable[tuple[float, float]]],
+                   ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``runs`` of ``measure`` on each side in turns: its two figures, each side's apart."""
+    first: dict[str, list[float]] = {side: [] for side in clients}
+    second: dict[str, list[float]] = {side: [] for side in clients}
+    for _ in range(runs):
+        for side, client in clients.items():
+            one, two = await measure(client)
+            first[side].append(one)
+            second[side].append(two)
+    return first, second
 
 
 def compared(label: str, figures: dict[str, list[float]], shown: Callable[[float], str] = ms) -> None:
@@ -210,13 +224,7 @@ async def main(args: argparse.Namespace) -> None:
             swarm = await started(names[1], [*config, "--swarm", str(runtime / "swarm.toml")])
             await lifecycle(local)  # each side's first: imports, connections
             await lifecycle(swarm)
-            firsts: dict[str, list[float]] = {"local": [], "swarm": []}
-            wholes: dict[str, list[float]] = {"local": [], "swarm": []}
-            for _ in range(args.runs):
-                for side, client in (("local", local), ("swarm", swarm)):
-                    first, whole = await lifecycle(client)
-                    firsts[side].append(first)
-                    wholes[side].append(whole)
+            firsts, wholes = await in_turns({"local": local, "swarm": swarm}, args.runs, lifecycle)
             row("", "local", "swarm", "swarm/local")
             compared(f"1. create -> first result (median of {args.runs})", firsts)
             compared("   create -> first result -> deleted", wholes)
@@ -229,13 +237,7 @@ async def main(args: argparse.Namespace) -> None:
                 await sandbox.delete()
             await pooled(local)  # each side's first claim
             await pooled(swarm)
-            warm: dict[str, list[float]] = {"local": [], "swarm": []}
-            warm_firsts: dict[str, list[float]] = {"local": [], "swarm": []}
-            for _ in range(args.runs):
-                for side, client in (("local", local), ("swarm", swarm)):
-                    created, first = await pooled(client)
-                    warm[side].append(created)
-                    warm_firsts[side].append(first)
+            warm, warm_firsts = await in_turns({"local": local, "swarm": swarm}, args.runs, pooled)
             compared(f"   warm create from a pool (median of {args.runs})", warm, ms_tenths)
             compared("   warm create -> first result", warm_firsts, ms_tenths)
             print(f"   warm creates on Swarm (target <= 15 ms at the median): "
