@@ -77,6 +77,10 @@ class TaskTarget:
                                                       options=channel_options())
         return self._channel
 
+    def held_call(self) -> None:
+        """None: a gateway opens no call ahead (the service holds a pooled sandbox's)."""
+        return None
+
     def running(self) -> bool:
         """Whether its init still runs (a pidfd is readable once its process has exited)."""
         poller = select.poll()

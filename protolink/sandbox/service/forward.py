@@ -53,9 +53,8 @@ _HELD_BACK = frozenset({"authorization", SANDBOX_KEY, CONTAINER_KEY})
 class Target(Protocol):
     """Where a forwarded call goes: a sandbox's ``id``, its ``state`` (``lost`` ends the call
     with :class:`~protolink.errors.SandboxLostError`), its count of calls in flight and the
-    time of the last one (its idle clock), and the channel to it. One may also have a
-    ``held_call()``: the :class:`HeldCall` opened to it ahead of its first Execute call, given
-    out once (None when there is none, or it ended)."""
+    time of the last one (its idle clock), the channel to it, and the :class:`HeldCall` opened
+    to it ahead of its first Execute call, given out once (None when there is none, or it ended)."""
 
     id: str
     state: str
@@ -63,6 +62,8 @@ class Target(Protocol):
     last_used: float
 
     def channel(self) -> grpc.aio.Channel: ...
+
+    def held_call(self) -> HeldCall | None: ...
 
 
 #: Finds the caller's target for a call (aborting the call when there is none): its tenant id and target.
@@ -137,7 +138,7 @@ class Forwarder(grpc.GenericRpcHandler):
             tenant, target = await self.resolve(context, method)
             watch = Commands(self.events, tenant, target.id) if method == EXECUTE else None
             watched, metadata, timeout = _watched(first, requests, watch), _passed(context), context.time_remaining()
-            held = _held(target) if method == EXECUTE and _plain(metadata) and timeout is None else None
+            held = target.held_call() if method == EXECUTE and _plain(metadata) and timeout is None else None
             if held is not None:
                 call = held.feed(watched)
             else:
@@ -233,12 +234,6 @@ class Commands:
                 exit_code=finished.exit_code if which == "finished" and finished.HasField("exit_code") else None,
                 duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
                 timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
-
-
-def _held(target: Target) -> HeldCall | None:
-    """``target``'s Execute call opened ahead, when it has one (a pooled sandbox; see :class:`Target`)."""
-    take = getattr(target, "held_call", None)
-    return take() if take is not None else None
 
 
 async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
