@@ -18,6 +18,7 @@
     ├── DocumentError            (ValueError)    a document cannot be extracted
     ├── ArchiveError             (ValueError)    a transferred tree holds an unsafe entry
     ├── TransferLimitError       (ValueError)    a transfer goes past one of its limits
+    ├── TransferAbandonedError   (ConnectionError) an upload's stream ended before its end
     └── SandboxError             (RuntimeError)  the sandbox failed, or refused the call
         ├── SandboxUnavailableError                dead, unreachable or unresponsive
         │   ├── SandboxNotReachedError             no connection: the call never left the host
@@ -110,6 +111,11 @@ class ArchiveError(ProtoLinkError, ValueError):
 class TransferLimitError(ProtoLinkError, ValueError):
     """A transfer goes past one of its limits (bytes, files, path length, depth); nothing of it
     is left behind."""
+
+
+class TransferAbandonedError(ProtoLinkError, ConnectionError):
+    """An upload's stream ended before its end (the caller stopped sending, or the call ended
+    first); nothing of it is kept."""
 
 
 class SandboxError(ProtoLinkError, RuntimeError):

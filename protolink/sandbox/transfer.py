@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from protolink.errors import SandboxProtocolError
+from protolink.errors import SandboxProtocolError, TransferAbandonedError
 from protolink.execution.paths import canonical_roots, resolve_under_roots
 from protolink.execution.transfer import DEFAULT_LIMITS, TransferLimits, TransferResult, open_source, receive
 from protolink.wire import transfer as wire
@@ -99,7 +99,7 @@ async def _start_refusal(backend: SandboxBackend, start: transfer_pb2.UploadStar
         await backend.stream_method("Upload")(only_start(), timeout=timeout)
     except grpc.aio.AioRpcError as error:
         refusal = from_rpc_error(error)
-        return None if isinstance(refusal, OSError) and str(refusal) == wire.ABANDONED else refusal
+        return None if isinstance(refusal, TransferAbandonedError) else refusal
     return None
 
 

@@ -32,6 +32,7 @@ from protolink.errors import (
     SandboxProtocolError,
     SandboxUnavailableError,
     ToolExecutionError,
+    TransferAbandonedError,
     TransferLimitError,
 )
 
@@ -68,6 +69,7 @@ KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
     Kind.ERROR_KIND_RESOURCE_UNCHANGED: (grpc.StatusCode.FAILED_PRECONDITION, ResourceUnchangedError),
     Kind.ERROR_KIND_UNSAFE_ARCHIVE: (grpc.StatusCode.INVALID_ARGUMENT, ArchiveError),
     Kind.ERROR_KIND_TRANSFER_LIMIT: (grpc.StatusCode.OUT_OF_RANGE, TransferLimitError),
+    Kind.ERROR_KIND_TRANSFER_ABANDONED: (grpc.StatusCode.ABORTED, TransferAbandonedError),
     Kind.ERROR_KIND_PROTECTION_MISSING: (grpc.StatusCode.FAILED_PRECONDITION, SandboxProtectionError),
     Kind.ERROR_KIND_SANDBOX_NOT_FOUND: (grpc.StatusCode.NOT_FOUND, SandboxNotFoundError),
     Kind.ERROR_KIND_QUOTA_EXCEEDED: (grpc.StatusCode.RESOURCE_EXHAUSTED, QuotaExceededError),
@@ -116,6 +118,7 @@ _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
     (DocumentError, Kind.ERROR_KIND_DOCUMENT),
     (ArchiveError, Kind.ERROR_KIND_UNSAFE_ARCHIVE),
     (TransferLimitError, Kind.ERROR_KIND_TRANSFER_LIMIT),
+    (TransferAbandonedError, Kind.ERROR_KIND_TRANSFER_ABANDONED),
     (FileNotFoundError, Kind.ERROR_KIND_NOT_FOUND),
     (FileExistsError, Kind.ERROR_KIND_ALREADY_EXISTS),
     (PermissionError, Kind.ERROR_KIND_PERMISSION_DENIED),

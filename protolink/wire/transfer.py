@@ -15,8 +15,6 @@ from ._pb import transfer_pb2 as transfer
 
 KINDS: dict[int, Kind] = {transfer.TRANSFER_KIND_FILE: "file", transfer.TRANSFER_KIND_TAR: "tar"}
 KIND_NUMBERS = {name: number for number, name in KINDS.items()}
-#: What the sandbox answers an upload whose stream ended before its end (an OSError's text).
-ABANDONED = "the upload ended before its data did; nothing of it was kept"
 
 
 def kind(number: int) -> Kind:

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from protolink.errors import SandboxLimitError
+from protolink.errors import SandboxLimitError, TransferAbandonedError
 from protolink.execution.transfer import DEFAULT_LIMITS, TransferLimits, open_source, receive
 from google.protobuf.message import DecodeError
 
@@ -119,8 +119,8 @@ def _download(request: bytes, sink: BinaryIO) -> bytes:
 
 
 def _data(source: BinaryIO, max_bytes: int) -> Iterator[bytes]:
-    """The data of an upload's chunks, up to its ``end``; ConnectionError when the call's stream
-    or the input ends first (the upload was abandoned)."""
+    """The data of an upload's chunks, up to its ``end``; TransferAbandonedError when the call's
+    stream or the input ends first."""
     received = 0
     while len(header := source.read(frames.REPLY.size)) == frames.REPLY.size:
         status, length = frames.REPLY.unpack(header)
@@ -139,7 +139,7 @@ def _data(source: BinaryIO, max_bytes: int) -> Iterator[bytes]:
         if chunk.end.bytes != received:
             raise ValueError(f"the upload sent {chunk.end.bytes} bytes; {received} arrived")
         return
-    raise ConnectionError(wire.ABANDONED)
+    raise TransferAbandonedError("the upload ended before its data did; nothing of it was kept")
 
 
 def _limits(message: transfer_pb2.UploadStart | transfer_pb2.DownloadRequest) -> TransferLimits:

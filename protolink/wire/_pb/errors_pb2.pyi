@@ -32,6 +32,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_UNAVAILABLE: _ClassVar[ErrorKind]
     ERROR_KIND_UNAUTHENTICATED: _ClassVar[ErrorKind]
     ERROR_KIND_SANDBOX_LOST: _ClassVar[ErrorKind]
+    ERROR_KIND_TRANSFER_ABANDONED: _ClassVar[ErrorKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
 ERROR_KIND_NOT_FOUND: ErrorKind
@@ -55,6 +56,7 @@ ERROR_KIND_SANDBOX_PERMISSION_DENIED: ErrorKind
 ERROR_KIND_UNAVAILABLE: ErrorKind
 ERROR_KIND_UNAUTHENTICATED: ErrorKind
 ERROR_KIND_SANDBOX_LOST: ErrorKind
+ERROR_KIND_TRANSFER_ABANDONED: ErrorKind
 
 class Error(_message.Message):
     __slots__ = ("kind", "message", "errno", "missing")

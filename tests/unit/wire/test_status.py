@@ -19,6 +19,7 @@ from protolink.errors import (
     SandboxProtocolError,
     SandboxUnavailableError,
     ToolExecutionError,
+    TransferAbandonedError,
     TransferLimitError,
 )
 from protolink.wire._pb import errors_pb2
@@ -75,6 +76,7 @@ def test_transport_faults_become_sandbox_errors():
         DocumentError("/ws/a.pdf: encrypted documents are unsupported"),
         ArchiveError("'../x' contains '..'"),
         TransferLimitError("/ws/big is 2048 bytes; the limit is 1024"),
+        TransferAbandonedError("the upload ended before its data did; nothing of it was kept"),
         SandboxLimitError("document extraction was stopped"),
         OSError(errno.EIO, "input/output error"),
     ],
