@@ -13,7 +13,6 @@ import json
 import os
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -51,7 +50,7 @@ class EventLog:
 
     def write(self, event: EgressEvent) -> None:
         """Record ``event`` (an ``on_event`` callback)."""
-        self._out.write(json.dumps({"time": stamp(event.timestamp), **asdict(event)}, separators=(",", ":")) + "\n")
+        self._out.write(json.dumps({"time": stamp(event.timestamp), **vars(event)}, separators=(",", ":")) + "\n")
         if self._out.tell() > self.max_bytes:
             self._out.close()
             os.replace(self.path, previous(self.path))
