@@ -336,7 +336,6 @@ class EgressProxy:
             connection.sock, connection.upstream, ended_by="both" if tunnel else "server",
             pipe_bytes=PIPE_BYTES, up_limit=None if tunnel else request.body_length,
             count=lambda size, up: self._spend(connection, size, up=up))
-        self._watch_idle(connection)
         head = request.forward_head
         if head:
             head = head[:self._spend(connection, len(head), up=True)]
@@ -345,6 +344,7 @@ class EgressProxy:
                              from_client=request.leftover)
         finally:
             self._emit("allowed", connection, reason="allowed")
+        self._watch_idle(connection)
         ending = await relay.ended()
         if connection.end is None and ending != "eof":
             connection.end = ending
