@@ -1,15 +1,17 @@
 """Where one ``CONNECT`` through the egress daemon's code spends its time, on the host alone.
 
-No container: a stand-in relay hands a loopback listener to the daemon's real
+No container: the real relay (:class:`protolink_sandboxd.egress_relay.EgressRelay`, in this
+process) hands its loopback listener to the daemon's real
 :class:`~protolink.sandbox.egress.service.EgressService` (its dialer accepts from it, its proxy
 decides and splices, every event goes to a real :class:`~.eventlog.EventLog`), and a client in
-another process opens connections one after another through it to a loopback server::
+another process opens connections one after another through it to a loopback server. As root
+(the relay binds its socket as the directory's owner)::
 
     python bench/egress_phases.py [--connections 200] [--name localhost] [--nice 0]
 
 The client stamps its side (connect, ``CONNECT`` answered, first byte), the daemon's code is
 stamped where its steps end (accepted, handled, head read, resolved, decided, upstream connected,
-answer written); both use the same monotonic clock. Printed: the median of each step, from the
+answer written and tunnel open, ``allowed`` event written); both use the same monotonic clock. Printed: the median of each step, from the
 client's connect. ``--name`` asks for a name (resolved by the proxy) instead of the address.
 """
 
@@ -25,22 +27,23 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import types
 from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from protolink_sandboxd.egress_relay import EgressRelay  # noqa: E402
+
 from protolink.net.addresses import IPAddress  # noqa: E402
-from protolink.net.network import Streams, SystemNetwork, use_network  # noqa: E402
+from protolink.net.network import SystemNetwork, use_network  # noqa: E402
 from protolink.sandbox.egress import proxy as proxy_module  # noqa: E402
 from protolink.sandbox.egress.eventlog import EventLog  # noqa: E402
 from protolink.sandbox.egress.policy import EGRESS_ADDRESS_RULES, EgressLimits, EgressPolicy  # noqa: E402
 from protolink.sandbox.egress.service import EgressService  # noqa: E402
-from protolink.wire.egress import HANDOVER, SOCKET_NAME  # noqa: E402
+from protolink.sandbox.egress.tunnel import Tunnel  # noqa: E402
+from protolink.wire.egress import SOCKET_NAME  # noqa: E402
 
 EGRESS_BENCH = Path(__file__).with_name("egress.py")
 
@@ -60,19 +63,19 @@ class TimedNetwork(SystemNetwork):
         stamp("resolved")
         return answer
 
-    async def connect(self, address: IPAddress, port: int, *, server_name: str | None) -> Streams:
-        streams = await super().connect(address, port, server_name=server_name)
+    async def connect_tcp(self, address: IPAddress, port: int) -> socket.socket:
+        stamp("connect called")
+        sock = await super().connect_tcp(address, port)
         stamp("upstream connected")
-        return streams
+        return sock
 
 
 def instrument() -> None:
     """Stamp the daemon's steps by wrapping them (the bench's own process only)."""
-    from protolink.net.join import Join
     from protolink.sandbox.egress.dialer import RelayDialer
 
-    serve, handle, decide, run = RelayDialer._serve, proxy_module.EgressProxy.handle, \
-        proxy_module.EgressProxy._decide, Join.run
+    serve, handle, decide, open_tunnel = RelayDialer._serve, proxy_module.EgressProxy.handle, \
+        proxy_module.EgressProxy._decide, Tunnel.open
     read_request = proxy_module.read_request
 
     def timed_serve(self, sock):  # type: ignore[no-untyped-def]
@@ -93,65 +96,15 @@ def instrument() -> None:
         stamp("decided")
         return addresses
 
-    @types.coroutine
-    def timed_run(self, **kwargs):  # type: ignore[no-untyped-def]
-        steps = run(self, **kwargs).__await__()
-        try:
-            value = next(steps)  # its first step writes the answer
-        except StopIteration as stop:
-            stamp("answer written")
-            return stop.value
-        stamp("answer written")
-        while True:
-            try:
-                try:
-                    sent = yield value
-                except BaseException as error:  # noqa: BLE001 (passed on to the join)
-                    value = steps.throw(error)
-                else:
-                    value = steps.send(sent)
-            except StopIteration as stop:
-                return stop.value
+    async def timed_open(self, **kwargs):  # type: ignore[no-untyped-def]
+        await open_tunnel(self, **kwargs)  # the answer is its first write
+        stamp("answer written, tunnel open")
 
-    from protolink.net import network as network_module
-    connected = network_module._connected
-
-    async def timed_connected(*args):  # type: ignore[no-untyped-def]
-        stamp("connect called")
-        sock = await connected(*args)
-        stamp("upstream socket connected")
-        return sock
-
-    network_module._connected = timed_connected  # type: ignore[assignment]
     RelayDialer._serve = timed_serve  # type: ignore[method-assign]
     proxy_module.EgressProxy.handle = timed_handle  # type: ignore[method-assign]
     proxy_module.EgressProxy._decide = timed_decide  # type: ignore[method-assign]
     proxy_module.read_request = timed_read  # type: ignore[assignment]
-    Join.run = timed_run  # type: ignore[method-assign]
-
-
-def stand_in_relay(path: Path, listener: socket.socket) -> threading.Thread:
-    """Accept standby connections at ``path``; hand ``listener`` over on the first, keep the others."""
-    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    unix.bind(str(path))
-    unix.listen(16)
-    kept: list[socket.socket] = []
-
-    def relay() -> None:
-        import array
-        while True:
-            try:
-                standby, _ = unix.accept()
-            except OSError:
-                return
-            if not kept:
-                standby.sendmsg([HANDOVER], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                              array.array("i", [listener.fileno()]))])
-            kept.append(standby)
-
-    thread = threading.Thread(target=relay, daemon=True)
-    thread.start()
-    return thread
+    Tunnel.open = timed_open  # type: ignore[method-assign]
 
 
 def client(host: str, port: int, proxy_port: int, count: int) -> None:
@@ -188,8 +141,8 @@ async def measure(args: argparse.Namespace, server_port: int, scratch: Path) -> 
     rule = f"{host}:{server_port}" if args.name else f"127.0.0.1/32:{server_port}"
     policy = EgressPolicy.parse([rule], addresses=EGRESS_ADDRESS_RULES.allowing("127.0.0.0/8", "::1/128"),
                                 limits=EgressLimits(max_connections_per_second=1000.0))
-    listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
-    stand_in_relay(scratch / SOCKET_NAME, listener)
+    relay = EgressRelay(0, str(scratch / SOCKET_NAME), command_uid=65534)
+    await relay.start()
     events = EventLog(scratch / "events.jsonl")
     write = events.write
 
@@ -201,25 +154,29 @@ async def measure(args: argparse.Namespace, server_port: int, scratch: Path) -> 
             stamp("allowed: written")
 
     events.write = timed_write  # type: ignore[method-assign]
-    with use_network(TimedNetwork()):
-        service = await EgressService.start(scratch, policy, sandbox="phases", on_event=events.write)
     try:
-        await asyncio.sleep(0.2)  # the listener handed over
-        process = await asyncio.create_subprocess_exec(
-            "nice", "-n", str(args.nice), sys.executable, __file__, "client", host, str(server_port),
-            str(listener.getsockname()[1]), str(args.connections), stdout=subprocess.PIPE)
-        out, _ = await process.communicate()
+        with use_network(TimedNetwork()):
+            service = await EgressService.start(scratch, policy, sandbox="phases", on_event=events.write)
+        try:
+            while not relay.handed_over:  # the host accepts the commands' connections itself
+                await asyncio.sleep(0.01)
+            process = await asyncio.create_subprocess_exec(
+                "nice", "-n", str(args.nice), sys.executable, __file__, "client", host, str(server_port),
+                str(relay.port), str(args.connections), stdout=subprocess.PIPE)
+            out, _ = await process.communicate()
+        finally:
+            await service.aclose()
     finally:
-        await service.aclose()
+        await relay.aclose()
         events.close()
     report(json.loads(out))
 
 
 def report(client_stamps: list[list[float]]) -> None:
     count = len(client_stamps)
-    steps = [step for step in ("accepted", "handled", "head read", "resolved", "decided", "allowed: writing", "allowed: written", "connect called",
-                               "upstream socket connected", "upstream connected",
-                               "answer written") if len(stamps.get(step, ())) == count]
+    steps = [step for step in ("accepted", "handled", "head read", "resolved", "decided", "connect called",
+                               "upstream connected", "answer written, tunnel open", "allowed: writing",
+                               "allowed: written") if len(stamps.get(step, ())) == count]
     load = os.getloadavg()
     print(f"{count} connections, load {load[0]:.2f}; medians from the client's connect call, ms:")
     rows = [("client: connected", [c[1] - c[0] for c in client_stamps])]

@@ -37,6 +37,11 @@ class Network(Protocol):
         """A connection to exactly ``address``; TLS for ``server_name`` when it is given."""
         ...
 
+    async def connect_tcp(self, address: IPAddress, port: int) -> socket.socket:
+        """A plain TCP connection to exactly ``address``: a non-blocking socket, no stream (the
+        egress proxy splices it)."""
+        ...
+
 
 class SystemNetwork:
     """The operating system's resolver and TCP/TLS sockets (certificates verified)."""
@@ -51,7 +56,7 @@ class SystemNetwork:
         return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
     async def connect(self, address: IPAddress, port: int, *, server_name: str | None) -> Streams:
-        sock = await _connected(address, port)
+        sock = await self.connect_tcp(address, port)
         try:
             if server_name is None:
                 return await asyncio.open_connection(sock=sock)
@@ -62,29 +67,28 @@ class SystemNetwork:
             sock.close()
             raise
 
-
-async def _connected(address: IPAddress, port: int) -> socket.socket:
-    """A non-blocking TCP socket connected to exactly ``address``: at once when the handshake
-    completed within ``connect`` (as on loopback: no turn of the event loop), else once the
-    event loop sees it writable."""
-    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # the protocol: asyncio sets TCP_NODELAY
-    sock.setblocking(False)
-    target = (str(address), port)
-    try:
+    async def connect_tcp(self, address: IPAddress, port: int) -> socket.socket:
+        """At once when the handshake completed within ``connect`` (as on loopback: no turn of
+        the event loop), else once the event loop sees the socket writable."""
+        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
+        target = (str(address), port)
         try:
-            sock.connect(target)
-        except BlockingIOError:
-            poll = select.poll()
-            poll.register(sock, select.POLLOUT)
-            if not poll.poll(0):
-                await asyncio.get_running_loop().sock_connect(sock, target)
-            elif error := sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-                raise OSError(error, os.strerror(error)) from None
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+            try:
+                sock.connect(target)
+            except BlockingIOError:
+                poll = select.poll()
+                poll.register(sock, select.POLLOUT)
+                if not poll.poll(0):
+                    await asyncio.get_running_loop().sock_connect(sock, target)
+                elif error := sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    raise OSError(error, os.strerror(error)) from None
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
 
 _network: ContextVar[Network] = ContextVar("protolink_network", default=SystemNetwork())

@@ -20,6 +20,7 @@ import ipaddress
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -36,7 +37,7 @@ from typing import Any
 import pytest
 
 from protolink.net.addresses import IPAddress
-from protolink.net.network import Streams, SystemNetwork, use_network
+from protolink.net.network import SystemNetwork, use_network
 from protolink.net.rules import EGRESS_ADDRESS_RULES
 from protolink.sandbox.config import MiB
 from protolink.sandbox.docker import DockerSandbox
@@ -87,10 +88,10 @@ class NamesForTests:
             return [PUBLIC, "10.0.0.1"]
         return [TEST_NAMES[host]] if host in TEST_NAMES else await self._system.resolve(host, port)
 
-    async def connect(self, address: IPAddress, port: int, *, server_name: str | None) -> Streams:
+    async def connect_tcp(self, address: IPAddress, port: int) -> socket.socket:
         self.connected.append(str(address))
         target = ipaddress.ip_address("127.0.0.1") if str(address) == PUBLIC else address
-        return await self._system.connect(target, port, server_name=server_name)
+        return await self._system.connect_tcp(target, port)
 
 
 # -- servers on this host's loopback ------------------------------------------------------------

@@ -13,7 +13,6 @@ import json
 import os
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -43,22 +42,24 @@ class EventLog:
         self.path = path
         self.max_bytes = max_bytes
         previous(path).unlink(missing_ok=True)
-        self._out: IO[str] = self._open(truncate=True)
+        self._out = self._open()
+        self._size = 0
 
-    def _open(self, *, truncate: bool) -> IO[str]:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | (os.O_TRUNC if truncate else 0)
-        return os.fdopen(os.open(self.path, flags, 0o600), "w", buffering=1)
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_TRUNC, 0o600)
 
     def write(self, event: EgressEvent) -> None:
-        """Record ``event`` (an ``on_event`` callback)."""
-        self._out.write(json.dumps({"time": stamp(event.timestamp), **asdict(event)}, separators=(",", ":")) + "\n")
-        if self._out.tell() > self.max_bytes:
-            self._out.close()
+        """Record ``event`` (an ``on_event`` callback): one line, one ``write``, no buffer."""
+        line = json.dumps({"time": stamp(event.timestamp), **vars(event)}, separators=(",", ":")).encode() + b"\n"
+        os.write(self._out, line)
+        self._size += len(line)
+        if self._size > self.max_bytes:
+            os.close(self._out)
             os.replace(self.path, previous(self.path))
-            self._out = self._open(truncate=True)
+            self._out, self._size = self._open(), 0
 
     def close(self) -> None:
-        self._out.close()
+        os.close(self._out)
 
 
 def _records(lines: Iterator[bytes]) -> Iterator[dict[str, Any]]:

@@ -8,11 +8,12 @@ the relay. Refusals are a short HTTP answer and a ``denied`` event; an allowed c
 an ``allowed`` event once its upstream connection is tried (made, or failed) and a ``closed``
 event at its end.
 
-Until the relay begins, the client's socket is used as it is (no transport, no stream): the
-head is read as soon as it is there, most often within the turn of the event loop that accepted
-the connection. A tunnel's ``200`` is the relay's first write, made once both sides are joined:
-the client's next bytes find the join ready (an answer sent before it would wake the client only
-for its request to wait on the daemon's set-up).
+The client's socket is used as it is, never through a transport or a stream (but for a
+refusal's short answer): the head is read as soon as it is there, most often within the turn of
+the event loop that accepted the connection, and the relay is a :class:`~.tunnel.Tunnel` that
+splices the socket to the upstream connection. A tunnel's ``200`` is the tunnel's first write,
+made once both sides are joined: the client's next bytes find the join ready. The ``allowed``
+event is recorded after it, off the connection's way.
 """
 
 from __future__ import annotations
@@ -28,19 +29,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from protolink.net.addresses import IPAddress
-from protolink.net.join import Join, abort
+from protolink.net.join import abort
 from protolink.net.network import Network, current_network
 
 from .events import EgressEvent, EventKind
 from .lookups import Lookups
 from .policy import EgressPolicy
 from .request import Refusal, Request, read_request
+from .tunnel import Tunnel
 
 _log = logging.getLogger(__name__)
 
-#: What a direction of a relayed connection buffers for a slow reader before its writer is not read.
-WRITE_BUFFER_BYTES = 1024 * 1024
-#: The most a client's stream reads ahead before it is joined (a request's first bytes).
+#: What a direction of a relayed connection buffers for a slow reader (its pipe) before its writer is not read.
+PIPE_BYTES = 1024 * 1024
+#: The most a refused client's stream reads at once.
 CHUNK = 256 * 1024
 #: A connection beyond the rate limit's bucket waits for its token when it is due within this,
 #: and is refused (429) otherwise: a package manager's burst is delayed, a flood still refused.
@@ -57,8 +59,8 @@ _STATUS_TEXT = {
 
 @dataclass(eq=False)
 class _Connection:
-    """One client connection: its socket (its streams once the relay or a refusal needs them),
-    its target once known, its counters, and how it ended."""
+    """One client connection: its socket (its streams once a refusal needs them), its target
+    once known, the upstream socket and the relay between them, its counters, and how it ended."""
 
     sock: socket.socket
     client: asyncio.StreamWriter | None = None
@@ -66,9 +68,8 @@ class _Connection:
     started: float = field(default_factory=time.monotonic)
     request: Request | None = None
     address: IPAddress | None = None
-    upstream: asyncio.StreamWriter | None = None
-    upstream_reader: asyncio.StreamReader | None = None
-    relay: Join | None = None
+    upstream: socket.socket | None = None
+    relay: Tunnel | None = None
     bytes_up: int = 0
     bytes_down: int = 0
     end: str | None = None
@@ -76,17 +77,18 @@ class _Connection:
     idle_timer: asyncio.TimerHandle | None = None
 
     def close(self, reason: str) -> None:
-        """End the connection now (the first reason wins); both sides are aborted (a client
-        socket without its stream yet is shut down: a read of it ends at once)."""
+        """End the connection now (the first reason wins): the relay stops, a client's stream
+        is aborted, its socket and the upstream one are shut down (a read of them ends at once)."""
         if self.end is None:
             self.end = reason
+        if self.relay is not None:
+            self.relay.abort()
         if self.client is not None:
             abort(self.client.transport)
-        else:
-            with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_RDWR)
-        if self.upstream is not None:
-            abort(self.upstream.transport)
+        for sock in (self.sock, self.upstream):
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     async def streams(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """The client's stream, made once, from its socket."""
@@ -95,11 +97,13 @@ class _Connection:
         return self.client_reader, self.client
 
     def release(self) -> None:
-        """Close the client's socket, through its stream when it has one."""
+        """Close the client's socket (through its stream when it has one) and the upstream one."""
         if self.client is not None:
             abort(self.client.transport)
         else:
             self.sock.close()
+        if self.upstream is not None:
+            self.upstream.close()
 
 
 class _TokenBucket:
@@ -199,11 +203,8 @@ class EgressProxy:
                 graceful = connection.end is None
                 if connection.relay is not None:
                     await connection.relay.aclose(graceful=graceful, seconds=self._policy.limits.idle_seconds)
-                else:
-                    if connection.client is not None:
-                        await _finish(connection.client, graceful=graceful)
-                    if connection.upstream is not None:
-                        await _finish(connection.upstream, graceful=graceful)
+                elif connection.client is not None:
+                    await _finish(connection.client, graceful=graceful)
                 self._connections.discard(connection)
         except Exception:  # a bug must not take the host process down with it
             _log.exception("egress proxy of sandbox %s failed", self._sandbox)
@@ -260,8 +261,9 @@ class EgressProxy:
         try:
             try:
                 await self._connect(connection, addresses)
-            finally:  # once the connection is tried: the record is not on the way to it
+            except BaseException:  # tried, and failed or refused after all
                 self._emit("allowed", connection, reason="allowed")
+                raise
             await self._relay(connection, request)
         except Refusal as refusal:
             connection.end = refusal.reason
@@ -311,11 +313,11 @@ class EgressProxy:
         for address in addresses:
             try:
                 async with asyncio.timeout(self._policy.limits.connect_seconds):
-                    upstream_reader, upstream = await self._network.connect(address, request.port, server_name=None)
+                    upstream = await self._network.connect_tcp(address, request.port)
             except (OSError, TimeoutError) as error:
                 failures.append(f"{address}: {error or type(error).__name__}")
                 continue
-            connection.address, connection.upstream, connection.upstream_reader = address, upstream, upstream_reader
+            connection.address, connection.upstream = address, upstream
             # The policy may have changed (or the proxy closed) while this connection was made.
             reason = connection.end or self._still_denied(connection)
             if reason is not None:
@@ -327,21 +329,23 @@ class EgressProxy:
     # -- relay ---------------------------------------------------------------------------------
 
     async def _relay(self, connection: _Connection, request: Request) -> None:
-        upstream, upstream_reader = connection.upstream, connection.upstream_reader
-        assert upstream is not None and upstream_reader is not None
+        """Answer and join; the ``allowed`` event once the answer is sent (the connection tried)."""
+        assert connection.upstream is not None
         tunnel = request.method == "CONNECT"
-        up_limit = None if tunnel else request.body_length
-        client = await connection.streams()
-        relay = connection.relay = Join(
-            client, (upstream_reader, upstream), ended_by="both" if tunnel else "server",
-            write_buffer_bytes=WRITE_BUFFER_BYTES, up_limit=up_limit,
+        relay = connection.relay = Tunnel(
+            connection.sock, connection.upstream, ended_by="both" if tunnel else "server",
+            pipe_bytes=PIPE_BYTES, up_limit=None if tunnel else request.body_length,
             count=lambda size, up: self._spend(connection, size, up=up))
-        self._watch_idle(connection)
         head = request.forward_head
         if head:
             head = head[:self._spend(connection, len(head), up=True)]
-        answer = TUNNEL_ANSWER if tunnel else b""
-        ending = await relay.run(to_server=head, to_client=answer, from_client=request.leftover)
+        try:
+            await relay.open(to_client=TUNNEL_ANSWER if tunnel else b"", to_server=head,
+                             from_client=request.leftover)
+        finally:
+            self._emit("allowed", connection, reason="allowed")
+        self._watch_idle(connection)
+        ending = await relay.ended()
         if connection.end is None and ending != "eof":
             connection.end = ending
 

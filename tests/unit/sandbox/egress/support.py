@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import re
 import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from protolink.net.addresses import IPAddress
+from protolink.net.network import SystemNetwork
 from protolink.net.rules import EGRESS_ADDRESS_RULES
 from protolink.sandbox.egress.events import EgressEvent
 from protolink.sandbox.egress.policy import EgressPolicy
@@ -91,9 +93,9 @@ class ScriptedNetwork:
             raise OSError(f"unknown name {host}")
         return answers.pop(0) if len(answers) > 1 else answers[0]
 
-    async def connect(self, address: IPAddress, port: int, *, server_name: str | None):
+    async def connect_tcp(self, address: IPAddress, port: int) -> socket.socket:
         self.connections.append((str(address), port))
-        return await asyncio.open_connection("127.0.0.1", self.origin_port)
+        return await SystemNetwork().connect_tcp(ipaddress.ip_address("127.0.0.1"), self.origin_port)
 
 
 @dataclass

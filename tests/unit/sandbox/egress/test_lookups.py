@@ -36,7 +36,7 @@ class HeldNetwork:
             raise OSError(f"unknown name {host}")
         return self.answers[host]
 
-    async def connect(self, address, port, *, server_name):  # pragma: no cover - never reached here
+    async def connect_tcp(self, address, port):  # pragma: no cover - never reached here
         raise AssertionError("lookups never connect")
 
 

@@ -48,6 +48,28 @@ async def test_connect_to_an_allowed_name_tunnels_to_the_validated_address(origi
     assert closed.duration_seconds > 0 and closed.sandbox == "test"
 
 
+async def test_a_server_that_speaks_first_is_heard_after_the_answer():
+    """An SSH or SMTP server greets as soon as it is connected: its greeting follows the 200."""
+    async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"SSH-2.0-test\r\n")
+        writer.write(await reader.read(100))
+        writer.close()
+
+    server = await asyncio.start_server(greet, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with serve(EgressPolicy.parse([f"127.0.0.1/32:{port}"], addresses=LOOPBACK_RULES)) as served:
+            reader, writer = await served.open()
+            writer.write(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode())
+            assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 200 Connection established\r\n\r\n"
+            assert await reader.readuntil(b"\r\n") == b"SSH-2.0-test\r\n"
+            writer.write(b"hello")
+            assert await asyncio.wait_for(reader.read(), 30) == b"hello"
+            writer.close()
+    finally:
+        server.close()
+
+
 async def test_plain_http_through_the_system_network_with_loopback_opted_in(origin):
     policy = EgressPolicy.parse([f"localhost:{origin.port}", f"127.0.0.0/8:{origin.port}"], addresses=LOOPBACK_RULES)
     async with serve(policy) as served:
