@@ -11,6 +11,8 @@ engine and the host name, whose pids this process cannot see) is reaped only by 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import shutil
 import socket
@@ -27,8 +29,14 @@ SESSION_LABEL = "io.protolink.session"
 CREATED_LABEL = "io.protolink.created"
 EXPIRY_LABEL = "io.protolink.expiry"
 HOSTDIRS_LABEL = "io.protolink.hostdirs"
+#: The label of a Swarm sandbox's workspace volume on its node (its value: the sandbox's name).
+WORKSPACE_LABEL = "io.protolink.workspace"
+
+#: How often a node's gateway removes the workspace volumes of Swarm sandboxes that are gone.
+WORKSPACES_SECONDS = 5.0
 
 _PROCESS_OWNER = "process"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -138,3 +146,36 @@ def reap(client: Any, *, now: float | None = None) -> list[Reaped]:
         name = (container.get("Names") or ["/"])[0].lstrip("/")
         removed.append(Reaped(container["Id"][:12], name, container_labels.get(OWNER_LABEL, ""), reason))
     return removed
+
+
+def reap_workspaces(client: Any) -> list[str]:
+    """Remove the Swarm sandboxes' workspace volumes (:data:`WORKSPACE_LABEL`) that no container
+    uses on ``client``'s engine (a node's; a docker SDK client); their names. Blocking. A volume
+    taken meanwhile (a task starting) stays. A node removes its task's container when its service
+    goes, never a named volume: its gateway calls this (:func:`keep_reaping_workspaces`)."""
+    import docker.errors
+
+    removed = []
+    for volume in client.api.volumes(filters={"label": WORKSPACE_LABEL, "dangling": True}).get("Volumes") or []:
+        try:
+            client.api.remove_volume(volume["Name"])
+        except docker.errors.NotFound:
+            continue
+        except docker.errors.APIError as error:
+            if error.status_code == HTTPStatus.CONFLICT:  # in use again: a task of that name started
+                continue
+            raise
+        removed.append(volume["Name"])
+    return removed
+
+
+async def keep_reaping_workspaces(client: Any, every: float = WORKSPACES_SECONDS) -> None:
+    """:func:`reap_workspaces` every ``every`` seconds, until cancelled; an engine that does not
+    answer is asked again at the next turn."""
+    while True:
+        try:
+            for name in await asyncio.to_thread(reap_workspaces, client):
+                log.info("removed the workspace volume %s: its sandbox is gone", name)
+        except Exception as error:
+            log.warning("could not remove the sandboxes' workspace volumes: %s", error)
+        await asyncio.sleep(every)

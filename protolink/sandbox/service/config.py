@@ -31,9 +31,9 @@ gateway``) the service reaches with TLS, pinned by fingerprint, and the token in
     fingerprint = "sha256:..."                      # what the gateway printed
 
 The ``[swarm]`` table may also come from a file of its own (``serve --swarm FILE``, ``up --swarm
-FILE``), which replaces the configuration file's. Swarm placement keeps warm pools as the local
-one does, but gives no egress and no managed workspace (refused when configured or asked); a
-create's roots must exist at the same paths on every node.
+FILE``), which replaces the configuration file's. Swarm placement keeps warm pools and makes
+managed workspaces (on the task's node) as the local one does, but gives no egress (refused when
+configured or asked); a create's roots must exist at the same paths on every node.
 """
 
 from __future__ import annotations

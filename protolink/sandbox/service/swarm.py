@@ -48,15 +48,16 @@ NODE_LABELS_LABEL = "io.protolink.service.node-labels"
 
 
 def placement_spec(config: SandboxConfig, labels: dict[str, str], node_labels: dict[str, str], node_cpus: int,
-                   created: int) -> ServiceSpec:
+                   created: int, workspace: str = "") -> ServiceSpec:
     """The Swarm service of ``config``: on a node with ``node_labels`` (and, for a configured
-    runtime, its node label), tuned for gVisor when the runtime is ``runsc``."""
+    runtime, its node label), tuned for gVisor when the runtime is ``runsc``, with its managed
+    ``workspace`` (a writable root of ``config``; empty: none) on the node."""
     facts = SwarmFacts(node_cpus=node_cpus, gvisor=config.runtime == GVISOR_RUNTIME)
     recorded = {NODE_LABELS_LABEL: json.dumps(dict(sorted(node_labels.items())))}
     if config.runtime is not None:
         recorded[RUNTIME_LABEL] = config.runtime
     return service_spec(config, facts, PlacementFacts(created=created, node_labels=node_labels,
-                                                      labels={**labels, **recorded}))
+                                                      labels={**labels, **recorded}, workspace=workspace))
 
 
 def adopted_template(template: Template, swarm_service: dict[str, Any]) -> Template:
@@ -107,14 +108,14 @@ class SwarmPlacement:
         if self._docker is not None:
             await asyncio.to_thread(self._docker.close)
 
-    async def start(self, config: SandboxConfig, labels: dict[str, str],
-                    node_labels: dict[str, str]) -> tuple[str, str, str]:
-        """Create ``config``'s service (carrying ``labels``, on a node with ``node_labels``) and
-        wait until its task runs: the node's hostname, the task's container id and the task's id.
-        SandboxUnavailableError when no node runs it within the configured time, or it fails;
-        nothing is left then."""
+    async def start(self, config: SandboxConfig, labels: dict[str, str], node_labels: dict[str, str],
+                    workspace: str = "") -> tuple[str, str, str]:
+        """Create ``config``'s service (carrying ``labels``, on a node with ``node_labels``, with
+        its managed ``workspace`` on that node) and wait until its task runs: the node's
+        hostname, the task's container id and the task's id. SandboxUnavailableError when no
+        node runs it within the configured time, or it fails; nothing is left then."""
         cpus = await asyncio.to_thread(self._node_cpus, config, node_labels)
-        spec = placement_spec(config, labels, node_labels, cpus, int(time.time()))
+        spec = placement_spec(config, labels, node_labels, cpus, int(time.time()), workspace)
         await asyncio.to_thread(self._docker.api.create_service, **spec.create_kwargs())
         try:
             return await self._running(config.name)

@@ -11,11 +11,13 @@ import os
 import signal
 from contextlib import closing
 from dataclasses import replace
+from pathlib import Path
 
 import docker
 import pytest
 
 from protolink.errors import SandboxLostError, SandboxUnavailableError
+from protolink.sandbox.config import Limits
 from protolink.sandbox.service import labels
 from protolink.sandbox.service.client import connect
 from protolink.sandbox.service.config import Template
@@ -60,6 +62,39 @@ async def test_a_client_runs_commands_in_a_sandbox_on_a_node_and_deleting_it_lea
     wait_until(lambda: not _containers(cluster.nodes), "every node to have no container left")
     with closing(cluster.manager.client()) as manager:
         assert manager.api.services() == []
+
+
+async def test_a_managed_workspace_lives_on_the_tasks_node_takes_transfers_and_goes_with_it(
+        swarm_service, run, tmp_path: Path):
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "run.sh").write_text("#!/bin/sh\necho ran > out.txt\n")
+    (tmp_path / "tree" / "run.sh").chmod(0o755)
+    sandbox = await swarm_service.client.create(workspace=True)
+    workspace = sandbox.status.workspace
+    assert workspace and not Path(workspace).exists()  # on the node, not on the host
+    sent = await sandbox.upload(tmp_path / "tree", f"{workspace}/tree")
+    assert sent.files == 1
+    ran = await run(sandbox.backend, [f"{workspace}/tree/run.sh"], cwd=f"{workspace}/tree")
+    assert ran.exit_code == 0, ran.stderr
+    owner = await run(sandbox.backend, ["/usr/bin/stat", "-c", "%u %a", workspace])
+    assert owner.stdout == "65534 700\n"  # the command user's, as on the host's engine
+    mounted = await run(sandbox.backend, ["/bin/grep", f" {workspace} ", "/proc/self/mounts"])
+    assert f"size={Limits.disk_bytes >> 10}k" in mounted.stdout  # bounded: the disk budget
+    await sandbox.download(f"{workspace}/tree", tmp_path / "back")
+    assert (tmp_path / "back" / "out.txt").read_text() == "ran\n"
+    assert len(_volumes([_node_of(swarm_service, sandbox.id)])) == 1  # its own, on its node
+    await sandbox.delete()
+    cluster = swarm_service.cluster
+    wait_until(lambda: not _containers(cluster.nodes) and not _volumes(cluster.nodes),
+               "every node to have no container and no volume left")
+
+
+def _volumes(nodes: list[Node]) -> list[str]:
+    found = []
+    for node in nodes:
+        with closing(node.client()) as client:
+            found += [f"{node.container}: {v['Name']}" for v in client.api.volumes()["Volumes"] or []]
+    return found
 
 
 async def test_a_restarted_service_adopts_its_swarm_sandboxes(swarm_service, run):
