@@ -3,8 +3,11 @@
 Each sandbox is started by :class:`~.swarm.SwarmPlacement` on the configured manager and
 reached through the gateway of the node its task runs on; its service's labels record its
 owner and the rest (:func:`.sandboxes.adopted_service` reads them back). A managed workspace
-lives on the task's node, in a volume of the task's own (nothing of it on the host, nothing
-left on the node). A task that no longer runs is lost (:meth:`OnSwarm.lost`).
+lives on the task's node, in a volume of the sandbox's own (nothing of it on the host; the
+node's gateway removes it after the task). A task that no longer runs is lost
+(:meth:`OnSwarm.lost`). While the service runs it renews a lease on each of its Swarm services;
+what a service killed for good left expires and a manager's gateway removes it
+(:func:`~protolink.sandbox.leftovers.reap_services`).
 """
 
 from __future__ import annotations
@@ -38,12 +41,31 @@ class OnSwarm:
     def __init__(self, service: str, config: SwarmConfig) -> None:
         self.service = service
         self.swarm = SwarmPlacement(config)
+        self._leases: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
+        """Connect to the manager, renew the leases of the Swarm services a previous run left (so
+        that none expires while it is adopted), and keep renewing them while the service runs."""
         await self.swarm.open()
+        await self.swarm.renew_leases(self.service, labels.SERVICE)
+        self._leases = asyncio.create_task(self._keep_leases())
 
     async def close(self) -> None:
+        """Stop renewing the leases (the sandboxes kept for the next run expire
+        ``lease_seconds`` after the last renewal) and close the connection."""
+        if self._leases is not None:
+            self._leases.cancel()
+            await asyncio.gather(self._leases, return_exceptions=True)
         await self.swarm.close()
+
+    async def _keep_leases(self) -> None:
+        """Renew the leases three times per lease: a manager that does not answer once costs none."""
+        while True:
+            await asyncio.sleep(self.swarm.config.lease_seconds / 3)
+            try:
+                await self.swarm.renew_leases(self.service, labels.SERVICE)
+            except Exception as error:
+                log.warning("could not renew the leases of the service's Swarm sandboxes: %s", error)
 
     def check(self, template: Template, overrides: Overrides) -> None:
         if template.allow is not None:

@@ -27,7 +27,7 @@ from protolink.errors import SandboxUnavailableError
 
 from ..client import channel_options
 from ..config import SandboxConfig
-from ..leftovers import OWNER_LABEL
+from ..leftovers import EXPIRY_LABEL, OWNER_LABEL
 from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, hosting_cpus, service_spec, wanted_labels
 from .config import SwarmConfig, Template
 from .forward import CONTAINER_KEY
@@ -69,6 +69,11 @@ def adopted_template(template: Template, swarm_service: dict[str, Any]) -> Templ
                    node_labels=tuple(sorted((str(key), str(value)) for key, value in node_labels.items())))
 
 
+def lease_until(now: float, config: SwarmConfig) -> str:
+    """The expiry label of a Swarm service whose lease is renewed at ``now``."""
+    return str(int(now + config.lease_seconds))
+
+
 def manager_client(manager: str) -> Any:
     """A docker client of the Swarm manager's engine ``manager`` (a docker URL); blocking."""
     import docker
@@ -99,6 +104,7 @@ class SwarmPlacement:
         self.config = config
         self._token = ""
         self._docker: Any = None
+        self._relabeling = asyncio.Lock()
 
     async def open(self) -> None:
         self._token = self.config.token()
@@ -115,7 +121,11 @@ class SwarmPlacement:
         hostname, the task's container id and the task's id. SandboxUnavailableError when no
         node runs it within the configured time, or it fails; nothing is left then."""
         cpus = await asyncio.to_thread(self._node_cpus, config, node_labels)
-        spec = placement_spec(config, labels, node_labels, cpus, int(time.time()), workspace)
+        created = int(time.time())
+        spec = placement_spec(config, labels, node_labels, cpus, created, workspace)
+        # The service's own labels carry the lease (its container's keep no expiry: no reaper of a
+        # node's engine may remove a task that runs).
+        spec = replace(spec, labels={**spec.labels, EXPIRY_LABEL: lease_until(created, self.config)})
         await asyncio.to_thread(self._docker.api.create_service, **spec.create_kwargs())
         try:
             return await self._running(config.name)
@@ -140,17 +150,29 @@ class SwarmPlacement:
             await asyncio.to_thread(self._docker.api.remove_service, name)
 
     async def relabel(self, name: str, labels: dict[str, str]) -> None:
-        """Add ``labels`` to the service ``name``'s own labels. Its spec is sent back as stored,
-        so its task is not replaced: a service's labels are not its task's."""
-        await asyncio.to_thread(self._relabel, name, labels)
+        """Add ``labels`` to the service ``name``'s own labels (one update at a time: each names
+        the version it read). Its spec is sent back as stored, so its task is not replaced: a
+        service's labels are not its task's. A service removed meanwhile is let be."""
+        async with self._relabeling:
+            await asyncio.to_thread(self._relabel, name, labels)
+
+    async def renew_leases(self, service: str, label: str) -> None:
+        """Move the lease of every Swarm service carrying ``label=service`` to
+        ``lease_seconds`` from now (:data:`~..leftovers.EXPIRY_LABEL`)."""
+        until = lease_until(time.time(), self.config)
+        for found in await self.services(service, label):
+            await self.relabel(found["Spec"]["Name"], {EXPIRY_LABEL: until})
 
     def _relabel(self, name: str, labels: dict[str, str]) -> None:
-        found = self._docker.api.inspect_service(name)
-        spec = found["Spec"]
-        self._docker.api.update_service(
-            found["ID"], found["Version"]["Index"], name=spec["Name"], labels={**spec.get("Labels", {}), **labels},
-            task_template=spec["TaskTemplate"], mode=spec.get("Mode"), update_config=spec.get("UpdateConfig"),
-            rollback_config=spec.get("RollbackConfig"), endpoint_spec=spec.get("EndpointSpec"))
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.NotFound):
+            found = self._docker.api.inspect_service(name)
+            spec = found["Spec"]
+            self._docker.api.update_service(
+                found["ID"], found["Version"]["Index"], name=spec["Name"], labels={**spec.get("Labels", {}), **labels},
+                task_template=spec["TaskTemplate"], mode=spec.get("Mode"), update_config=spec.get("UpdateConfig"),
+                rollback_config=spec.get("RollbackConfig"), endpoint_spec=spec.get("EndpointSpec"))
 
     async def services(self, service: str, label: str) -> list[dict[str, Any]]:
         """The Swarm services carrying ``label=service``."""

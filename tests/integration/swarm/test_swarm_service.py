@@ -18,6 +18,7 @@ import pytest
 
 from protolink.errors import SandboxLostError, SandboxUnavailableError
 from protolink.sandbox.config import Limits
+from protolink.sandbox.leftovers import EXPIRY_LABEL, NODE_REAP_SECONDS
 from protolink.sandbox.service import labels
 from protolink.sandbox.service.client import connect
 from protolink.sandbox.service.config import Template
@@ -275,6 +276,34 @@ async def test_a_killed_services_pool_member_is_removed_by_its_next_run_which_ad
     again = await client.open(claimed.id)
     assert (await run(again.backend, ["/bin/echo", "adopted"])).stdout == "adopted\n"
     await again.delete()
+
+
+async def test_a_killed_services_swarm_sandboxes_outlive_their_lease_only_while_it_runs(swarm_service, run):
+    await swarm_service.stop()  # the same service, detached, to be killed for good
+    name, runtime = swarm_service.name, swarm_service.runtime
+    leased = runtime / "leased.toml"
+    leased.write_text((runtime / "swarm.toml").read_text().replace("[swarm]\n", "[swarm]\nlease_seconds = 3\n"))
+    record = await start_service(name, ["--config", str(runtime / "service.toml"), "--swarm", str(leased)])
+    try:
+        client = await connect(swarm_service.files.address, swarm_service.files.default_token.read_text(),
+                               timeout=30.0)
+        sandbox = await client.create(workspace=True)
+
+        def expiry() -> int:
+            return int(swarm_service.swarm_service(sandbox.id)["Spec"]["Labels"][EXPIRY_LABEL])
+
+        first = expiry()
+        wait_until(lambda: expiry() > first + 2 * NODE_REAP_SECONDS, "the lease renewed, again and again")
+        assert (await run(sandbox.backend, ["/bin/echo", "leased"])).stdout == "leased\n"  # renewed: kept
+        await sandbox.backend.aclose()
+        await client.aclose()
+    finally:
+        os.kill(record["pid"], signal.SIGKILL)
+        os.waitpid(record["pid"], 0)  # start_service's child: reaped here
+    nodes = swarm_service.cluster.nodes
+    wait_until(lambda: not _swarm_services(swarm_service), "a manager's gateway to remove the expired Swarm service")
+    wait_until(lambda: not _containers(nodes) and not _volumes(nodes),
+               "every node to have no container and no volume left")
 
 
 async def _with_pool(service):
