@@ -18,6 +18,7 @@ import shutil
 import socket
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ WORKSPACE_LABEL = "io.protolink.workspace"
 
 #: How often a Swarm node's gateway removes what gone sandboxes left (:func:`keep_reaping_node`).
 NODE_REAP_SECONDS = 5.0
+#: How old an unused workspace volume must be to be removed: a starting task's stays.
+WORKSPACE_SETTLE_SECONDS = 30.0
 
 _PROCESS_OWNER = "process"
 log = logging.getLogger(__name__)
@@ -171,15 +174,20 @@ def reap_services(client: Any, *, now: float | None = None) -> list[Reaped]:
     return removed
 
 
-def reap_workspaces(client: Any) -> list[str]:
+def reap_workspaces(client: Any, *, now: float | None = None) -> list[str]:
     """Remove the Swarm sandboxes' workspace volumes (:data:`WORKSPACE_LABEL`) that no container
-    uses on ``client``'s engine (a node's; a docker SDK client); their names. Blocking. A volume
-    taken meanwhile (a task starting) stays. A node removes its task's container when its service
-    goes, never a named volume: its gateway calls this (:func:`keep_reaping_node`)."""
+    uses on ``client``'s engine (a node's; a docker SDK client) and that are older than
+    :data:`WORKSPACE_SETTLE_SECONDS` (a starting task's node makes its volume just before its
+    container); their names. Blocking. One taken meanwhile stays. A node removes its task's
+    container when its service goes, never a named volume: its gateway calls this
+    (:func:`keep_reaping_node`)."""
     import docker.errors
 
+    now = time.time() if now is None else now
     removed = []
     for volume in client.api.volumes(filters={"label": WORKSPACE_LABEL, "dangling": True}).get("Volumes") or []:
+        if datetime.fromisoformat(volume["CreatedAt"]).timestamp() > now - WORKSPACE_SETTLE_SECONDS:
+            continue
         try:
             client.api.remove_volume(volume["Name"])
         except docker.errors.NotFound:

@@ -1,9 +1,11 @@
-"""A node's gateway removes the workspace volumes of Swarm sandboxes that are gone, and only
-those: checked with :func:`~protolink.sandbox.leftovers.reap_workspaces` on the host's engine."""
+"""A node's gateway removes the workspace volumes of Swarm sandboxes that are gone, once they
+settled, and only those: checked with :func:`~protolink.sandbox.leftovers.reap_workspaces` on the
+host's engine."""
 
 from __future__ import annotations
 
 import secrets
+import time
 from contextlib import ExitStack
 
 import pytest
@@ -26,9 +28,11 @@ def test_a_workspace_volume_is_removed_once_no_container_uses_it_and_no_other_vo
         container = docker_client.containers.create(sandbox_image, mounts=[Mount("/workspace", workspace.name)],
                                                     name=name, network_mode="none")
         cleanup.callback(_removed, container)
-        assert workspace.name not in leftovers.reap_workspaces(docker_client)  # its container holds it
+        settled = time.time() + leftovers.WORKSPACE_SETTLE_SECONDS + 1
+        assert workspace.name not in leftovers.reap_workspaces(docker_client, now=settled)  # its container holds it
         container.remove(force=True)
-        assert workspace.name in leftovers.reap_workspaces(docker_client)
+        assert workspace.name not in leftovers.reap_workspaces(docker_client)  # new: a task may be about to take it
+        assert workspace.name in leftovers.reap_workspaces(docker_client, now=settled)
         assert [found.name for found in docker_client.volumes.list(filters={"name": name})] == [other.name]
 
 
