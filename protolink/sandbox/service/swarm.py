@@ -7,7 +7,9 @@ landed on (:mod:`protolink.sandbox.gateway`): TLS pinned to the gateway's finger
 gateways' token and the task's container id on every call. A task that stops running, or whose
 node goes down, is lost (:meth:`SwarmPlacement.lost`): Swarm never restarts it (restart policy
 ``none``), and the service never recreates it. The service's labels record its template's
-runtime and node labels, which a restarted service reads back (:func:`adopted_template`).
+runtime and node labels, which a restarted service reads back (:func:`adopted_template`), and
+its lease: an expiry the running service renews (:meth:`SwarmPlacement.renew_leases`), after
+which a manager's gateway removes it (:func:`~..leftovers.reap_services`).
 The service's placement on Swarm, :class:`~.on_swarm.OnSwarm`, places its sandboxes through it.
 """
 
