@@ -13,6 +13,9 @@ Only the product's containers are reachable: one without the labels of
 :func:`~.leftovers.labels` is NOT_FOUND, as a missing one is. One that stopped ends the call
 with :class:`~protolink.errors.SandboxLostError`.
 
+It also removes what gone sandboxes left on its node (:func:`~.leftovers.keep_reaping_node`):
+their workspace volumes, and on a manager the Swarm services whose lease expired.
+
 The engine is asked about a container at its first call only: the gateway then holds a pidfd of
 its init and forwards the next calls while that process lives. Once it has exited, the entry is
 dropped and the engine asked again (the container stopped, or was restarted with another init).
@@ -42,7 +45,7 @@ from protolink.wire.status import abort_with, to_status
 from . import engine
 from .client import channel_options
 from .hostdirs import write_private
-from .leftovers import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL, SESSION_LABEL
+from .leftovers import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL, SESSION_LABEL, keep_reaping_node
 from .placements.server import SOCKET_PATH
 from .service.events import Events
 from .service.forward import CONTAINER_KEY, Forwarder
@@ -209,12 +212,15 @@ async def serve(listen: str, token_file: Path, state_dir: Path, stop: asyncio.Ev
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    reaping = asyncio.create_task(keep_reaping_node(docker_client))
     try:
         await server.start()
         print(f"gateway listening at {listen.rpartition(':')[0]}:{server.port}\n"
               f"fingerprint: {certificate.fingerprint}\ntoken file: {token_file}", flush=True)
         await stop.wait()
     finally:
+        reaping.cancel()
+        await asyncio.gather(reaping, return_exceptions=True)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         await server.stop()

@@ -11,11 +11,14 @@ engine and the host name, whose pids this process cannot see) is reaped only by 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import shutil
 import socket
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -27,8 +30,16 @@ SESSION_LABEL = "io.protolink.session"
 CREATED_LABEL = "io.protolink.created"
 EXPIRY_LABEL = "io.protolink.expiry"
 HOSTDIRS_LABEL = "io.protolink.hostdirs"
+#: The label of a Swarm sandbox's workspace volume on its node (its value: the sandbox's name).
+WORKSPACE_LABEL = "io.protolink.workspace"
+
+#: How often a Swarm node's gateway removes what gone sandboxes left (:func:`keep_reaping_node`).
+NODE_REAP_SECONDS = 5.0
+#: How old an unused workspace volume must be to be removed: a starting task's stays.
+WORKSPACE_SETTLE_SECONDS = 30.0
 
 _PROCESS_OWNER = "process"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -138,3 +149,73 @@ def reap(client: Any, *, now: float | None = None) -> list[Reaped]:
         name = (container.get("Names") or ["/"])[0].lstrip("/")
         removed.append(Reaped(container["Id"][:12], name, container_labels.get(OWNER_LABEL, ""), reason))
     return removed
+
+
+def reap_services(client: Any, *, now: float | None = None) -> list[Reaped]:
+    """Remove every labelled Swarm service whose owner is gone or whose expiry passed, as
+    :func:`reap` removes containers; ``client`` is a Swarm manager's engine. A sandbox service
+    renews its Swarm services' expiry while it runs (a lease), so what one killed for good left
+    expires. Blocking."""
+    import docker.errors
+
+    now = time.time() if now is None else now
+    removed = []
+    for service in client.api.services(filters={"label": OWNER_LABEL}):
+        service_labels = service["Spec"].get("Labels") or {}
+        reason = _reason(service_labels, now)
+        if reason is None:
+            continue
+        try:
+            client.api.remove_service(service["ID"])
+        except docker.errors.NotFound:
+            continue
+        removed.append(Reaped(service["ID"][:12], service["Spec"]["Name"], service_labels.get(OWNER_LABEL, ""),
+                              reason))
+    return removed
+
+
+def reap_workspaces(client: Any, *, now: float | None = None) -> list[str]:
+    """Remove the Swarm sandboxes' workspace volumes (:data:`WORKSPACE_LABEL`) that no container
+    uses on ``client``'s engine (a node's; a docker SDK client) and that are older than
+    :data:`WORKSPACE_SETTLE_SECONDS` (a starting task's node makes its volume just before its
+    container); their names. Blocking. One taken meanwhile stays. A node removes its task's
+    container when its service goes, never a named volume: its gateway calls this
+    (:func:`keep_reaping_node`)."""
+    import docker.errors
+
+    now = time.time() if now is None else now
+    removed = []
+    for volume in client.api.volumes(filters={"label": WORKSPACE_LABEL, "dangling": True}).get("Volumes") or []:
+        if datetime.fromisoformat(volume["CreatedAt"]).timestamp() > now - WORKSPACE_SETTLE_SECONDS:
+            continue
+        try:
+            client.api.remove_volume(volume["Name"])
+        except docker.errors.NotFound:
+            continue
+        except docker.errors.APIError as error:
+            if error.status_code == HTTPStatus.CONFLICT:  # in use again: a task of that name started
+                continue
+            raise
+        removed.append(volume["Name"])
+    return removed
+
+
+def reap_node(client: Any) -> None:
+    """What a Swarm node's gateway removes on its engine ``client``: the workspace volumes no
+    container uses, and, on a manager, the Swarm services whose lease expired. Blocking."""
+    for name in reap_workspaces(client):
+        log.info("removed the workspace volume %s: its sandbox is gone", name)
+    if client.info().get("Swarm", {}).get("ControlAvailable"):
+        for gone in reap_services(client):
+            log.warning("removed Swarm service %s of %s: %s", gone.name, gone.owner, gone.reason)
+
+
+async def keep_reaping_node(client: Any, every: float = NODE_REAP_SECONDS) -> None:
+    """:func:`reap_node` every ``every`` seconds, until cancelled; an engine that does not answer
+    is asked again at the next turn."""
+    while True:
+        try:
+            await asyncio.to_thread(reap_node, client)
+        except Exception as error:
+            log.warning("could not remove the leftovers of Swarm sandboxes: %s", error)
+        await asyncio.sleep(every)

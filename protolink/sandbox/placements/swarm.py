@@ -20,7 +20,9 @@ sandbox is the same on both engines as far as Swarm (API 1.41, Docker 20.10) let
   reservation (the scheduler never overcommits a node's memory); one generic resource
   :data:`SLOT_RESOURCE` per sandbox, so a node takes as many sandboxes as it advertises slots;
 - roots bind-mounted at their own paths on the node, read-only unless writable (the node must
-  hold them at the same paths);
+  hold them at the same paths), but for the managed workspace (:attr:`PlacementFacts.workspace`):
+  a volume of the sandbox's own on its node, a tmpfs of ``disk_bytes`` owned by the command user
+  (:func:`workspace_mount`; a service's own tmpfs mounts are ``noexec`` and root's);
 - placement constraints: the node labels of the sandbox's template, and for a configured
   runtime ``node.labels.io.protolink.runtime==RUNTIME`` (a service cannot pick a runtime: the
   nodes whose daemon's default runtime it is carry the label);
@@ -84,12 +86,14 @@ class SwarmFacts:
 @dataclass(frozen=True)
 class PlacementFacts:
     """What the service decided for one sandbox: the time it is created (Unix seconds, for its
-    labels), the node labels its template requires, and labels of its own for the service and
-    its container (what a restarted service adopts it by)."""
+    labels), the node labels its template requires, labels of its own for the service and its
+    container (what a restarted service adopts it by), and the path of its managed workspace
+    (one of the config's writable roots; empty: none)."""
 
     created: int
     node_labels: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    workspace: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,13 +120,15 @@ def service_spec(config: SandboxConfig, swarm: SwarmFacts, placement: PlacementF
     """The service that runs ``config`` on the nodes ``swarm`` describes, as ``placement`` decided."""
     if not isinstance(config.network, NoNetwork):
         raise ValueError(f"swarm placement: network must be NoNetwork (a task has no network), got {config.network!r}")
+    if placement.workspace and placement.workspace not in config.writable_roots:
+        raise ValueError(f"swarm placement: the workspace {placement.workspace} must be one of the writable roots")
     engine = EngineFacts(cpus=swarm.node_cpus, gvisor=swarm.gvisor, cpuset_allowed=False)
     labels = {**placement.labels, **leftovers.labels(config.lease.owner, config.lease.session,
                                                      config.lease.expiry_seconds, [], now=placement.created)}
     return ServiceSpec(
         name=config.name,
         labels=labels,
-        container=_container(config, engine, labels),
+        container=_container(config, engine, labels, placement.workspace),
         resources=_resources(config, engine),
         placement=Placement(constraints=constraints(config, placement.node_labels)),
         restart_policy=RestartPolicy(condition="none"),
@@ -156,15 +162,28 @@ def hosting_cpus(nodes: Iterable[Mapping[str, Any]], config: SandboxConfig,
     return min(cpus, default=None)
 
 
-def _container(config: SandboxConfig, engine: EngineFacts, labels: Mapping[str, str]) -> ContainerSpec:
+def workspace_mount(config: SandboxConfig, path: str) -> Mount:
+    """The managed workspace at ``path``: the volume ``NAME-workspace`` of the local driver on the
+    task's node, a tmpfs of ``disk_bytes`` owned by the command user (mode 0700), labelled
+    :data:`~..leftovers.WORKSPACE_LABEL` for the node's gateway to remove once no container uses it
+    (:func:`~..leftovers.reap_workspaces`). Its files count against the sandbox's memory too."""
+    identity = config.identity
+    options = f"size={config.limits.disk_bytes},uid={identity.uid},gid={identity.gid},mode=0700,nosuid,nodev"
+    return Mount(path, f"{config.name}-workspace", type="volume", labels={leftovers.WORKSPACE_LABEL: config.name},
+                 driver_config=DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": options}))
+
+
+def _container(config: SandboxConfig, engine: EngineFacts, labels: Mapping[str, str], workspace: str) -> ContainerSpec:
     limits = config.limits
+    roots = [mount for mount in root_mounts(config) if mount["Target"] != workspace]
     spec = ContainerSpec(
         config.image,
         args=list(server_command(config, gvisor=engine.gvisor)),
         hostname="sandbox",
         user="0:0",
         labels=dict(labels),
-        mounts=[*root_mounts(config), _tmpfs(SOCKET_DIR, CHANNEL_BYTES, 0o700),
+        mounts=[*roots, *([workspace_mount(config, workspace)] if workspace else []),
+                _tmpfs(SOCKET_DIR, CHANNEL_BYTES, 0o700),
                 _tmpfs("/tmp", limits.tmpfs_bytes, 0o1777), _tmpfs("/dev/shm", limits.shm_bytes, 0o1777)],
         read_only=True,
         init=False,

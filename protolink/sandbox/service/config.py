@@ -31,9 +31,9 @@ gateway``) the service reaches with TLS, pinned by fingerprint, and the token in
     fingerprint = "sha256:..."                      # what the gateway printed
 
 The ``[swarm]`` table may also come from a file of its own (``serve --swarm FILE``, ``up --swarm
-FILE``), which replaces the configuration file's. Swarm placement keeps warm pools as the local
-one does, but gives no egress and no managed workspace (refused when configured or asked); a
-create's roots must exist at the same paths on every node.
+FILE``), which replaces the configuration file's. Swarm placement keeps warm pools and makes
+managed workspaces (on the task's node) as the local one does, but gives no egress (refused when
+configured or asked); a create's roots must exist at the same paths on every node.
 """
 
 from __future__ import annotations
@@ -125,17 +125,24 @@ class NodeGateway:
 @dataclass(frozen=True)
 class SwarmConfig:
     """Where sandboxes are placed on Swarm: a manager's engine (a docker URL), the gateway of each
-    node by hostname, the file of the token the gateways take, and how long a sandbox's task may
-    take to run (it waits, pending, while no node has a slot)."""
+    node by hostname, the file of the token the gateways take, how long a sandbox's task may
+    take to run (it waits, pending, while no node has a slot), and how long a sandbox's Swarm
+    service outlives the last renewal of its lease by the running service (then a manager's
+    gateway removes it: :func:`~protolink.sandbox.leftovers.reap_services`)."""
 
     manager: str
     gateways: dict[str, NodeGateway]
     token_file: Path
     start_seconds: float = 120.0
+    lease_seconds: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not self.lease_seconds >= 3:
+            raise ValueError(f"[swarm] lease_seconds must be 3 or more, got {self.lease_seconds}")
 
     @classmethod
     def from_table(cls, table: dict[str, Any]) -> SwarmConfig:
-        known = {"manager", "gateway_token_file", "nodes", "start_seconds"}
+        known = {"manager", "gateway_token_file", "nodes", "start_seconds", "lease_seconds"}
         if unknown := set(table) - known:
             raise ValueError(f"[swarm]: unknown keys {sorted(unknown)} (known: {sorted(known)})")
         missing = {"manager", "gateway_token_file", "nodes"} - set(table)
@@ -147,7 +154,7 @@ class SwarmConfig:
                 raise ValueError(f"[swarm.nodes.{node}] needs exactly gateway and fingerprint")
             gateways[str(node)] = NodeGateway(str(entry["gateway"]), str(entry["fingerprint"]))
         return cls(str(table["manager"]), gateways, Path(table["gateway_token_file"]),
-                   float(table.get("start_seconds", 120.0)))
+                   float(table.get("start_seconds", 120.0)), float(table.get("lease_seconds", 600.0)))
 
     def token(self) -> str:
         """The token the gateways take; ValueError when its file is empty."""

@@ -2,20 +2,26 @@
 
 Each sandbox is started by :class:`~.swarm.SwarmPlacement` on the configured manager and
 reached through the gateway of the node its task runs on; its service's labels record its
-owner and the rest (:func:`.sandboxes.adopted_service` reads them back). A task that no longer
-runs is lost (:meth:`OnSwarm.lost`).
+owner and the rest (:func:`.sandboxes.adopted_service` reads them back). A managed workspace
+lives on the task's node, in a volume of the sandbox's own (nothing of it on the host; the
+node's gateway removes it after the task). A task that no longer runs is lost
+(:meth:`OnSwarm.lost`). While the service runs it renews a lease on each of its Swarm services;
+what a service killed for good left expires and a manager's gateway removes it
+(:func:`~protolink.sandbox.leftovers.reap_services`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 import grpc
 
 from protolink.errors import SandboxError, SandboxNotReachedError
 from protolink.wire._pb import sandbox_pb2
+from protolink.wire.roots import Root
 
 from . import labels, sandboxes
 from .config import Overrides, SwarmConfig, Template
@@ -35,25 +41,50 @@ class OnSwarm:
     def __init__(self, service: str, config: SwarmConfig) -> None:
         self.service = service
         self.swarm = SwarmPlacement(config)
+        self._leases: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
+        """Connect to the manager, renew the leases of the Swarm services a previous run left (so
+        that none expires while it is adopted), and keep renewing them while the service runs."""
         await self.swarm.open()
+        await self.swarm.renew_leases(self.service, labels.SERVICE)
+        self._leases = asyncio.create_task(self._keep_leases())
 
     async def close(self) -> None:
+        """Stop renewing the leases (the sandboxes kept for the next run expire
+        ``lease_seconds`` after the last renewal) and close the connection."""
+        if self._leases is not None:
+            self._leases.cancel()
+            await asyncio.gather(self._leases, return_exceptions=True)
         await self.swarm.close()
 
+    async def _keep_leases(self) -> None:
+        """Renew the leases three times per lease: a manager that does not answer once costs none."""
+        while True:
+            await asyncio.sleep(self.swarm.config.lease_seconds / 3)
+            try:
+                await self.swarm.renew_leases(self.service, labels.SERVICE)
+            except Exception as error:
+                log.warning("could not renew the leases of the service's Swarm sandboxes: %s", error)
+
     def check(self, template: Template, overrides: Overrides) -> None:
-        if overrides.workspace or template.allow is not None:
-            raise ValueError("a sandbox on Swarm has no managed workspace and no egress")
+        if template.allow is not None:
+            raise ValueError("a sandbox on Swarm has no egress")
 
     async def start(self, placed: Placed, overrides: Overrides) -> None:
-        """Start ``placed`` as a Swarm service and wait until its server answers through its node's gateway."""
+        """Start ``placed`` as a Swarm service and wait until its server answers through its node's
+        gateway. Its managed workspace, if any, is made on its node (:func:`.swarm.placement_spec`)
+        at the path the manager chose; the manager's empty host directory there is not used, so it
+        is removed."""
         name = labels.swarm_name(self.service, placed.tenant, placed.id)
-        config = sandboxes.sandbox_config(self.service, placed, overrides.roots, name)
+        workspace = (Root(placed.workspace, writable=True),) if placed.workspace else ()
+        config = sandboxes.sandbox_config(self.service, placed, overrides.roots + workspace, name)
+        if placed.workspace:  # a configuration's roots are checked on the host: removed once it is made
+            await asyncio.to_thread(os.rmdir, placed.workspace)
         found = {**sandboxes.container_labels(self.service, placed), labels.TENANT: placed.tenant,
                  labels.SANDBOX: placed.id}
-        placed.node, placed.container_id, placed.task_id = await self.swarm.start(config, found,
-                                                                                  dict(placed.template.node_labels))
+        placed.node, placed.container_id, placed.task_id = await self.swarm.start(
+            config, found, dict(placed.template.node_labels), placed.workspace)
         placed.swarm_service, placed.container_labels = name, found
         try:
             await self._connect(placed)

@@ -7,7 +7,9 @@ landed on (:mod:`protolink.sandbox.gateway`): TLS pinned to the gateway's finger
 gateways' token and the task's container id on every call. A task that stops running, or whose
 node goes down, is lost (:meth:`SwarmPlacement.lost`): Swarm never restarts it (restart policy
 ``none``), and the service never recreates it. The service's labels record its template's
-runtime and node labels, which a restarted service reads back (:func:`adopted_template`).
+runtime and node labels, which a restarted service reads back (:func:`adopted_template`), and
+its lease: an expiry the running service renews (:meth:`SwarmPlacement.renew_leases`), after
+which a manager's gateway removes it (:func:`~..leftovers.reap_services`).
 The service's placement on Swarm, :class:`~.on_swarm.OnSwarm`, places its sandboxes through it.
 """
 
@@ -27,7 +29,7 @@ from protolink.errors import SandboxUnavailableError
 
 from ..client import channel_options
 from ..config import SandboxConfig
-from ..leftovers import OWNER_LABEL
+from ..leftovers import EXPIRY_LABEL, OWNER_LABEL
 from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, hosting_cpus, service_spec, wanted_labels
 from .config import SwarmConfig, Template
 from .forward import CONTAINER_KEY
@@ -48,15 +50,16 @@ NODE_LABELS_LABEL = "io.protolink.service.node-labels"
 
 
 def placement_spec(config: SandboxConfig, labels: dict[str, str], node_labels: dict[str, str], node_cpus: int,
-                   created: int) -> ServiceSpec:
+                   created: int, workspace: str = "") -> ServiceSpec:
     """The Swarm service of ``config``: on a node with ``node_labels`` (and, for a configured
-    runtime, its node label), tuned for gVisor when the runtime is ``runsc``."""
+    runtime, its node label), tuned for gVisor when the runtime is ``runsc``, with its managed
+    ``workspace`` (a writable root of ``config``; empty: none) on the node."""
     facts = SwarmFacts(node_cpus=node_cpus, gvisor=config.runtime == GVISOR_RUNTIME)
     recorded = {NODE_LABELS_LABEL: json.dumps(dict(sorted(node_labels.items())))}
     if config.runtime is not None:
         recorded[RUNTIME_LABEL] = config.runtime
     return service_spec(config, facts, PlacementFacts(created=created, node_labels=node_labels,
-                                                      labels={**labels, **recorded}))
+                                                      labels={**labels, **recorded}, workspace=workspace))
 
 
 def adopted_template(template: Template, swarm_service: dict[str, Any]) -> Template:
@@ -66,6 +69,11 @@ def adopted_template(template: Template, swarm_service: dict[str, Any]) -> Templ
     node_labels = json.loads(found.get(NODE_LABELS_LABEL, "{}"))
     return replace(template, runtime=found.get(RUNTIME_LABEL),
                    node_labels=tuple(sorted((str(key), str(value)) for key, value in node_labels.items())))
+
+
+def lease_until(now: float, config: SwarmConfig) -> str:
+    """The expiry label of a Swarm service whose lease is renewed at ``now``."""
+    return str(int(now + config.lease_seconds))
 
 
 def manager_client(manager: str) -> Any:
@@ -98,6 +106,7 @@ class SwarmPlacement:
         self.config = config
         self._token = ""
         self._docker: Any = None
+        self._relabeling = asyncio.Lock()
 
     async def open(self) -> None:
         self._token = self.config.token()
@@ -107,14 +116,18 @@ class SwarmPlacement:
         if self._docker is not None:
             await asyncio.to_thread(self._docker.close)
 
-    async def start(self, config: SandboxConfig, labels: dict[str, str],
-                    node_labels: dict[str, str]) -> tuple[str, str, str]:
-        """Create ``config``'s service (carrying ``labels``, on a node with ``node_labels``) and
-        wait until its task runs: the node's hostname, the task's container id and the task's id.
-        SandboxUnavailableError when no node runs it within the configured time, or it fails;
-        nothing is left then."""
+    async def start(self, config: SandboxConfig, labels: dict[str, str], node_labels: dict[str, str],
+                    workspace: str = "") -> tuple[str, str, str]:
+        """Create ``config``'s service (carrying ``labels``, on a node with ``node_labels``, with
+        its managed ``workspace`` on that node) and wait until its task runs: the node's
+        hostname, the task's container id and the task's id. SandboxUnavailableError when no
+        node runs it within the configured time, or it fails; nothing is left then."""
         cpus = await asyncio.to_thread(self._node_cpus, config, node_labels)
-        spec = placement_spec(config, labels, node_labels, cpus, int(time.time()))
+        created = int(time.time())
+        spec = placement_spec(config, labels, node_labels, cpus, created, workspace)
+        # The service's own labels carry the lease (its container's keep no expiry: no reaper of a
+        # node's engine may remove a task that runs).
+        spec = replace(spec, labels={**spec.labels, EXPIRY_LABEL: lease_until(created, self.config)})
         await asyncio.to_thread(self._docker.api.create_service, **spec.create_kwargs())
         try:
             return await self._running(config.name)
@@ -139,17 +152,29 @@ class SwarmPlacement:
             await asyncio.to_thread(self._docker.api.remove_service, name)
 
     async def relabel(self, name: str, labels: dict[str, str]) -> None:
-        """Add ``labels`` to the service ``name``'s own labels. Its spec is sent back as stored,
-        so its task is not replaced: a service's labels are not its task's."""
-        await asyncio.to_thread(self._relabel, name, labels)
+        """Add ``labels`` to the service ``name``'s own labels (one update at a time: each names
+        the version it read). Its spec is sent back as stored, so its task is not replaced: a
+        service's labels are not its task's. A service removed meanwhile is let be."""
+        async with self._relabeling:
+            await asyncio.to_thread(self._relabel, name, labels)
+
+    async def renew_leases(self, service: str, label: str) -> None:
+        """Move the lease of every Swarm service carrying ``label=service`` to
+        ``lease_seconds`` from now (:data:`~..leftovers.EXPIRY_LABEL`)."""
+        until = lease_until(time.time(), self.config)
+        for found in await self.services(service, label):
+            await self.relabel(found["Spec"]["Name"], {EXPIRY_LABEL: until})
 
     def _relabel(self, name: str, labels: dict[str, str]) -> None:
-        found = self._docker.api.inspect_service(name)
-        spec = found["Spec"]
-        self._docker.api.update_service(
-            found["ID"], found["Version"]["Index"], name=spec["Name"], labels={**spec.get("Labels", {}), **labels},
-            task_template=spec["TaskTemplate"], mode=spec.get("Mode"), update_config=spec.get("UpdateConfig"),
-            rollback_config=spec.get("RollbackConfig"), endpoint_spec=spec.get("EndpointSpec"))
+        import docker.errors
+
+        with contextlib.suppress(docker.errors.NotFound):
+            found = self._docker.api.inspect_service(name)
+            spec = found["Spec"]
+            self._docker.api.update_service(
+                found["ID"], found["Version"]["Index"], name=spec["Name"], labels={**spec.get("Labels", {}), **labels},
+                task_template=spec["TaskTemplate"], mode=spec.get("Mode"), update_config=spec.get("UpdateConfig"),
+                rollback_config=spec.get("RollbackConfig"), endpoint_spec=spec.get("EndpointSpec"))
 
     async def services(self, service: str, label: str) -> list[dict[str, Any]]:
         """The Swarm services carrying ``label=service``."""

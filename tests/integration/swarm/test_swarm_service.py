@@ -11,11 +11,14 @@ import os
 import signal
 from contextlib import closing
 from dataclasses import replace
+from pathlib import Path
 
 import docker
 import pytest
 
 from protolink.errors import SandboxLostError, SandboxUnavailableError
+from protolink.sandbox.config import Limits
+from protolink.sandbox.leftovers import EXPIRY_LABEL, NODE_REAP_SECONDS
 from protolink.sandbox.service import labels
 from protolink.sandbox.service.client import connect
 from protolink.sandbox.service.config import Template
@@ -25,6 +28,9 @@ from tests.swarm_cluster import Node, eventually, wait_until
 
 # Root: the cluster makes a veth pair and removes its nodes' cgroups.
 pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.timeout(900)]
+#: How long a gone sandbox's workspace volume may stay on its node: it settles for
+#: WORKSPACE_SETTLE_SECONDS before a gateway's turn removes it; generous for a loaded machine.
+VOLUMES_GONE_SECONDS = 300
 
 
 def _containers(nodes: list[Node]) -> list[str]:
@@ -60,6 +66,41 @@ async def test_a_client_runs_commands_in_a_sandbox_on_a_node_and_deleting_it_lea
     wait_until(lambda: not _containers(cluster.nodes), "every node to have no container left")
     with closing(cluster.manager.client()) as manager:
         assert manager.api.services() == []
+
+
+async def test_a_managed_workspace_lives_on_the_tasks_node_takes_transfers_and_goes_with_it(
+        swarm_service, run, tmp_path: Path):
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "run.sh").write_text("#!/bin/sh\necho ran > out.txt\n")
+    (tmp_path / "tree" / "run.sh").chmod(0o755)
+    sandbox = await swarm_service.client.create(workspace=True)
+    workspace = sandbox.status.workspace
+    assert workspace and not Path(workspace).exists()  # on the node, not on the host
+    sent = await sandbox.upload(tmp_path / "tree", f"{workspace}/tree")
+    assert sent.files == 1
+    ran = await run(sandbox.backend, [f"{workspace}/tree/run.sh"], cwd=f"{workspace}/tree")
+    assert ran.exit_code == 0, ran.stderr
+    owner = await run(sandbox.backend, ["/usr/bin/stat", "-c", "%u %a", workspace])
+    assert owner.stdout == "65534 700\n"  # the command user's, as on the host's engine
+    mounted = await run(sandbox.backend, ["/bin/grep", f" {workspace} ", "/proc/self/mounts"])
+    assert f"size={Limits.disk_bytes >> 10}k" in mounted.stdout  # bounded: the disk budget
+    await sandbox.download(f"{workspace}/tree", tmp_path / "back")
+    assert (tmp_path / "back" / "out.txt").read_text() == "ran\n"
+    own = f"{swarm_service.swarm_service(sandbox.id)['Spec']['Name']}-workspace"
+    node = _node_of(swarm_service, sandbox.id)
+    assert f"{node.container}: {own}" in _volumes([node])  # its own, on its node
+    await sandbox.delete()
+    cluster = swarm_service.cluster
+    wait_until(lambda: not _containers(cluster.nodes) and not _volumes(cluster.nodes),
+               "every node to have no container and no volume left", timeout=VOLUMES_GONE_SECONDS)
+
+
+def _volumes(nodes: list[Node]) -> list[str]:
+    found = []
+    for node in nodes:
+        with closing(node.client()) as client:
+            found += [f"{node.container}: {v['Name']}" for v in client.api.volumes()["Volumes"] or []]
+    return found
 
 
 async def test_a_restarted_service_adopts_its_swarm_sandboxes(swarm_service, run):
@@ -240,6 +281,34 @@ async def test_a_killed_services_pool_member_is_removed_by_its_next_run_which_ad
     again = await client.open(claimed.id)
     assert (await run(again.backend, ["/bin/echo", "adopted"])).stdout == "adopted\n"
     await again.delete()
+
+
+async def test_a_killed_services_swarm_sandboxes_outlive_their_lease_only_while_it_runs(swarm_service, run):
+    await swarm_service.stop()  # the same service, detached, to be killed for good
+    name, runtime = swarm_service.name, swarm_service.runtime
+    leased = runtime / "leased.toml"
+    leased.write_text((runtime / "swarm.toml").read_text().replace("[swarm]\n", "[swarm]\nlease_seconds = 3\n"))
+    record = await start_service(name, ["--config", str(runtime / "service.toml"), "--swarm", str(leased)])
+    try:
+        client = await connect(swarm_service.files.address, swarm_service.files.default_token.read_text(),
+                               timeout=30.0)
+        sandbox = await client.create(workspace=True)
+
+        def expiry() -> int:
+            return int(swarm_service.swarm_service(sandbox.id)["Spec"]["Labels"][EXPIRY_LABEL])
+
+        first = expiry()
+        wait_until(lambda: expiry() > first + 2 * NODE_REAP_SECONDS, "the lease renewed, again and again")
+        assert (await run(sandbox.backend, ["/bin/echo", "leased"])).stdout == "leased\n"  # renewed: kept
+        await sandbox.backend.aclose()
+        await client.aclose()
+    finally:
+        os.kill(record["pid"], signal.SIGKILL)
+        os.waitpid(record["pid"], 0)  # start_service's child: reaped here
+    nodes = swarm_service.cluster.nodes
+    wait_until(lambda: not _swarm_services(swarm_service), "a manager's gateway to remove the expired Swarm service")
+    wait_until(lambda: not _containers(nodes) and not _volumes(nodes),
+               "every node to have no container and no volume left", timeout=VOLUMES_GONE_SECONDS)
 
 
 async def _with_pool(service):

@@ -83,3 +83,33 @@ def test_a_container_already_being_removed_is_skipped_and_the_rest_are_reaped():
     reaped = leftovers.reap(engine, now=2)
     assert [(gone.name, gone.reason) for gone in reaped] == [("idle", "expired")]
     assert engine.removed == ["idle" * 16]
+
+
+class _Manager:
+    """A docker SDK client of a Swarm manager listing a service whose lease expired, one whose
+    lease runs, one without an expiry, and an expired one that is removed meanwhile."""
+
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        self.api = self
+
+    def services(self, filters: dict) -> list[dict]:
+        def service(name: str, expiry: str) -> dict:
+            return {"ID": name * 8, "Spec": {"Name": name, "Labels": {leftovers.OWNER_LABEL: "service:svc",
+                                                                      leftovers.EXPIRY_LABEL: expiry}}}
+
+        return [service("gone", "100"), service("kept", "300"), service("none", "0"), service("raced", "100")]
+
+    def remove_service(self, service_id: str) -> None:
+        import docker.errors
+
+        if service_id.startswith("raced"):
+            raise docker.errors.NotFound("no such service")
+        self.removed.append(service_id)
+
+
+def test_a_swarm_service_is_reaped_once_its_lease_expired_and_never_without_one():
+    manager = _Manager()
+    reaped = leftovers.reap_services(manager, now=200)
+    assert [(gone.name, gone.owner, gone.reason) for gone in reaped] == [("gone", "service:svc", "expired")]
+    assert manager.removed == ["gone" * 8]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from docker.types import Mount, Ulimit
+from docker.types import DriverConfig, Mount, Ulimit
 
+from protolink.sandbox import leftovers
 from protolink.sandbox.config import Identity, Lease, Limits, MiB, PublishedPort, SandboxConfig
 from protolink.sandbox.egress.policy import EgressPolicy
 from protolink.sandbox.placements.docker import EngineFacts, HostFacts, container_spec
@@ -65,6 +66,24 @@ def test_roots_are_bind_mounted_at_their_own_paths_read_only_unless_writable(ro,
     assert spec.container["Mounts"][:2] == [Mount(str(ro), str(ro), type="bind", read_only=True),
                                             Mount(str(rw), str(rw), type="bind", read_only=False)]
     assert spec.container["Args"][6:10] == ["--root", f"{ro}:ro", "--root", f"{rw}:rw"]
+
+
+def test_the_workspace_is_a_tmpfs_volume_of_the_sandbox_own_owned_by_the_command_user(ro, rw):
+    cfg = config(Root(str(ro)), Root(str(rw), writable=True), limits=Limits(disk_bytes=64 * MiB),
+                 identity=Identity.of(1234))
+    spec = service_spec(cfg, SWARM, PlacementFacts(created=CREATED, workspace=str(rw)))
+    (workspace,) = [mount for mount in spec.container["Mounts"] if mount["Target"] == str(rw)]
+    assert workspace == Mount(str(rw), f"{NAME}-workspace", type="volume", labels={leftovers.WORKSPACE_LABEL: NAME},
+                              driver_config=DriverConfig("local", {
+                                  "type": "tmpfs", "device": "tmpfs",
+                                  "o": f"size={64 * MiB},uid=1234,gid=1234,mode=0700,nosuid,nodev"}))
+    assert spec.container["Mounts"][0] == Mount(str(ro), str(ro), type="bind", read_only=True)
+    assert spec.container["Args"][6:10] == ["--root", f"{ro}:ro", "--root", f"{rw}:rw"]  # writable to the server
+
+
+def test_a_workspace_that_is_not_a_writable_root_is_refused(ro):
+    with pytest.raises(ValueError, match="must be one of the writable roots"):
+        service_spec(config(Root(str(ro))), SWARM, PlacementFacts(created=CREATED, workspace=str(ro)))
 
 
 def test_ulimits_are_the_docker_placements(rw):

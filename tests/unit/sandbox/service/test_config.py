@@ -76,6 +76,7 @@ fingerprint = "sha256:{'ab' * 32}"
     swarm = ServiceConfig.load(path, image="base:1").swarm
     assert swarm is not None and swarm.manager == "tcp://10.0.0.1:2376" and swarm.token() == "secret"
     assert swarm.gateways == {"node-1": NodeGateway("10.0.0.11:7443", f"sha256:{'ab' * 32}")}
+    assert swarm.lease_seconds == 600  # a killed service's Swarm sandboxes go 10 minutes after its last renewal
     assert ServiceConfig.load(None, image="base:1").swarm is None
 
 
@@ -85,6 +86,7 @@ fingerprint = "sha256:{'ab' * 32}"
      "needs exactly gateway and fingerprint"),
     ('[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\nnetwork = "x"\n', "unknown keys"),
     ('[templates.default]\nallow = []\n[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\n', "no egress"),
+    ('[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\nlease_seconds = 1\n', "3 or more"),
 ])
 def test_a_swarm_table_that_cannot_be_used_is_refused(tmp_path, table, refusal):
     path = tmp_path / "service.toml"
