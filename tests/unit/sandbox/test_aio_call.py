@@ -175,32 +175,34 @@ def test_messages_too_large_for_half_the_window_are_held_back_too_while_none_is_
     state = grpc_call.CallState("localhost", EXECUTE, [], max_message_bytes=window, window_bytes=window)
     state.open()
     body = b"".join(message(bytes([n]) * (window // 2 + 1)) for n in range(16))  # each granted as it arrives
-    allowed = window  # what a server keeping to the window may send: the window, and what is granted
-    sent = 0
+    allowed = window  # what a server keeping to the window may send: the window, then what is granted
 
-    def receive(data: bytes) -> None:
+    def arrive(data: bytes) -> None:
+        """``data`` from the server, read into the client's buffer as a socket would hand it over."""
         nonlocal allowed
         while data:
             room = state.buffer()
-            room[:len(data[:len(room)])] = data[:len(room)]
-            state.received(min(len(room), len(data)))
-            data = data[len(room):]
+            count = min(len(room), len(data))
+            room[:count] = data[:count]
+            state.received(count)
+            data = data[count:]
         allowed += sum(increment for stream, increment in window_updates(state.outgoing) if stream == grpc_call.STREAM)
         state.outgoing.clear()
 
-    receive(ANSWER_HEADERS)
+    arrive(ANSWER_HEADERS)
+    sent = 0
     while sent < len(body) and (room := min(allowed - sent, 1 << 14)) > 0:
-        receive(frame(DATA, 0, 1, body[sent:sent + room]))
+        arrive(frame(DATA, 0, 1, body[sent:sent + room]))
         sent += room
     assert state.failure is None
     assert sent < 3 * window  # held back after a message and the start of the next, none taken
     while sent < len(body):  # taking them lets the rest come
         while state.take() is not None:
             pass
-        receive(b"")
+        arrive(b"")  # the grants the takes made
         room = min(allowed - sent, 1 << 14)
         assert room > 0
-        receive(frame(DATA, 0, 1, body[sent:sent + room]))
+        arrive(frame(DATA, 0, 1, body[sent:sent + room]))
         sent += room
 
 
