@@ -46,13 +46,10 @@ READ_CHUNK_BYTES = 64 * 1024
 READ_INTERVAL_SECONDS = 0.001
 #: What a pipe found full is enlarged to (Linux lets any user go up to 1 MiB).
 PIPE_BYTES = 1024 * 1024
-#: The most kept output handed to the sink at once: what arrives while the sink is busy, up to a
-#: few pipefuls. The sandbox server sends each piece as one message, whose cost (the handoffs
-#: between its threads and the client's) is the same for a mebibyte as for four.
-PIECE_BYTES = 4 * 1024 * 1024
-#: Kept output waiting for the sink beyond which the pipes are not read until it catches up
-#: (one whole piece waits while another is fed).
-PENDING_BYTES = PIECE_BYTES
+#: The most kept output handed to the sink at once.
+PIECE_BYTES = 1024 * 1024
+#: Kept output waiting for the sink beyond which the pipes are not read until it catches up.
+PENDING_BYTES = 2 * PIECE_BYTES
 #: The room left free in front of each piece's data, for a header the sink puts there.
 HEADROOM_BYTES = 64
 #: Piece buffers kept for reuse once fed (one per piece waiting or being fed, at most).

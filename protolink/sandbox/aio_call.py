@@ -26,9 +26,8 @@ from protolink.wire.keepalive import PING_SECONDS, PING_TIMEOUT_SECONDS
 from .grpc_call import CallState, authority, host_and_port
 
 CONNECT_SECONDS = 5.0
-#: What the server may send beyond the messages taken: a few of its largest output events (of
-#: up to 4 MiB), each under half of it, so that each one's room is granted again as it is taken.
-WINDOW_BYTES = 1 << 24
+#: What the server may send beyond the messages taken: a few of its largest output events.
+WINDOW_BYTES = 1 << 22
 
 
 class Message(Protocol):

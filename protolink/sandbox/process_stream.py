@@ -40,8 +40,8 @@ from .aio_call import AsyncCall
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0
 #: Events of one process that may wait for it to read them (an honest server's output events
-#: hold 4 MiB at most: it merges output into pieces of that size while this side is slow).
-QUEUED_EVENTS = 4
+#: hold a mebibyte at most: it merges output into pieces of that size while this side is slow).
+QUEUED_EVENTS = 8
 #: A call with no process left on it is ended after this long; the next process opens a new
 #: one. An open call is also why gRPC's fork handlers may crash a child the host process forks
 #: meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
