@@ -18,7 +18,9 @@ average, since figures move 2-3x with it:
      (target >= 400/s, 0 errors), and the CPU time the sandbox's server and this client spent
      per command;
   4. 10 MB and 100 MB of stdout, all of it kept, through ``execute_command``: sandbox vs local
-     (target: the sandbox's throughput >= 0.8x local's), the server's and this client's CPU
+     (target: the sandbox's throughput >= 0.8x local's), and beside them the same bytes written
+     by a command in the sandbox into a FIFO this process reads as the host backend reads its
+     pipes (the floor of a data path without the server in it), the server's and this client's CPU
      time per MB (the local backend's too) and this client's page faults per MB; peak memory growth of the server and of this client with 100 MB kept (target:
      at most the output's size plus 20 MB each);
   5. 1 GiB of stdout under a 64 KiB cap: wall time, peak memory growth of the server and of this
@@ -46,6 +48,8 @@ from search import build_tree
 
 from protolink import Agent, AgentCard, CapabilityPolicy
 from protolink.execution.local import LocalExecutionBackend
+from protolink.execution.output import OutputCap, OutputCollector
+from protolink.execution.output_pipes import OutputPipes
 from protolink.execution.process_types import ProcessSpec
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.provision import ensure_image
@@ -96,6 +100,33 @@ async def print_kept(agent: Agent, root: Path, size: int) -> Any:
                                    cwd=str(root), env=ENV, max_output_bytes=size, timeout_seconds=120)
     assert len(result.stdout) == size and not result.truncated, (len(result.stdout), result.truncated)
     return result
+
+
+async def print_to_host(backend: Any, root: Path, size: int) -> None:
+    """``size`` bytes written by a command in the sandbox into a FIFO in the workspace, read and
+    kept here as the host backend reads and keeps its pipes: what output kept whole would cost
+    with the sandbox's server out of its path (the command's pipe read by the host itself)."""
+    fifo = root / "kept.fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+        os.chmod(fifo, 0o666)
+    spec = ProcessSpec(("/bin/sh", "-c", f"exec /usr/bin/head -c {size} /dev/zero > {fifo}"), str(root), ENV, 120, 0)
+    writing = asyncio.ensure_future(backend.execute(spec, Quiet()))
+    opening = asyncio.ensure_future(asyncio.to_thread(os.open, fifo, os.O_RDONLY))
+    await asyncio.wait((writing, opening), return_when=asyncio.FIRST_COMPLETED)
+    if not opening.done():  # the command ended without opening it: release the reader's open
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        os.close(await opening)
+        raise RuntimeError(f"the command did not write to the FIFO: {writing.result()}")
+    collector = OutputCollector(Quiet())
+    pipes = OutputPipes({opening.result(): "stdout"}, OutputCap(size), collector)
+    pipes.drain()
+    await pipes.closed
+    pipes.close()
+    await pipes.delivered()
+    await collector.finish()
+    result = await writing
+    assert result.exit_code == 0 and len(collector.stdout) == size, (result, len(collector.stdout))
 
 
 async def concurrent_rate(agent: Agent, root: Path) -> tuple[float, int]:
@@ -337,12 +368,15 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 row("stdout kept whole via execute_command", "sandbox", "local", "sandbox/local")
                 for size, runs in KEPT:
                     meter, local_meter = CpuMeter(server_pids(sandbox)), CpuMeter([])
-                    box_kept, local_kept = await medians_of(runs, meter.of(lambda: print_kept(boxed, root, size)),
-                                                            local_meter.of(lambda: print_kept(local, root, size)))
+                    box_kept, local_kept, piped = await medians_of(
+                        runs, meter.of(lambda: print_kept(boxed, root, size)),
+                        local_meter.of(lambda: print_kept(local, root, size)), lambda: print_to_host(backend, root, size))
                     row(f"  {size // 1_000_000} MB (median of {runs})", f"{box_kept:.3f} s", f"{local_kept:.3f} s",
                         f"{box_kept / local_kept:.2f}")
                     row("    throughput (target: sandbox >= 0.8x local)", f"{size / 1e6 / box_kept:.0f} MB/s",
                         f"{size / 1e6 / local_kept:.0f} MB/s", f"{local_kept / box_kept:.2f}x")
+                    row("    the command's pipe read by this host, no server", f"{size / 1e6 / piped:.0f} MB/s", "",
+                        f"{local_kept / piped:.2f}x")
                     megabytes = size / 1e6 * (runs + 1)  # the warming call is measured too
                     row("    CPU per MB: server, this client; local", f"{meter.server / megabytes * 1e3:.2f} ms",
                         f"{meter.client / megabytes * 1e3:.2f} ms", f"{local_meter.client / megabytes * 1e3:.2f} ms")

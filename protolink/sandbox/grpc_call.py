@@ -221,6 +221,7 @@ class CallState:
             return None
         message, room = self._messages.popleft()
         self._grant(room)
+        self._grant_large_start()
         return message
 
     def finished(self) -> Exception | None:
@@ -258,13 +259,20 @@ class CallState:
             self._data += data[taken:]
             granted = 0
         self._grant(padding)
-        if len(self._data) >= 5 and 5 + int.from_bytes(self._data[1:5], "big") > self._window_bytes // 2:
-            # The start of a message too large to wait for its room: granted now, or the rest could not come.
-            self._grant(len(self._data) - granted)
-            granted = len(self._data)
         self._data_granted = granted
+        self._grant_large_start()
         if flags & END_STREAM:
             self.ended = True
+
+    def _grant_large_start(self) -> None:
+        """Grant what arrived of a message too large to wait for its room (the rest could not come
+        otherwise), once every message before it has been taken: a server sending such messages
+        to a consumer that takes none is held back by the window, as with any other."""
+        if self._messages or len(self._data) < 5:
+            return
+        if 5 + int.from_bytes(self._data[1:5], "big") > self._window_bytes // 2:
+            self._grant(len(self._data) - self._data_granted)
+            self._data_granted = len(self._data)
 
     def _split(self, data: memoryview, granted: int, lend: bytearray | None = None) -> int:
         """Queue the complete messages at the start of ``data`` (``granted`` of its bytes granted

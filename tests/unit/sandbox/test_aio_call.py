@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -168,6 +168,52 @@ async def test_a_consumer_that_stops_taking_stops_the_server_and_everything_arri
         taken += [data async for data in answer]
     assert taken == events
     assert peer.sent == len(body)
+
+
+def test_messages_too_large_for_half_the_window_are_held_back_too_while_none_is_taken():
+    window = 1 << 17
+    state = grpc_call.CallState("localhost", EXECUTE, [], max_message_bytes=window, window_bytes=window)
+    state.open()
+    body = b"".join(message(bytes([n]) * (window // 2 + 1)) for n in range(16))  # each granted as it arrives
+    allowed = window  # what a server keeping to the window may send: the window, then what is granted
+
+    def arrive(data: bytes) -> None:
+        """``data`` from the server, read into the client's buffer as a socket would hand it over."""
+        nonlocal allowed
+        while data:
+            room = state.buffer()
+            count = min(len(room), len(data))
+            room[:count] = data[:count]
+            state.received(count)
+            data = data[count:]
+        allowed += sum(increment for stream, increment in window_updates(state.outgoing) if stream == grpc_call.STREAM)
+        state.outgoing.clear()
+
+    arrive(ANSWER_HEADERS)
+    sent = 0
+    while sent < len(body) and (room := min(allowed - sent, 1 << 14)) > 0:
+        arrive(frame(DATA, 0, 1, body[sent:sent + room]))
+        sent += room
+    assert state.failure is None
+    assert sent < 3 * window  # held back after a message and the start of the next, none taken
+    while sent < len(body):  # taking them lets the rest come
+        while state.take() is not None:
+            pass
+        arrive(b"")  # the grants the takes made
+        room = min(allowed - sent, 1 << 14)
+        assert room > 0
+        arrive(frame(DATA, 0, 1, body[sent:sent + room]))
+        sent += room
+
+
+def window_updates(data: bytes | bytearray) -> Iterator[tuple[int, int]]:
+    """The WINDOW_UPDATE frames among the frames ``data`` holds: (stream, increment)."""
+    at = 0
+    while at < len(data):
+        length = int.from_bytes(data[at:at + 3], "big")
+        if data[at + 3] == WINDOW_UPDATE:
+            yield int.from_bytes(data[at + 5:at + 9], "big"), int.from_bytes(data[at + 9:at + 13], "big")
+        at += 9 + length
 
 
 # A server that breaks the protocol ---------------------------------------------------------
