@@ -12,22 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Callable
-from typing import Literal
 
 from protolink.net import splice
-
-#: Who ends the exchange. ``"both"``: a tunnel, which passes each side's half-close on and ends
-#: when both directions have ended. ``"server"``: one forwarded request, ended by the server's
-#: EOF; the client's half-close is not passed on.
-EndedBy = Literal["both", "server"]
-#: ``count(size, up)`` sees the size of every chunk first and returns how many of its bytes go on.
-Count = Callable[[int, bool], int]
+from protolink.net.join import Count, EndedBy
 
 
 class Tunnel:
     """Moves bytes between ``client`` and ``server`` (connected non-blocking sockets, which the
-    caller owns, shuts down and closes) until the exchange ends. :meth:`open`, then
+    caller owns, shuts down and closes) until the exchange ends, as a
+    :class:`~protolink.net.join.Join` does between two streams (:data:`~protolink.net.join.EndedBy`
+    says who ends it; with ``"server"``, the client's half-close is never passed on). :meth:`open`, then
     :meth:`ended`, then :meth:`aclose`; :meth:`abort` at any time.
 
     ``count`` sees every chunk first and says how many of its bytes go on (a byte budget may cut
