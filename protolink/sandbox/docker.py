@@ -262,10 +262,16 @@ class DockerSandbox:
                 self._engine = await _in_thread(self._engine_facts)
                 if self._tcp:  # its port is published through the bridge: "network bridge not found" says it is missing
                     await _in_thread(self._docker.api.inspect_network, "bridge")
-                self.reaped = await _in_thread(leftovers.reap, self._docker)
+                # Others' leftovers are removed while this container starts, not before.
+                reaped, started = await asyncio.gather(_in_thread(leftovers.reap, self._docker),
+                                                       _in_thread(self._run_container, self._engine),
+                                                       return_exceptions=True)
+                for outcome in (started, reaped):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                self.reaped = reaped
                 for gone in self.reaped:
                     log.warning("reaped sandbox container %s (%s): %s", gone.name, gone.container_id, gone.reason)
-                await _in_thread(self._run_container, self._engine)
                 self._backend = await self._wait_ready()
             if self.config.egress is not None:
                 self._egress = await self._start_egress(self.config.egress)

@@ -22,9 +22,9 @@ def main(argv: list[str] | None = None) -> int:
         return REFUSED
 
     def serve() -> int:
-        # Pages stay shared with the reaper (where this is its child) and with the workers and
-        # spawner forked below while neither side writes them: the collector would write to
-        # every object it scans, and what the server alone needs is imported here.
+        # Pages stay shared with the reaper (where this is its child) and with the workers
+        # forked later while neither side writes them: the collector would write to every
+        # object it scans, and what the server alone needs is imported here.
         gc.freeze()
         import asyncio
 
@@ -45,9 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         from .worker_pool import WorkerPool
 
         workers = WorkerPool(uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
-                             max_workers=config.max_workers, max_message_bytes=config.max_message_bytes)
-        if config.token is None:
-            workers.fork()  # shares the modules just loaded; still one thread
+                             max_workers=config.max_workers, max_message_bytes=config.max_message_bytes,
+                             forks=config.token is None)  # a forked worker would carry the token
         asyncio.run(serve(config, spawner, workers, subreapers=subreapers))
         return 0
 

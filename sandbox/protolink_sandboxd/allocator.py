@@ -1,4 +1,5 @@
-"""The C allocator's settings for the server process: large buffers are reused, not remapped.
+"""The C allocator's settings for the server process: large buffers are reused, not remapped,
+and every thread shares one arena.
 
 A command's output crosses the server in pieces of up to a mebibyte, and each piece lives in a
 few short-lived buffers (the merged bytes, the event's message and its serialization, gRPC's
@@ -18,6 +19,7 @@ MAPPING_BYTES = 8 << 20
 TRIM_BYTES = 32 << 20
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 
 
 def reuse_large_buffers() -> None:
@@ -27,3 +29,13 @@ def reuse_large_buffers() -> None:
     if mallopt is not None:
         mallopt(_M_MMAP_THRESHOLD, MAPPING_BYTES)
         mallopt(_M_TRIM_THRESHOLD, TRIM_BYTES)
+
+
+def share_one_arena() -> None:
+    """Make every thread of this process allocate from glibc's main arena; nothing where the C
+    library has no ``mallopt``. glibc would give each of gRPC's threads an arena of its own, each
+    reserving 64 MiB of address space, and a worker forked from the server inherits what the
+    server reserved under its own address-space limit. Call it before threads start."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt(_M_ARENA_MAX, 1)

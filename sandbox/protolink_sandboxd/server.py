@@ -17,7 +17,7 @@ from protolink.errors import SandboxAuthenticationError
 from protolink.wire.keepalive import SERVER_KEEPALIVE_OPTIONS
 from protolink.wire.status import abort_with, to_status
 
-from .allocator import reuse_large_buffers
+from .allocator import reuse_large_buffers, share_one_arena
 from .config import ServerConfig
 from .egress_relay import EgressRelay
 from .privileges import acting_as
@@ -28,9 +28,9 @@ from .worker_pool import WorkerPool
 
 #: How long in-flight calls may finish when the server is asked to stop.
 STOP_GRACE_SECONDS = 2.0
-#: The first worker starts (a few hundred milliseconds of CPU) once no call has run for this
-#: long, so it does not slow the first commands; a file call that comes first starts it at once.
-WARM_WHEN_QUIET_SECONDS = 0.2
+#: Idle workers are retired once no call has run for this long (the next file call forks one
+#: again, in a few milliseconds): an idle sandbox holds its server alone.
+RETIRE_WORKERS_WHEN_QUIET_SECONDS = 30.0
 
 log = logging.getLogger("sandbox")
 
@@ -102,9 +102,11 @@ def _bind(server: grpc.aio.Server, config: ServerConfig) -> None:
         raise SystemExit(f"cannot listen on {config.listen}") from None
 
 
-async def _warm_when_quiet(service: SandboxService, workers: WorkerPool) -> None:
-    await service.activity.quiet(WARM_WHEN_QUIET_SECONDS)
-    await workers.warm()
+async def _retire_workers_when_quiet(service: SandboxService, workers: WorkerPool) -> None:
+    while True:
+        await service.activity.quiet(RETIRE_WORKERS_WHEN_QUIET_SECONDS)
+        await workers.retire_idle()
+        await asyncio.sleep(RETIRE_WORKERS_WHEN_QUIET_SECONDS)
 
 
 async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPool, *, subreapers: bool) -> None:
@@ -113,6 +115,7 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPoo
     ``subreapers``: whether the commands' keepers are subreapers here (see :mod:`protolink_sandboxd.strays`)."""
     os.umask(0o077)  # the socket is created owner-only; commands and workers set their own umask
     reuse_large_buffers()
+    share_one_arena()  # before gRPC starts its threads
     spawner.start()
     sweeper = StraySweeper(config.command_uid, lambda: spawner.pid, lambda: workers.pids, keepers=spawner.keepers,
                            subreapers=subreapers)
@@ -138,11 +141,11 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPoo
     for name in ("", SERVICE):
         await health_service.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving %s on %s", config.boundary, config.listen)
-    warming = asyncio.ensure_future(_warm_when_quiet(service, workers))
+    retiring = asyncio.ensure_future(_retire_workers_when_quiet(service, workers))
     try:
         await stop.wait()
     finally:
-        warming.cancel()
+        retiring.cancel()
         await health_service.enter_graceful_shutdown()
         await server.stop(STOP_GRACE_SECONDS)
         if relay is not None:

@@ -45,7 +45,7 @@ log = logging.getLogger("sandbox")
 class SandboxService:
     """The RPC implementations; :meth:`handler` exposes them to a grpc.aio server.
 
-    ``activity`` tells when calls run (the server warms its first worker in a quiet moment).
+    ``activity`` tells when calls run (the server retires idle workers in a quiet moment).
     """
 
     def __init__(self, config: ServerConfig, workers: WorkerPool, sweeper: StraySweeper, spawner: SpawnerClient) -> None:

@@ -1,7 +1,8 @@
 """A worker process: performs workspace and document operations as the command user.
 
-Started by the server as root (``python -I -m protolink_sandboxd.worker``, or forked from it with
-its modules loaded: :meth:`~protolink_sandboxd.worker_pool.WorkerPool.fork`), it sets its
+Forked by the server as root with its modules loaded (:mod:`protolink_sandboxd.worker_pool`), or
+started as ``python -I -m protolink_sandboxd.worker`` (for document operations, and by a server
+that holds a token), it sets its
 address-space limit, becomes non-dumpable, takes the command uid/gid as its file-system ids for
 good (:func:`~protolink_sandboxd.privileges.drop_to_shielded`) and then serves one request at a
 time over stdin/stdout (:mod:`protolink_sandboxd.frames`). Every module it needs is loaded

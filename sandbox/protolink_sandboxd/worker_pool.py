@@ -4,6 +4,12 @@ A worker serves one request at a time and is reused while it stays healthy. One 
 past its wall time, dies (memory or CPU limit, a crash), breaks the pipe protocol, or is
 abandoned by a canceled call is killed and reaped; the next call starts a fresh one. The
 caller gets a typed error and the server lives on.
+
+A worker is forked from the server when a call needs one: it shares the server's pages (the
+modules a worker runs among them) until either writes them, and starts in a few milliseconds,
+so an idle sandbox need hold none (:meth:`WorkerPool.retire_idle`). A document operation
+takes a worker started with exec instead, which loads the document parsers before it drops
+its ids, as every worker of a server that holds a token is (a forked one would carry it).
 """
 
 from __future__ import annotations
@@ -111,21 +117,23 @@ class _TooLarge(Exception):
 
 
 class WorkerPool:
-    """Runs operations in worker processes, at most ``max_workers`` of them.
+    """Runs operations in worker processes, at most ``max_workers`` of them; ``forks``: whether
+    they may be forked from this process (not when it holds a secret).
 
     A call takes whichever worker is idle first. When none is, the pool grows in the
     background, one worker at a time, so a burst of short calls is served by the workers that
     exist instead of waiting for new ones to load.
     """
 
-    def __init__(self, *, uid: int, gid: int, memory_bytes: int, max_workers: int, max_message_bytes: int) -> None:
+    def __init__(self, *, uid: int, gid: int, memory_bytes: int, max_workers: int, max_message_bytes: int,
+                 forks: bool = True) -> None:
         self._command = [
             sys.executable, "-I", "-m", "protolink_sandboxd.worker",
             "--uid", str(uid), "--gid", str(gid),
             "--memory-bytes", str(memory_bytes), "--max-request-bytes", str(max_message_bytes),
             "--server", str(os.getpid()),
         ]
-        self._forked: tuple[int, int, int] | None = None  # pid, pipe end to it, pipe end from it
+        self._forks = forks
         self._max_message_bytes = max_message_bytes
         self._max_resident_bytes = int(memory_bytes * KEEP_AT_MOST_SHARE)
         self._max_workers = max_workers
@@ -135,44 +143,10 @@ class WorkerPool:
         self._spawn_error: OSError | None = None
         self._busy: dict[_Worker, float] = {}  # worker -> when its current call started
 
-    def fork(self) -> None:
-        """Fork the first worker now, from the modules this process has loaded: their pages stay
-        shared with it until either writes them (a started worker loads its own, some 35 MB).
-        Call this while the process has one thread, holds no secret and has imported what a
-        worker needs; it is taken into the pool by the first call or :meth:`warm`. It has no
-        document parser (some 20 MB): the first document operation that takes it replaces it."""
-        to_worker, from_worker = os.pipe(), os.pipe()
-        gc.freeze()  # the collector would write to every object it scans: the pages would part
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child never returns
-            code = 1
-            try:
-                os.setsid()
-                os.dup2(to_worker[0], 0)
-                os.dup2(from_worker[1], 1)
-                os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as exec would: the spawner's channel, ...
-                os.environ.clear()
-                os.environ["PATH"] = os.defpath
-                show_command_line(self._command)
-                code = worker_main(self._command[4:], parsers=False)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(code)
-        os.close(to_worker[0])
-        os.close(from_worker[1])
-        self._forked = (pid, to_worker[1], from_worker[0])
-
     @property
     def pids(self) -> list[int]:
         """The pids of the workers this pool holds (each a child of this process)."""
-        return [worker.pid for worker in self._live] + ([self._forked[0]] if self._forked is not None else [])
-
-    async def warm(self) -> None:
-        """Start one worker ahead of the first call."""
-        if not self._live and (self._growing is None or self._growing.done()):
-            self._growing = asyncio.ensure_future(self._grow())
-            await self._growing
+        return [worker.pid for worker in self._live]
 
     async def call(self, method: str, payload: bytes, *, seconds: float, what: str) -> bytes:
         """The response payload of ``method``; OperationFailed with the operation's own error,
@@ -208,13 +182,12 @@ class WorkerPool:
         """Kill and reap every worker."""
         if self._growing is not None:
             self._growing.cancel()
-        if self._forked is not None:
-            pid, to_worker, from_worker = self._forked
-            self._forked = None
-            os.close(to_worker)
-            os.close(from_worker)
-            await _kill_and_reap(pid)
         await asyncio.gather(*(self._retire(worker) for worker in list(self._live)))
+
+    async def retire_idle(self) -> None:
+        """Kill and reap the workers no call holds; the next call forks another."""
+        idle = [self._idle.get_nowait() for _ in range(self._idle.qsize())]
+        await asyncio.gather(*(self._retire(worker) for worker in idle))
 
     async def _take(self, *, parsers: bool) -> _Worker:
         while True:
@@ -226,7 +199,7 @@ class WorkerPool:
                 # one call for a while, or when there is none at all.
                 done, _ = await asyncio.wait({getter}, timeout=patience)
                 if not done and self._should_grow():
-                    self._growing = asyncio.ensure_future(self._grow())
+                    self._growing = asyncio.ensure_future(self._grow(parsers=parsers))
                 growing = self._growing
                 waits = {getter} if growing is None or growing.done() else {getter, growing}
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -249,9 +222,9 @@ class WorkerPool:
         held_since = time.monotonic() - GROW_AFTER_SECONDS
         return not self._live or any(started < held_since for started in self._busy.values())
 
-    async def _grow(self) -> None:
+    async def _grow(self, *, parsers: bool) -> None:
         try:
-            worker = await self._spawn()
+            worker = await self._spawn(parsers=parsers)
         except OSError as error:  # e.g. a full process table: a fork bomb is running
             self._spawn_error = error
             log.warning("cannot start a worker process: %s", error)
@@ -265,11 +238,11 @@ class WorkerPool:
         self._live.discard(worker)
         await worker.stop()
 
-    async def _spawn(self) -> _Worker:
-        """The forked worker, or else a fresh one (this process has threads now: it must exec)."""
-        if self._forked is not None:
-            forked, self._forked = self._forked, None
-            return await _Worker.open(*forked, parsers=False)
+    async def _spawn(self, *, parsers: bool) -> _Worker:
+        """A worker forked from this process, or one started with exec (some 40 MB, and a few
+        hundred milliseconds of CPU), which loads the document ``parsers`` (some 20 MB more)."""
+        if not parsers and self._forks:
+            return await _Worker.open(*self._fork(), parsers=False)
         to_worker, from_worker = os.pipe(), os.pipe()
         try:
             pid = os.posix_spawn(sys.executable, self._command, {"PATH": os.defpath}, setsid=True, file_actions=[
@@ -282,6 +255,42 @@ class WorkerPool:
             os.close(to_worker[0])
             os.close(from_worker[1])
         return await _Worker.open(pid, to_worker[1], from_worker[0], parsers=True)
+
+    def _fork(self) -> tuple[int, int, int]:
+        """Fork a worker from this process (the pid, the pipe end to it, the pipe end from it).
+
+        The server has threads (gRPC's) by now; the child has only this one, and runs none of
+        their code: it leaves the event loop's signal handling, closes every descriptor but its
+        pipes, as exec would, and serves requests with the modules the server has loaded."""
+        to_worker, from_worker = os.pipe(), os.pipe()
+        try:
+            pid = os.fork()
+        except BaseException:
+            for end in (*to_worker, *from_worker):
+                os.close(end)
+            raise
+        if pid == 0:  # pragma: no cover - the child never returns
+            code = 1
+            try:
+                gc.freeze()  # the collector would write to every object it scans: the pages would part
+                signal.set_wakeup_fd(-1)
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(signum, signal.SIG_DFL)
+                os.setsid()
+                os.dup2(to_worker[0], 0)
+                os.dup2(from_worker[1], 1)
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # gRPC's, the spawner's channel, ...
+                os.environ.clear()
+                os.environ["PATH"] = os.defpath
+                show_command_line(self._command)
+                code = worker_main(self._command[4:], parsers=False)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(to_worker[0])
+        os.close(from_worker[1])
+        return pid, to_worker[1], from_worker[0]
 
 
 def _reaped(pid: int) -> int | None:

@@ -360,6 +360,16 @@ async def test_commands_cannot_read_the_workers_memory_or_environment(server, ro
     assert result.stderr.count("Permission denied") == 2, result
 
 
+async def test_a_server_holds_no_worker_until_a_file_call_forks_one(roots):
+    """A sandbox that only ran commands holds no worker; a file call forks one from the server."""
+    async with own_server(roots[0], "forked") as (running, writable):
+        assert (await run(running, "true", writable)).exit_code == 0
+        assert workers(running) == []
+        await running.backend.list_files(str(writable), roots=[str(writable)], pattern="*", recursive=False,
+                                         max_results=1)
+        assert len(workers(running)) == 1
+
+
 async def execute_raw(channel: grpc.aio.Channel, *requests: bytes, timeout: float = 30) -> list[process_pb2.ExecuteEvent]:
     """Send ``requests`` on one Execute call, half-close it, and return every event it answers."""
     call = channel.stream_stream("/protolink.sandbox.v1.Sandbox/Execute")(timeout=timeout)

@@ -1,0 +1,60 @@
+"""Workers forked from the server's process when a call needs one, and retired when idle."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from protolink_sandboxd.worker_pool import WorkerPool
+
+from protolink.wire._pb import workspace_pb2
+from tests.sandbox_server import unused_uid
+
+pytestmark = pytest.mark.root  # a worker takes the command uid as its file-system uid
+
+
+@pytest.fixture
+def directory() -> Iterator[Path]:
+    """A directory the command user may list (pytest's own tmp dirs are private)."""
+    made = Path(tempfile.mkdtemp(prefix="protolink-worker-pool-test-")).resolve()
+    made.chmod(0o755)
+    (made / "a.txt").write_text("a")
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def listing(directory: Path) -> bytes:
+    return workspace_pb2.ListFilesRequest(path=str(directory), roots=[str(directory)], pattern="*",
+                                          max_results=10).SerializeToString()
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def exists(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+async def test_a_call_forks_a_worker_and_an_idle_one_is_retired(directory: Path) -> None:
+    uid = unused_uid()
+    pool = WorkerPool(uid=uid, gid=uid, memory_bytes=1 << 30, max_workers=2, max_message_bytes=1 << 20)
+    try:
+        assert pool.pids == []
+        reply = workspace_pb2.ListFilesResponse.FromString(
+            await pool.call("ListFiles", listing(directory), seconds=60, what="a listing"))
+        assert [Path(entry.path).name for entry in reply.items] == ["a.txt"]
+        [first] = pool.pids
+        assert parent(first) == os.getpid()  # forked from this process
+
+        await pool.retire_idle()
+        assert pool.pids == [] and not exists(first)  # killed and reaped
+
+        await pool.call("ListFiles", listing(directory), seconds=60, what="a listing")
+        assert len(pool.pids) == 1 and pool.pids != [first]
+    finally:
+        await pool.aclose()
