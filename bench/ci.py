@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 from protolink.sandbox.ci.runner import CA_VARIABLES  # noqa: E402
 from protolink.sandbox.provision import ensure_image  # noqa: E402
 from tests.ci_projects import ALL_PROJECTS, JAVASCRIPT_PROJECTS, PYTHON_PROJECTS, Project, unpack  # noqa: E402
-from tests.ci_runs import CA_FILE, CLI, RUN_TIMEOUT_SECONDS, run_on_host, run_through_the_runner, totals_of  # noqa: E402
+from tests.ci_runs import (  # noqa: E402
+    CA_FILE, CLI, RUN_TIMEOUT_SECONDS, run_on_host, run_through_the_runner, totals_of)
 
 SETUP_TARGET = 1.3
 TEST_TARGET = 1.15
