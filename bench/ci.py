@@ -8,7 +8,10 @@ indexes (PyPI, npm)::
 One run prints, side by side:
   1. for each validation project of tests/ci_projects.py (the host and the runner take turns):
      the setup phase's wall time through the runner against the host's (target <= 1.3x) and the
-     test phase's (target <= 1.15x), and whether both gave the same totals;
+     test phase's (target <= 1.15x), and whether both gave the same totals; beside them, the
+     same commands with the image's own tools (its Python, Node.js and npm) in a plain
+     ``docker run`` on the host's network: no sandbox, no proxy, nice 0. The runner against that
+     is what the runner costs; that against the host is what the image's tools cost;
   2. the runner's own overhead: ``protolink-sandbox ci`` of a repository whose test is ``true``,
      wall time, median of N (target <= 1.5 s), with where its time goes (the report's
      ``timings``: the image check, the workspace copy, the sandbox's start and removal, the
@@ -31,9 +34,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from protolink.sandbox.ci.runner import CA_VARIABLES  # noqa: E402
 from protolink.sandbox.provision import ensure_image  # noqa: E402
-from tests.ci_projects import ALL_PROJECTS, JAVASCRIPT_PROJECTS, PYTHON_PROJECTS, unpack  # noqa: E402
-from tests.ci_runs import CLI, run_on_host, run_through_the_runner, totals_of  # noqa: E402
+from tests.ci_projects import ALL_PROJECTS, JAVASCRIPT_PROJECTS, PYTHON_PROJECTS, Project, unpack  # noqa: E402
+from tests.ci_runs import (  # noqa: E402
+    CA_FILE, CLI, RUN_TIMEOUT_SECONDS, run_on_host, run_through_the_runner, totals_of)
 
 SETUP_TARGET = 1.3
 TEST_TARGET = 1.15
@@ -45,22 +50,52 @@ def load() -> str:
     return " ".join(f"{value:.1f}" for value in os.getloadavg())
 
 
+#: Runs in the image: each setup command and then the test command, timed; prints the two phases' seconds.
+_TIMED_PHASES = """
+import json, shlex, subprocess, sys, time
+setup, test = json.loads(sys.argv[1]), sys.argv[2]
+started = time.perf_counter()
+for command in setup:
+    subprocess.run(["/bin/sh", "-c", command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+middle = time.perf_counter()
+subprocess.run(shlex.split(test), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(json.dumps([middle - started, time.perf_counter() - middle]))
+"""
+
+
+def in_plain_container(project: Project, repository: Path, image: str) -> tuple[float, float]:
+    """The project's setup and test seconds with the image's tools in a plain ``docker run`` on
+    the host's network (no sandbox, no proxy, nice 0; caches empty, the host's CA trusted as the
+    runner's jobs are told to), timed inside the container so that its start is left out."""
+    env = ["-e", "CI=true", "-e", "HOME=/tmp/home", *(f"--env={name}={CA_FILE}" for name in CA_VARIABLES)]
+    done = subprocess.run(
+        ["docker", "run", "--rm", "--network", "host", "--user", f"{os.getuid()}:{os.getgid()}", *env,
+         "--volume", f"{repository}:{repository}", "--volume", f"{CA_FILE}:{CA_FILE}:ro", "--workdir", str(repository),
+         "--entrypoint", "python3", image, "-c", _TIMED_PHASES, json.dumps(project.setup), project.test],
+        check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, stdin=subprocess.DEVNULL)
+    setup, test = json.loads(done.stdout)
+    return setup, test
+
+
 def projects(args: argparse.Namespace) -> None:
     chosen = [project for project in ALL_PROJECTS if not args.projects or project.name in args.projects]
     image = ensure_image("ci", progress=lambda line: None)
     print(f"1. validation projects (image {image}; load {load()})")
-    print("| project | setup: runner, host (ratio) | test: runner, host (ratio) | same totals |")
-    print("| --- | --- | --- | --- |")
+    print("| project | setup: runner, host (ratio) | test: runner, host (ratio) | same totals "
+          "| setup, test: image's tools without the runner (runner against it) |")
+    print("| --- | --- | --- | --- | --- |")
     for project in chosen:
         with tempfile.TemporaryDirectory(prefix="bench-ci-") as scratch:
             work = Path(scratch)
             host = run_on_host(project, unpack(project, work / "host"))
             report = run_through_the_runner(project, unpack(project, work / "sandboxed"), work / "out", image=image)
+            plain_setup, plain_test = in_plain_container(project, unpack(project, work / "plain"), image)
             setup, test = (phase["duration_seconds"] for phase in report["phases"])
             same = host.totals == totals_of(report["junit"]["totals"]) if report["junit"] else False
             print(f"| {project.name} {project.version} | {setup:.1f}, {host.setup_seconds:.1f} s "
                   f"({setup / host.setup_seconds:.2f}x) | {test:.2f}, {host.test_seconds:.2f} s "
-                  f"({test / host.test_seconds:.2f}x) | {'yes' if same else 'NO: ' + report['outcome']} |",
+                  f"({test / host.test_seconds:.2f}x) | {'yes' if same else 'NO: ' + report['outcome']} "
+                  f"| {plain_setup:.1f}, {plain_test:.2f} s ({setup / plain_setup:.2f}x, {test / plain_test:.2f}x) |",
                   flush=True)
     print(f"targets: setup <= {SETUP_TARGET}x, test <= {TEST_TARGET}x; load at the end {load()}")
 

@@ -1,9 +1,11 @@
-"""The CI runner through its Python API, on the sandbox image: how jobs end and what they leave."""
+"""The CI runner through its Python API, on the sandbox image (npm and a CA file: the CI image): how jobs end
+and what they leave."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 
 import docker
@@ -11,6 +13,7 @@ import pytest
 
 from protolink.sandbox.ci import CiJob, run_job
 from protolink.sandbox.ci.report import EXIT_REPOSITORY, EXIT_RUNNER_ERROR, EXIT_SETUP_FAILED
+from protolink.sandbox.service.tls import ensure_certificate
 
 pytestmark = pytest.mark.docker
 
@@ -121,4 +124,32 @@ def test_the_command_line_runs_a_job_and_writes_its_report(tmp_path, jobs, sandb
     assert done.stdout == "from the test\n"
     assert "ci: test: $ python3 check.py" in done.stderr and "ci: failed (exit 5)" in done.stderr
     assert json.loads((tmp_path / "r.json").read_text())["outcome"] == "failed"
+    assert _left(jobs) == []
+
+
+#: Serves npm's ping over TLS on the loopback with the certificate in the repository, runs `npm ping`
+#: against it, and exits with npm's status.
+NPM_PING = """
+const {spawn} = require("child_process"), fs = require("fs"), https = require("https");
+const tls = {cert: fs.readFileSync("cert.pem"), key: fs.readFileSync("key.pem")};
+const server = https.createServer(tls, (request, answer) => answer.writeHead(200).end("{}"));
+server.listen(0, "127.0.0.1", () => {
+  const registry = `https://127.0.0.1:${server.address().port}/`;
+  const npm = spawn("npm", ["ping", "--registry", registry], {stdio: "inherit"});
+  npm.on("exit", code => { server.close(); process.exit(code); });
+});
+"""
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["with-ca-file", "without"])
+async def test_npm_trusts_the_jobs_certificate_authority(tmp_path, jobs, ci_image, trusted):
+    certificate = ensure_certificate(tmp_path / "tls")  # self-signed for 127.0.0.1: its own authority
+    repo = _repo(tmp_path, "")
+    (repo / "ping.js").write_text(NPM_PING)
+    shutil.copyfile(certificate.certificate_path, repo / "cert.pem")
+    shutil.copyfile(certificate.key_path, repo / "key.pem")
+    job = CiJob(repo=str(repo), image=ci_image, test=["node", "ping.js"],
+                ca_file=certificate.certificate_path if trusted else None)
+    report = await run_job(job, artifacts_dir=tmp_path / "out")
+    assert report.outcome == ("passed" if trusted else "failed"), report.phases[0].commands[0].output_tail
     assert _left(jobs) == []

@@ -61,8 +61,12 @@ log = logging.getLogger(__name__)
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
             "CI": "true", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 #: Variables that make common tools trust a certificate authority file (``CiJob.ca_file``).
+#: npm trusts it through Node's ``NODE_EXTRA_CA_CERTS``, read once when Node starts, and not
+#: through its own ``cafile``: npm passes that bundle with each connection, which makes Node parse
+#: it again for every TLS handshake, and npm opens one tunnel per request through the proxy (4-5 s
+#: of CPU over domhandler's 128; bench/README.md).
 CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
-                "GIT_SSL_CAINFO", "NPM_CONFIG_CAFILE")
+                "GIT_SSL_CAINFO")
 
 
 class _Tail:
