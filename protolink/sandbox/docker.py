@@ -371,7 +371,7 @@ class DockerSandbox:
         a canceled start still removes it."""
         import docker.errors
 
-        host_dir = private_subdir(f"{self.name}-")
+        host_dir = private_subdir(self.name)
         self._host_dirs.append(host_dir)
         if self._token is not None:
             # Read once by the server (uid 0 in the container) and deleted; commands cannot open it.

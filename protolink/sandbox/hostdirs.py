@@ -38,11 +38,25 @@ def owner_only_dir(path: Path, variable: str, what: str) -> Path:
     return path
 
 
-def private_subdir(prefix: str) -> Path:
-    """A new 0700 directory inside :func:`runtime_dir`."""
+#: The longest path a Unix socket can have (``sun_path`` holds 108 bytes, its NUL among them).
+MAX_SOCKET_PATH_BYTES = 107
+#: The longest name of a socket the host keeps in a private directory (``sandbox.sock``, ...).
+SOCKET_NAME_BYTES = 16
+#: How much of a name a private directory's name keeps: its random end makes it unique.
+NAME_CHARS = 24
+
+
+def private_subdir(name: str) -> Path:
+    """A new 0700 directory inside :func:`runtime_dir`, named after ``name``, that can hold
+    the host's sockets: SandboxError when the runtime directory is too deep for their paths."""
     import tempfile  # here: `exec` imports this module, and is timed
 
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=runtime_dir()))
+    base = runtime_dir()
+    longest = len(os.fsencode(base)) + 1 + NAME_CHARS + 1 + 8 + 1 + SOCKET_NAME_BYTES  # mkdtemp adds 8
+    if longest > MAX_SOCKET_PATH_BYTES:
+        raise SandboxError(f"the sandbox runtime directory {base} is too long for the paths of Unix sockets in it "
+                           f"(at most {MAX_SOCKET_PATH_BYTES} bytes); set PROTOLINK_RUNTIME_DIR to a shorter one")
+    return Path(tempfile.mkdtemp(prefix=f"{name[:NAME_CHARS]}-", dir=base))
 
 
 def write_private(path: Path | str, text: str) -> None:

@@ -36,8 +36,8 @@ async def test_a_host_user_who_is_not_root_gets_a_socket_only_they_can_open(monk
     host_user, stranger = unused_uid(), unused_uid() + 1
     made: list[Path] = []
 
-    def owned_by_the_host_user(prefix: str) -> Path:
-        path = Path(tempfile.mkdtemp(prefix=prefix))  # 0700; /tmp lets every user reach it
+    def owned_by_the_host_user(name: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix="protolink-host-user-"))  # 0700; /tmp lets every user reach it
         os.chown(path, host_user, host_user)
         made.append(path)
         return path

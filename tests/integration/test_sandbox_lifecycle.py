@@ -157,7 +157,7 @@ async def test_a_container_killed_mid_call_gives_a_typed_error_promptly(docker_c
 
 def test_reaper_removes_orphaned_and_expired_containers_and_reports_them(docker_client, sandbox_image):
     now = time.time()
-    host_dir = private_subdir("reaper-test-")
+    host_dir = private_subdir("reaper-test")
     cases = {
         "orphan": leftovers.labels(_dead_process_owner(), uuid.uuid4().hex, 3600, [host_dir]),
         "expired": leftovers.labels(leftovers.process_owner(), uuid.uuid4().hex, 60, [], now=now - 120),

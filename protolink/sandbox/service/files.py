@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..hostdirs import owner_only_dir, runtime_dir
+from ..hostdirs import MAX_SOCKET_PATH_BYTES, owner_only_dir, runtime_dir
 from ..records import checked_name
 
 #: The service ``up`` starts, named after the appliance.
@@ -23,7 +24,12 @@ class ServiceFiles:
 
     @classmethod
     def of(cls, name: str) -> ServiceFiles:
-        return cls(checked_name(name), runtime_dir())
+        """ValueError when ``name`` is no container name, or too long for its socket's path."""
+        files = cls(checked_name(name), runtime_dir())
+        if len(os.fsencode(files.socket)) > MAX_SOCKET_PATH_BYTES:
+            raise ValueError(f"service name {name!r} is too long: its socket {files.socket} would pass the "
+                             f"{MAX_SOCKET_PATH_BYTES} bytes of a Unix socket's path")
+        return files
 
     def _file(self, suffix: str) -> Path:
         return self.base / f"{self.name}.service.{suffix}"

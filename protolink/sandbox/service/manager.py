@@ -18,7 +18,6 @@ import asyncio
 import collections
 import json
 import logging
-import secrets
 import shutil
 import time
 from itertools import chain
@@ -143,7 +142,7 @@ class Manager:
             self.events.emit("sandbox.created", tenant.id, placed.id, template=base.name, image=template.image,
                              pooled=True, duration_seconds=time.time() - now)
             return placed
-        placed = sandboxes.new_placed(secrets.token_hex(8), tenant.id, template, overrides)
+        placed = sandboxes.new_placed(sandboxes.new_id(), tenant.id, template, overrides)
         placed.hand_to(tenant.id, now, pooled=False)
         self.sandboxes[placed.id] = placed  # holds its share of the quota while it starts
         try:
@@ -295,7 +294,7 @@ class Manager:
                     self._spawn(self._pool_one(template))
 
     async def _pool_one(self, template: Template) -> None:
-        placed = Placed(id=secrets.token_hex(8), tenant="", template=template)
+        placed = Placed(id=sandboxes.new_id(), tenant="", template=template)
         try:
             await self.placement.start(placed, Overrides())
             await sandboxes.warm_up(placed)

@@ -28,6 +28,10 @@ from .config import Overrides, SwarmConfig, Template
 from .placement import Adopted
 from .sandboxes import INFO, INFO_SECONDS, Placed
 from .swarm import SwarmPlacement
+from .tokens import DIGEST_ID_CHARS
+
+#: The longest name Swarm gives a service (a DNS label's).
+SWARM_NAME_CHARS = 63
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,10 @@ class OnSwarm:
     """The sandboxes of service ``service`` on the Swarm of ``config``."""
 
     def __init__(self, service: str, config: SwarmConfig) -> None:
+        longest = labels.swarm_name(service, "0" * DIGEST_ID_CHARS, "0" * sandboxes.ID_CHARS)
+        if len(longest) > SWARM_NAME_CHARS:
+            raise ValueError(f"service name {service!r} is too long for Swarm: its sandboxes' Swarm services "
+                             f"({longest}) would pass {SWARM_NAME_CHARS} characters")
         self.service = service
         self.swarm = SwarmPlacement(config)
         self._leases: asyncio.Task[None] | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,13 @@ WARM_UP = ProcessSpec(("/bin/true",), "/", {"PATH": "/usr/bin:/bin"}, 30, 1 << 1
 
 INFO = "/protolink.sandbox.v1.Sandbox/Info"
 INFO_SECONDS = 10.0
+#: How many characters a sandbox's id has (random, in hex).
+ID_CHARS = 16
+
+
+def new_id() -> str:
+    """A new sandbox's id: :data:`ID_CHARS` random hex digits."""
+    return secrets.token_hex(ID_CHARS // 2)
 
 
 @dataclass

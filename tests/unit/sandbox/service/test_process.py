@@ -37,10 +37,10 @@ async def test_a_service_that_cannot_start_says_why_and_leaves_no_record(tmp_pat
 @pytest.mark.docker
 def test_down_keeps_the_record_of_a_swarm_manager_that_does_not_answer(tmp_path, monkeypatch, docker_client):
     monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(tmp_path / "runtime"))
-    files = ServiceFiles.of("protolink-test-swarm-down")
+    files = ServiceFiles.of("swarm-down")
     files.swarm.write_text(json.dumps({"manager": f"unix://{tmp_path / 'no-manager.sock'}"}))
     files.log.write_text("")
-    with pytest.raises(SandboxUnavailableError, match="Swarm manager of service protolink-test-swarm-down did not "
+    with pytest.raises(SandboxUnavailableError, match="Swarm manager of service swarm-down did not "
                                                       "answer"):
         remove_everything(files.name, docker_client)
     assert files.swarm.exists() and not files.log.exists()

@@ -1,0 +1,48 @@
+"""The host's private directories and service files: their socket paths stay short enough."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from protolink.errors import SandboxError
+from protolink.sandbox.hostdirs import MAX_SOCKET_PATH_BYTES, private_subdir
+from protolink.sandbox.placements.server import SOCKET_NAME
+from protolink.sandbox.service.files import ServiceFiles
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a path as short as a real runtime directory's (pytest's are longer)."""
+    with tempfile.TemporaryDirectory(prefix="pl-", dir="/tmp") as path:
+        yield Path(path)
+
+
+def test_a_long_name_still_gives_a_socket_path_that_fits(short_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(short_dir / "run"))
+    name = "the-build-farm-of-team-alpha-nightly.02e87ad22c3d1251.8d4114a9d2e44d74.8d4114a9d2e44d74"
+    made = private_subdir(name)
+    assert made.parent == short_dir / "run" and made.name.startswith(name[:24] + "-")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    assert len(os.fsencode(made / SOCKET_NAME)) <= MAX_SOCKET_PATH_BYTES
+    assert private_subdir(name) != made  # each is new
+
+
+def test_a_runtime_directory_too_deep_for_sockets_is_refused(tmp_path: Path, monkeypatch) -> None:
+    deep = tmp_path / ("d" * 70)
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(deep))
+    with pytest.raises(SandboxError, match="PROTOLINK_RUNTIME_DIR"):
+        private_subdir("sandbox")
+    assert list(deep.iterdir()) == []
+
+
+def test_a_service_name_too_long_for_its_socket_is_refused(short_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PROTOLINK_RUNTIME_DIR", str(short_dir))
+    assert ServiceFiles.of("ci-" + "x" * 60).socket.parent == short_dir
+    with pytest.raises(ValueError, match="too long"):
+        ServiceFiles.of("ci-" + "x" * 100)
