@@ -51,7 +51,16 @@ class Services:
         self.names.remove(name)
 
     def task(self, name: str) -> dict[str, Any]:
-        (task,) = self.manager.api.tasks(filters={"service": name})
+        """The service's one task (restart policy none: never a second), once Swarm has made it:
+        a service just created may have none for a moment."""
+        tasks: list[dict[str, Any]] = []
+
+        def made() -> bool:
+            tasks[:] = self.manager.api.tasks(filters={"service": name})
+            return bool(tasks)
+
+        wait_until(made, f"Swarm to make the task of {name}")
+        (task,) = tasks
         return task
 
     def running(self, name: str) -> dict[str, Any]:
