@@ -287,6 +287,7 @@ class WorkerPool:
             except BaseException:
                 traceback.print_exc()
             finally:
+                sys.stderr.flush()  # os._exit flushes nothing: the server's log would miss why
                 os._exit(code)
         os.close(to_worker[0])
         os.close(from_worker[1])
