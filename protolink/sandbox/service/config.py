@@ -153,8 +153,8 @@ class SwarmConfig:
             if not isinstance(entry, dict) or set(entry) != {"gateway", "fingerprint"}:
                 raise ValueError(f"[swarm.nodes.{node}] needs exactly gateway and fingerprint")
             gateways[str(node)] = NodeGateway(str(entry["gateway"]), str(entry["fingerprint"]))
-        return cls(str(table["manager"]), gateways, Path(table["gateway_token_file"]),
-                   float(table.get("start_seconds", 120.0)), float(table.get("lease_seconds", 600.0)))
+        timings = {key: float(table[key]) for key in ("start_seconds", "lease_seconds") if key in table}
+        return cls(str(table["manager"]), gateways, Path(table["gateway_token_file"]), **timings)
 
     def token(self) -> str:
         """The token the gateways take; ValueError when its file is empty."""
