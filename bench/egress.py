@@ -191,6 +191,13 @@ def daemon_pid(name: str, **env: str) -> int:
     return int(found[1])
 
 
+def cpuset(name: str) -> str:
+    """The CPUs appliance ``name``'s container may run on (its cpuset), or "any"."""
+    container = run(["docker", "ps", "-q", "--filter", f"label=io.protolink.appliance={name}"]).split()
+    found = run(["docker", "inspect", "-f", "{{.HostConfig.CpusetCpus}}", *container[:1]]).strip() if container else ""
+    return found or "any"
+
+
 def pip_setting(key: str) -> str | None:
     """``key`` as pip's configuration has it (its environment variables first), or None."""
     found: dict[str, str] = {}
@@ -384,7 +391,9 @@ def main() -> None:
 
 def measure(bench: Bench, args: argparse.Namespace, index: str, cert: str | None, allow: list[str]) -> None:
     load = os.getloadavg()
-    print(f"appliance {bench.name} ({args.cpus} CPU), allowed: {', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
+    baseline = f", baseline's CPU {cpuset(bench.name + '-base')}" if args.baseline else ""
+    print(f"appliance {bench.name} ({args.cpus} CPU: {cpuset(bench.name)}{baseline}), allowed: "
+          f"{', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{'':<40}{'sandbox':>12}{'host':>12}{'host nice 19':>14}{'ratio':>10}  target{'':<14}"
           + ("baseline (its sandbox; ratio)" if args.baseline else ""))
