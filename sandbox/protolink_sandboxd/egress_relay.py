@@ -25,13 +25,14 @@ connections it accepted meanwhile one by one (HANDOVER with the connection attac
 kernel cannot pass a socket (gVisor's sockets are not the host's: EINVAL), the relay pipes
 instead: it writes HANDOVER alone on a standby connection and joins the two with
 :class:`protolink.net.tunnel.Tunnel`, the host proxy's own relay (inside the kernel, splice
-through a pipe a direction, where it can). The host tells these apart by what is attached. The relay decides nothing: the host's
-proxy reads the request and applies the policy.
+through a pipe a direction, where it can). The host tells these apart by what is attached. The
+relay decides nothing: the host's proxy reads the request and applies the policy.
 
 Everything the relay holds is bounded: at most ``max_standby`` standby connections (more are
 closed at once), at most ``max_tunnels`` command connections piped or waiting (more are closed
 at once), and a command connection waits at most ``standby_seconds`` for a standby one (none: it
-is closed); a piped tunnel buffers at most :data:`PIPE_BYTES` a direction for a slow reader. What the host accepts, its dialer bounds.
+is closed); a piped tunnel buffers at most :data:`PIPE_BYTES` a direction for a slow reader.
+What the host accepts, its dialer bounds.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ one ``allowed`` event once its upstream connection is tried (failed, or made and
 The client's socket is used as it is, never through a transport or a stream (but for a
 refusal's short answer): the head is read as soon as it is there, most often within the turn of
 the event loop that accepted the connection, and the relay is a
-:class:`~protolink.net.tunnel.Tunnel` that splices the socket to the upstream connection. A tunnel's ``200`` is the tunnel's first write,
-made once both sides are joined: the client's next bytes find the join ready. The ``allowed``
-event is recorded after it, off the connection's way.
+:class:`~protolink.net.tunnel.Tunnel` that splices the socket to the upstream connection. A
+tunnel's ``200`` is the tunnel's first write, made once both sides are joined: the client's next
+bytes find the join ready. The ``allowed`` event is recorded after it, off the connection's way.
 """
 
 from __future__ import annotations
