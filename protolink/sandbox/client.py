@@ -43,7 +43,7 @@ from protolink.wire.keepalive import CLIENT_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
-from .process_stream import Output, ProcessStream, grpc_calls, own_calls
+from .process_stream import Output, ProcessStream, grpc_calls, own_calls, pipe_socket
 from .resolutions import Resolutions
 
 __all__ = ["SandboxBackend", "SandboxInfo", "attach", "connect"]
@@ -126,8 +126,9 @@ async def attach(
     at once with its ``info``, already at hand). Closing the backend closes the channel only
     when it ``owns_channel``. With the server's plaintext ``address`` (``unix:///path`` or
     ``[tcp://]host:port``), processes run on connections of their own to it, without grpcio's
-    receive (:func:`.process_stream.own_calls`); without it, on the channel. The processes' call
-    is opened at once (:meth:`.process_stream.ProcessStream.open`)."""
+    receive (:func:`.process_stream.own_calls`), and a Unix socket's server may pass their
+    output's pipes to this host (:mod:`.pipe_connection`); without it, on the channel. The
+    processes' call is opened at once (:meth:`.process_stream.ProcessStream.open`)."""
     response = info if info is not None else await _call(
         sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
         metadata=tuple(metadata), timeout=timeout, wait_for_ready=True,
@@ -169,7 +170,8 @@ class SandboxBackend(Operations):
         calls = (grpc_calls(channel, self._metadata) if address is None
                  else own_calls(address, self._metadata, max_message_bytes=max_message_bytes))
         self._processes = ProcessStream(calls, max_in_flight=int(
-            info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
+            info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)),
+            pipe_socket=pipe_socket(address) if address is not None else None)
         self.info_at_connect = info
         self.boundary = info.boundary
 
