@@ -46,7 +46,7 @@ from .resolve import Resolved, check_real_executable, resolve_command
 #: How long pipes are still read after the process group is gone.
 DRAIN_GRACE_SECONDS = 1.0
 
-#: Offered the read ends of a started process's stdout and stderr: True when it has taken them
+#: Offered the read ends of a process's stdout and stderr: True when it has taken them
 #: (sent them elsewhere; the caller closes its own copies).
 HandOff = Callable[[int, int], bool]
 
@@ -107,8 +107,9 @@ class LocalProcesses:
 
     async def run(self, spec: ProcessSpec, output: OutputSink, *, hand_off: HandOff | None = None) -> ProcessResult:
         """:meth:`execute` with the kept output going to ``output``, whose text the result holds.
-        ``hand_off``, when given, is offered the pipes' read ends once the process has started:
-        when it takes them, nothing is read here (the result's output is empty, never truncated)."""
+        ``hand_off``, when given, is offered the pipes' read ends before the process starts (so
+        that their reader is ready when it writes): when it takes them, nothing is read here
+        (the result's output is empty, never truncated)."""
         child = _Child(spec)
         await child.start(self.launcher.launch, output, hand_off)
         try:
@@ -137,9 +138,14 @@ class _Child:
     async def start(self, launch: Callable[[ProcessSpec, int, int], Awaitable[Leader]], output: OutputSink,
                     hand_off: HandOff | None) -> None:
         """Launch the process with both output pipes and read them into ``output``, unless
-        ``hand_off`` takes them; ToolExecutionError when it cannot start."""
+        ``hand_off`` takes them first; ToolExecutionError when it cannot start."""
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
+        pipes: dict[int, Channel] = {stdout_read: "stdout", stderr_read: "stderr"}
+        if hand_off is not None and hand_off(stdout_read, stderr_read):
+            os.close(stdout_read)
+            os.close(stderr_read)
+            pipes = {}
         # Shielded: a cancellation of this call must not cancel a launch in its last step,
         # which would lose a process that has started. It is looked at here instead.
         launching = asyncio.ensure_future(launch(self.spec, stdout_write, stderr_write))
@@ -152,8 +158,8 @@ class _Child:
                 started = launching.result()  # started as this call was canceled: nobody watches it
                 signal_group(started.pid, signal.SIGKILL)
                 started.close()
-            os.close(stdout_read)
-            os.close(stderr_read)
+            for fd in pipes:
+                os.close(fd)
             if isinstance(error, OSError):
                 reason = error.strerror or str(error)
                 raise ToolExecutionError(f"could not start {self.spec.argv[0]!r}: {reason}") from None
@@ -161,11 +167,6 @@ class _Child:
         finally:
             os.close(stdout_write)
             os.close(stderr_write)
-        pipes: dict[int, Channel] = {stdout_read: "stdout", stderr_read: "stderr"}
-        if hand_off is not None and hand_off(stdout_read, stderr_read):
-            os.close(stdout_read)
-            os.close(stderr_read)
-            pipes = {}
         self.pipes = OutputPipes(pipes, OutputCap(self.spec.max_output_bytes), output)
 
     @property

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -379,9 +379,11 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, pipes: PipeConne
                     await output.feed(channel, piece.data)
                 elif kind == "finished":
                     facts = checked_answer(convert.finished_facts, event.finished)
-                    if event.finished.output_passed:
-                        reading = _passed_before_finished(events, reading, pipes, output)
-                    elif reading is not None:
+                    for passed in _passed_before(events, pipes):
+                        reading = _read_passed(passed, reading, pipes, output)
+                    if event.finished.output_passed and reading is None:
+                        raise SandboxProtocolError("the sandbox said it passed output pipes that never came")
+                    if not event.finished.output_passed and reading is not None:
                         raise SandboxProtocolError("the sandbox passed output pipes and then said it had not")
                     if reading is not None:
                         idle.reschedule(None)  # the drain is bounded; the consumer takes what it takes
@@ -410,19 +412,17 @@ def _read_passed(passed: PassedPipes, reading: OutputPipes | None, pipes: PipeCo
     return OutputPipes({passed.stdout: "stdout", passed.stderr: "stderr"}, output.cap, output.collector)
 
 
-def _passed_before_finished(events: asyncio.Queue[_Item], reading: OutputPipes | None,
-                            pipes: PipeConnection | None, output: Output) -> OutputPipes:
-    """The reader of the pipes a Finished event says were passed: the server sends them before
-    it, so they are in this process's queue once what the connection holds is taken."""
-    if reading is not None:
-        return reading
+def _passed_before(events: asyncio.Queue[_Item], pipes: PipeConnection | None) -> Iterator[PassedPipes]:
+    """The pipes passed for a process whose Finished has come: the server sends them before it,
+    so every hand-off of this process is in its queue once what the connection holds is taken
+    (nothing else comes after Finished)."""
     if pipes is not None:
         pipes.receive_queued()
     while not events.empty():
         if isinstance(item := events.get_nowait(), PassedPipes):
-            return _read_passed(item, reading, pipes, output)
-        _discard(item)
-    raise SandboxProtocolError("the sandbox said it passed output pipes that never came")
+            yield item
+        else:
+            _discard(item)
 
 
 async def _drained(reading: OutputPipes) -> None:
