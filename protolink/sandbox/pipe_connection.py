@@ -64,6 +64,9 @@ class PipeConnection:
         except (OSError, TimeoutError):
             sock.close()
             return None
+        except BaseException:  # canceled
+            sock.close()
+            raise
         proven = len(key) == KEY_BYTES and len(fds) == 1 and _is_read_end(fds[0])
         for fd in fds:
             os.close(fd)

@@ -52,8 +52,11 @@ class PipeServer:
             os.close(fd)
 
     def hand_off(self, request_id: int, fds: list[int], data: bytes | None = None) -> None:
+        """Send ``fds`` for ``request_id`` (or ``data`` in place of the request id), then close them here."""
         assert self.connection is not None
         self.connection.sendmsg([HANDOFF.pack(request_id) if data is None else data], _rights(fds))
+        for fd in fds:
+            os.close(fd)
 
     def close(self) -> None:
         asyncio.get_running_loop().remove_reader(self.listener.fileno())
@@ -162,8 +165,6 @@ async def test_passed_pipes_are_read_within_the_cap_and_decoded_as_the_host_back
     async def answer(request: process_pb2.ExecuteRequest, server: PipeServer) -> list[process_pb2.ExecuteEvent]:
         fds = pipes_with(stdout, stderr)
         server.hand_off(request.id, fds)
-        for fd in fds:
-            os.close(fd)
         return [finished(passed=True, exit_code=3)]
 
     facts, output, call = await run(tmp_path, answer, max_output_bytes=50_001)
@@ -181,8 +182,6 @@ async def test_a_pipe_whose_writer_never_closes_is_read_until_the_drain_grace_af
     async def answer(request: process_pb2.ExecuteRequest, server: PipeServer) -> list[process_pb2.ExecuteEvent]:
         fds = pipes_with(b"before the end\n", b"", keep_writers=writers)
         server.hand_off(request.id, fds)
-        for fd in fds:
-            os.close(fd)
         return [finished(passed=True)]
 
     try:
@@ -213,8 +212,6 @@ async def test_what_is_not_two_pipe_read_ends_is_closed_and_the_process_fails(tm
             data = HANDOFF.pack(request.id) + b"x"
         inodes.extend(os.fstat(fd).st_ino for fd in fds)
         server.hand_off(request.id, fds, data)
-        for fd in fds:
-            os.close(fd)
         return [finished(passed=True)]
 
     try:
@@ -234,8 +231,6 @@ async def test_pipes_passed_twice_fail_the_process_and_are_closed(tmp_path):
             fds = pipes_with(b"x", b"")
             inodes.extend(os.fstat(fd).st_ino for fd in fds)
             server.hand_off(request.id, fds)
-            for fd in fds:
-                os.close(fd)
         return [finished(passed=True)]
 
     with pytest.raises(SandboxProtocolError, match="not asked for"):
@@ -247,8 +242,6 @@ async def test_pipes_passed_and_then_denied_fail_the_process(tmp_path):
     async def answer(request: process_pb2.ExecuteRequest, server: PipeServer) -> list[process_pb2.ExecuteEvent]:
         fds = pipes_with(b"x", b"")
         server.hand_off(request.id, fds)
-        for fd in fds:
-            os.close(fd)
         return [finished(passed=False)]
 
     with pytest.raises(SandboxProtocolError, match="said it had not"):
