@@ -19,6 +19,7 @@ import pytest
 from protolink.execution.local import LocalExecutionBackend
 from protolink.execution.process_types import NO_EVENTS, ProcessSpec
 from protolink.sandbox import connect
+from protolink.sandbox.process_stream import PIPES_ABOVE_BYTES
 from tests.integration.test_sandbox_server import settle
 from tests.sandbox_server import RunningServer, sandbox_server, unused_uid
 
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.root
 
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 FLOOD_BYTES = 1 << 30
-CAP = 64 * 1024
+#: A cap above which the pipes are passed.
+CAP = PIPES_ABOVE_BYTES + 1
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ async def test_the_host_reads_the_commands_pipe_and_the_server_keeps_no_copy(ser
     marker = root / "writer.pid"
     spec = ProcessSpec(("/bin/sh", "-c", f"echo started; echo $$ > {marker}.tmp; mv {marker}.tmp {marker}; "
                                          f"while [ -e {marker} ]; do sleep 0.01; done; echo done"),
-                       str(root), ENV, 120, 1000)
+                       str(root), ENV, 120, CAP)
     call = asyncio.ensure_future(running.backend.execute(spec, NO_EVENTS))
     await settle(marker.exists, "the command to start")
     stdout = os.readlink(f"/proc/{int(marker.read_text())}/fd/1")
@@ -66,7 +68,7 @@ async def test_the_host_reads_the_commands_pipe_and_the_server_keeps_no_copy(ser
 async def test_the_same_output_comes_on_the_execute_stream_without_pipes(server):
     running, root = server
     script = "seq 1 300000; printf 'é\\377\\n' >&2; head -c 100000 /dev/zero | tr '\\0' 'x'; exit 4"
-    spec = ProcessSpec(("/bin/sh", "-c", script), str(root), ENV, 120, 1_500_000)
+    spec = ProcessSpec(("/bin/sh", "-c", script), str(root), ENV, 120, CAP)
     async with await connect(running.address, output_pipes=False) as streaming:
         streamed = await streaming.execute(spec, NO_EVENTS)
     passed = await running.backend.execute(spec, NO_EVENTS)
@@ -81,7 +83,7 @@ async def test_a_descendant_holding_the_pipe_in_its_own_session_ends_as_on_the_h
 
     def spec_for(directory: Path) -> ProcessSpec:
         escape = f"setsid sh -c 'echo $$ > {directory}/escaped.pid; exec sleep 300' &"
-        return ProcessSpec(("/bin/sh", "-c", f"echo before; {escape} echo after"), str(directory), ENV, 120, 1000)
+        return ProcessSpec(("/bin/sh", "-c", f"echo before; {escape} echo after"), str(directory), ENV, 120, CAP)
 
     with tempfile.TemporaryDirectory() as local_directory:
         try:

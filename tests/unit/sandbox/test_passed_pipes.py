@@ -12,6 +12,7 @@ import array
 import asyncio
 import os
 import socket
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ import pytest
 from protolink.errors import SandboxProtocolError
 from protolink.execution.output import OutputCollector
 from protolink.execution.process_types import NO_EVENTS
-from protolink.sandbox.process_stream import OPENING, Output, ProcessStream
+from protolink.sandbox.process_stream import OPENING, PIPES_ABOVE_BYTES, Output, ProcessStream
 from protolink.wire._pb import process_pb2
 from protolink.wire.pipe_passing import HANDOFF, KEY_BYTES, SOCKET_NAME
 
 KEY = b"k" * KEY_BYTES
+#: What a fresh pipe takes without a reader.
+PIPE_BUF_BYTES = 4096
 #: Generous: a test that ends waits far less, and one that hangs fails here instead.
 DEADLINE_SECONDS = 60.0
 
@@ -113,7 +116,7 @@ def finished(*, passed: bool, exit_code: int = 0) -> process_pb2.ExecuteEvent:
     return process_pb2.ExecuteEvent(finished=process_pb2.Finished(exit_code=exit_code, output_passed=passed))
 
 
-async def run(tmp_path: Path, answer: Answer, *, max_output_bytes: int = 1 << 20,
+async def run(tmp_path: Path, answer: Answer, *, max_output_bytes: int = PIPES_ABOVE_BYTES + 1,
               greeting_fds: Callable[[], list[int]] = a_pipe_read_end) -> tuple[dict[str, Any], Output, ScriptedCall]:
     server = PipeServer(tmp_path, greeting_fds)
     calls: list[ScriptedCall] = []
@@ -126,7 +129,8 @@ async def run(tmp_path: Path, answer: Answer, *, max_output_bytes: int = 1 << 20
     stream.open()
     output = Output(max_output_bytes, NO_EVENTS)
     try:
-        facts = await stream.run(process_pb2.ExecuteRequest(argv=["/bin/true"]), output, DEADLINE_SECONDS)
+        request = process_pb2.ExecuteRequest(argv=["/bin/true"], max_output_bytes=max_output_bytes)
+        facts = await stream.run(request, output, DEADLINE_SECONDS)
     finally:
         await stream.aclose()
         server.close()
@@ -145,32 +149,39 @@ def open_to(inode: int) -> bool:
 
 
 def pipes_with(stdout: bytes, stderr: bytes, *, keep_writers: list[int] | None = None) -> list[int]:
-    """The read ends of two pipes holding ``stdout`` and ``stderr``; their write ends closed, or
-    kept in ``keep_writers``."""
+    """The read ends of two pipes that get ``stdout`` and ``stderr`` and then their end (a thread
+    writes what does not fit a pipe at once); or, with ``keep_writers``, the write ends kept there."""
     ends = []
     for data in (stdout, stderr):
         read, write = os.pipe()
-        os.write(write, data)
         ends.append(read)
-        if keep_writers is None:
-            os.close(write)
-        else:
+        if keep_writers is not None:
+            os.write(write, data)
             keep_writers.append(write)
+        elif len(data) > PIPE_BUF_BYTES:
+            threading.Thread(target=_write_and_close, args=(write, data), daemon=True).start()
+        else:
+            _write_and_close(write, data)
     return ends
 
 
+def _write_and_close(fd: int, data: bytes) -> None:
+    with open(fd, "wb") as pipe:
+        pipe.write(data)
+
+
 async def test_passed_pipes_are_read_within_the_cap_and_decoded_as_the_host_backend_decodes(tmp_path):
-    stdout, stderr = "é".encode() * 30_000, b"warn\xff\n"
+    stdout, stderr = "é".encode() * PIPES_ABOVE_BYTES, b""
 
     async def answer(request: process_pb2.ExecuteRequest, server: PipeServer) -> list[process_pb2.ExecuteEvent]:
         fds = pipes_with(stdout, stderr)
         server.hand_off(request.id, fds)
         return [finished(passed=True, exit_code=3)]
 
-    facts, output, call = await run(tmp_path, answer, max_output_bytes=50_001)
+    facts, output, call = await run(tmp_path, answer, max_output_bytes=PIPES_ABOVE_BYTES + 1)
     assert call.requests[0].pipe_connection == KEY
     expected = OutputCollector(NO_EVENTS)
-    await expected.feed("stdout", stdout[:50_001])
+    await expected.feed("stdout", stdout[:PIPES_ABOVE_BYTES + 1])
     await expected.finish()
     assert (facts["exit_code"], output.collector.stdout, output.collector.stderr) == (3, expected.stdout, "")
     assert output.cap.truncated
@@ -246,6 +257,16 @@ async def test_pipes_passed_and_then_denied_fail_the_process(tmp_path):
 
     with pytest.raises(SandboxProtocolError, match="said it had not"):
         await run(tmp_path, answer)
+
+
+async def test_a_process_that_keeps_little_output_keeps_it_on_the_stream(tmp_path):
+    async def answer(request: process_pb2.ExecuteRequest, server: PipeServer) -> list[process_pb2.ExecuteEvent]:
+        return [process_pb2.ExecuteEvent(output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, data=b"hi\n")),
+                finished(passed=False)]
+
+    _, output, call = await run(tmp_path, answer, max_output_bytes=PIPES_ABOVE_BYTES)
+    assert not call.requests[0].pipe_connection
+    assert output.collector.stdout == "hi\n"
 
 
 @pytest.mark.parametrize("greeting", ["no descriptor", "a regular file"])
