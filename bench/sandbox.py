@@ -382,13 +382,14 @@ async def main(sections: set[str], image: str | None = None) -> None:
                             f"{box_kept / local_kept:.2f}")
                         row("    throughput (target: sandbox >= 0.8x local)", f"{size / 1e6 / box_kept:.0f} MB/s",
                             f"{size / 1e6 / local_kept:.0f} MB/s", f"{local_kept / box_kept:.2f}x")
-                        row("    the output on the Execute stream (no pipes)", f"{size / 1e6 / stream_kept:.0f} MB/s", "",
-                            f"{local_kept / stream_kept:.2f}x")
+                        row("    the output on the Execute stream (no pipes)", f"{size / 1e6 / stream_kept:.0f} MB/s",
+                            "", f"{local_kept / stream_kept:.2f}x")
                         row("    the command's FIFO read by this host", f"{size / 1e6 / piped:.0f} MB/s", "",
                             f"{local_kept / piped:.2f}x")
                         megabytes = size / 1e6 * (runs + 1)  # the warming call is measured too
                         row("    CPU per MB: server, this client; local", f"{meter.server / megabytes * 1e3:.2f} ms",
-                            f"{meter.client / megabytes * 1e3:.2f} ms", f"{local_meter.client / megabytes * 1e3:.2f} ms")
+                            f"{meter.client / megabytes * 1e3:.2f} ms",
+                            f"{local_meter.client / megabytes * 1e3:.2f} ms")
                         row("    the same on the Execute stream", f"{stream_meter.server / megabytes * 1e3:.2f} ms",
                             f"{stream_meter.client / megabytes * 1e3:.2f} ms")
                         # Growing the result's string faults in 244 pages per MB, unless the heap still

@@ -10,10 +10,11 @@ it ended, and again after it fails; a failure of the
 call fails every process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError`
 and friends).
 A server on a Unix socket (a sandbox on this host, not a service's forwarding, not TCP) may
-pass the output pipes of a process that may keep more than :data:`PIPES_ABOVE_BYTES` to this host instead of sending its output (:mod:`.pipe_connection`):
-they are then read here with the host backend's own reader
-(:class:`~protolink.execution.output_pipes.OutputPipes`), within the same cap, drained for the
-same grace once the process has finished; its exit status and other events still come on the call.
+pass the output pipes of a process that may keep more than :data:`PIPES_ABOVE_BYTES` to this
+host instead of sending its output (:mod:`.pipe_connection`): they are then read here with the
+host backend's own reader (:class:`~protolink.execution.output_pipes.OutputPipes`), within the
+same cap, drained for the same grace once the process has finished; its exit status and other
+events still come on the call.
 Everything the server sends is untrusted: events are parsed and checked in order (an output
 event's bytes are read where they arrived, :mod:`protolink.wire.output_events`), output is
 capped at the process's ``max_output_bytes`` whatever the server claims (then decoded, kept and
@@ -349,7 +350,7 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, pipes: PipeConne
     error). Asked to pass its output to ``pipes``, the server may hand the process's pipes there
     instead of output events: they are read here as the host backend reads its own (see
     :func:`_read_passed`)."""
-    begun = False
+    begun = streamed = False
     reading: OutputPipes | None = None
     loop = asyncio.get_running_loop()
     try:
@@ -360,7 +361,7 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, pipes: PipeConne
                 if isinstance(event, BaseException):
                     raise event
                 if isinstance(event, PassedPipes):
-                    reading = _read_passed(event, reading, pipes, output)
+                    reading = _read_passed(event, pipes is not None and reading is None and not streamed, output)
                     continue
                 if isinstance(event, OutputEvent):
                     piece: OutputEvent | process_pb2.Output = event
@@ -380,12 +381,15 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, pipes: PipeConne
                     channel = convert.CHANNELS.get(piece.channel)
                     if channel is None:
                         raise SandboxProtocolError(f"the sandbox sent output on unknown channel {piece.channel}")
+                    if reading is not None:
+                        raise SandboxProtocolError("the sandbox sent output events for a process whose pipes it passed")
+                    streamed = True
                     idle.reschedule(None)  # however long the consumer takes
                     await output.feed(channel, piece.data)
                 elif kind == "finished":
                     facts = checked_answer(convert.finished_facts, event.finished)
                     for passed in _passed_before(events, pipes):
-                        reading = _read_passed(passed, reading, pipes, output)
+                        reading = _read_passed(passed, pipes is not None and reading is None and not streamed, output)
                     if event.finished.output_passed and reading is None:
                         raise SandboxProtocolError("the sandbox said it passed output pipes that never came")
                     if not event.finished.output_passed and reading is not None:
@@ -407,13 +411,13 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, pipes: PipeConne
             await reading.abandon()
 
 
-def _read_passed(passed: PassedPipes, reading: OutputPipes | None, pipes: PipeConnection | None,
-                 output: Output) -> OutputPipes:
+def _read_passed(passed: PassedPipes, allowed: bool, output: Output) -> OutputPipes:
     """Start reading the pipes the server passed, with the host backend's own reader, into
-    ``output``'s cap and collector; once per process, and only when it was asked for."""
-    if pipes is None or reading is not None:
+    ``output``'s cap and collector; ``allowed``: they were asked for, and neither pipes nor output
+    events came for this process before."""
+    if not allowed:
         passed.close()
-        raise SandboxProtocolError("the sandbox passed output pipes it was not asked for")
+        raise SandboxProtocolError("the sandbox passed output pipes it was not asked for, or beside output events")
     return OutputPipes({passed.stdout: "stdout", passed.stderr: "stderr"}, output.cap, output.collector)
 
 

@@ -81,7 +81,8 @@ class PipeListener:
             connection, _ = self._listener.accept()
         except (BlockingIOError, ConnectionAbortedError):
             return
-        if len(self._connections) >= self._max_connections or not _greet(connection, key := secrets.token_bytes(KEY_BYTES)):
+        key = secrets.token_bytes(KEY_BYTES)
+        if len(self._connections) >= self._max_connections or not _greet(connection, key):
             connection.close()
             return
         self._connections[key] = connection

@@ -259,6 +259,16 @@ async def test_pipes_passed_and_then_denied_fail_the_process(tmp_path):
         await run(tmp_path, answer)
 
 
+async def test_output_events_for_a_process_whose_pipes_were_passed_fail_it(tmp_path):
+    async def answer(request: process_pb2.ExecuteRequest, server: PipeServer) -> list[process_pb2.ExecuteEvent]:
+        server.hand_off(request.id, pipes_with(b"", b""))
+        return [process_pb2.ExecuteEvent(output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, data=b"x")),
+                finished(passed=True)]
+
+    with pytest.raises(SandboxProtocolError, match="output events"):
+        await run(tmp_path, answer)
+
+
 async def test_a_process_that_keeps_little_output_keeps_it_on_the_stream(tmp_path):
     async def answer(request: process_pb2.ExecuteRequest, server: PipeServer) -> list[process_pb2.ExecuteEvent]:
         return [process_pb2.ExecuteEvent(output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, data=b"hi\n")),
