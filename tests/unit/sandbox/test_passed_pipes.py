@@ -12,6 +12,7 @@ import array
 import asyncio
 import os
 import socket
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -269,25 +270,23 @@ async def test_output_events_for_a_process_whose_pipes_were_passed_fail_it(tmp_p
         await run(tmp_path, answer)
 
 
-async def test_a_process_that_keeps_little_output_keeps_it_on_the_stream(tmp_path):
+def a_regular_file() -> list[int]:
+    fd, path = tempfile.mkstemp()
+    os.unlink(path)
+    return [fd]
+
+
+@pytest.mark.parametrize(("max_output_bytes", "greeting_fds"), [
+    (PIPES_ABOVE_BYTES, a_pipe_read_end),  # little output: not worth a hand-off
+    (PIPES_ABOVE_BYTES + 1, list),  # a greeting without the proof
+    (PIPES_ABOVE_BYTES + 1, a_regular_file),
+], ids=["little output", "no descriptor in the greeting", "a regular file in the greeting"])
+async def test_the_output_stays_on_the_stream_without_a_reason_and_a_proof_for_pipes(tmp_path, max_output_bytes,
+                                                                                    greeting_fds):
     async def answer(request: process_pb2.ExecuteRequest, server: PipeServer) -> list[process_pb2.ExecuteEvent]:
         return [process_pb2.ExecuteEvent(output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, data=b"hi\n")),
                 finished(passed=False)]
 
-    _, output, call = await run(tmp_path, answer, max_output_bytes=PIPES_ABOVE_BYTES)
-    assert not call.requests[0].pipe_connection
-    assert output.collector.stdout == "hi\n"
-
-
-@pytest.mark.parametrize("greeting", ["no descriptor", "a regular file"])
-async def test_a_greeting_that_proves_no_passing_keeps_the_output_on_the_stream(tmp_path, greeting):
-    def fds() -> list[int]:
-        return [] if greeting == "no descriptor" else [os.open(tmp_path / "file", os.O_RDONLY | os.O_CREAT)]
-
-    async def answer(request: process_pb2.ExecuteRequest, server: PipeServer) -> list[process_pb2.ExecuteEvent]:
-        return [process_pb2.ExecuteEvent(output=process_pb2.Output(channel=process_pb2.CHANNEL_STDOUT, data=b"hi\n")),
-                finished(passed=False)]
-
-    _, output, call = await run(tmp_path, answer, greeting_fds=fds)
+    _, output, call = await run(tmp_path, answer, max_output_bytes=max_output_bytes, greeting_fds=greeting_fds)
     assert not call.requests[0].pipe_connection
     assert output.collector.stdout == "hi\n"
