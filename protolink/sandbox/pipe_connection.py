@@ -24,6 +24,9 @@ from protolink.wire.pipe_passing import HANDED_FDS, HANDOFF, KEY_BYTES
 
 #: How long a connection may take to be greeted.
 GREETING_SECONDS = 5.0
+#: The most hand-offs taken in one go: a server that floods the connection cannot hold this
+#: side's event loop (an honest one sends one per process, at most max_concurrency at once).
+MAX_AT_ONCE = 256
 _INT = array.array("i")
 
 
@@ -76,9 +79,11 @@ class PipeConnection:
         return cls(sock, key, handed)
 
     def receive_queued(self) -> None:
-        """Take every hand-off the server has sent so far (it sends a process's before that
-        process's Finished: once that has come, its hand-off is here)."""
-        while not self.closed.done():
+        """Take the hand-offs the server has sent so far, at most :data:`MAX_AT_ONCE` (it sends a
+        process's before that process's Finished: once that has come, its hand-off is here)."""
+        for _ in range(MAX_AT_ONCE):
+            if self.closed.done():
+                return
             try:
                 data, fds, flags = _receive(self._sock, HANDOFF.size + 1, HANDED_FDS)
             except BlockingIOError:
