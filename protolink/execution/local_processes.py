@@ -38,13 +38,17 @@ from typing import Any, Protocol
 from protolink.errors import ToolExecutionError
 
 from .groups import completed_within, signal_group, terminate_group
-from .output import OutputCap, OutputCollector, OutputSink
+from .output import Channel, OutputCap, OutputCollector, OutputSink
 from .output_pipes import OutputPipes
 from .process_types import Emitter, ProcessCancelledError, ProcessResult, ProcessSpec
 from .resolve import Resolved, check_real_executable, resolve_command
 
 #: How long pipes are still read after the process group is gone.
 DRAIN_GRACE_SECONDS = 1.0
+
+#: Offered the read ends of a process's stdout and stderr: True when it has taken them
+#: (sent them elsewhere; the caller closes its own copies).
+HandOff = Callable[[int, int], bool]
 
 
 class Leader(Protocol):
@@ -101,10 +105,13 @@ class LocalProcesses:
         """Run ``spec`` to completion, timeout or cancellation; see the module docstring."""
         return await self.run(spec, OutputCollector(execution))
 
-    async def run(self, spec: ProcessSpec, output: OutputSink) -> ProcessResult:
-        """:meth:`execute` with the kept output going to ``output``, whose text the result holds."""
+    async def run(self, spec: ProcessSpec, output: OutputSink, *, hand_off: HandOff | None = None) -> ProcessResult:
+        """:meth:`execute` with the kept output going to ``output``, whose text the result holds.
+        ``hand_off``, when given, is offered the pipes' read ends before the process starts (so
+        that their reader is ready when it writes): when it takes them, nothing is read here
+        (the result's output is empty, never truncated)."""
         child = _Child(spec)
-        await child.start(self.launcher.launch, output)
+        await child.start(self.launcher.launch, output, hand_off)
         try:
             child.timed_out = not await completed_within(child.exited, spec.timeout_seconds)
             await asyncio.shield(child.stop(terminate=child.timed_out))
@@ -128,11 +135,17 @@ class _Child:
         self._started = time.monotonic()
         self._stopping: asyncio.Future[None] | None = None
 
-    async def start(self, launch: Callable[[ProcessSpec, int, int], Awaitable[Leader]], output: OutputSink) -> None:
-        """Launch the process with both output pipes and read them into ``output``;
-        ToolExecutionError when it cannot start."""
+    async def start(self, launch: Callable[[ProcessSpec, int, int], Awaitable[Leader]], output: OutputSink,
+                    hand_off: HandOff | None) -> None:
+        """Launch the process with both output pipes and read them into ``output``, unless
+        ``hand_off`` takes them first; ToolExecutionError when it cannot start."""
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
+        pipes: dict[int, Channel] = {stdout_read: "stdout", stderr_read: "stderr"}
+        if hand_off is not None and hand_off(stdout_read, stderr_read):
+            os.close(stdout_read)
+            os.close(stderr_read)
+            pipes = {}
         # Shielded: a cancellation of this call must not cancel a launch in its last step,
         # which would lose a process that has started. It is looked at here instead.
         launching = asyncio.ensure_future(launch(self.spec, stdout_write, stderr_write))
@@ -145,8 +158,8 @@ class _Child:
                 started = launching.result()  # started as this call was canceled: nobody watches it
                 signal_group(started.pid, signal.SIGKILL)
                 started.close()
-            os.close(stdout_read)
-            os.close(stderr_read)
+            for fd in pipes:
+                os.close(fd)
             if isinstance(error, OSError):
                 reason = error.strerror or str(error)
                 raise ToolExecutionError(f"could not start {self.spec.argv[0]!r}: {reason}") from None
@@ -154,8 +167,7 @@ class _Child:
         finally:
             os.close(stdout_write)
             os.close(stderr_write)
-        self.pipes = OutputPipes({stdout_read: "stdout", stderr_read: "stderr"}, OutputCap(self.spec.max_output_bytes),
-                                 output)
+        self.pipes = OutputPipes(pipes, OutputCap(self.spec.max_output_bytes), output)
 
     @property
     def exited(self) -> asyncio.Future[None]:

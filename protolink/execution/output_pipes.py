@@ -91,7 +91,7 @@ class _Piece:
 class OutputPipes:
     """The read ends of a process's stdout and stderr (``pipes``: descriptor -> channel), read as
     the module says, what is kept fed to ``sink``; ``closed`` completes once both pipes have
-    reached their end. Feeding runs in a task of its own, started with the first kept output."""
+    reached their end (at once when there are none). Feeding runs in a task of its own, started with the first kept output."""
 
     def __init__(self, pipes: Mapping[int, Channel], cap: OutputCap, sink: OutputSink) -> None:
         self.cap = cap
@@ -112,6 +112,8 @@ class OutputPipes:
         self._wakeup: asyncio.Future[None] | None = None
         for fd in self._pipes:
             os.set_blocking(fd, False)
+        if not self._pipes:
+            self.closed.set_result(None)
         self._watch()
 
     def drain(self) -> None:

@@ -43,7 +43,7 @@ from protolink.wire.keepalive import CLIENT_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
-from .process_stream import Output, ProcessStream, grpc_calls, own_calls
+from .process_stream import Output, ProcessStream, grpc_calls, own_calls, pipe_socket
 from .resolutions import Resolutions
 
 __all__ = ["SandboxBackend", "SandboxInfo", "attach", "connect"]
@@ -94,18 +94,20 @@ async def connect(
     *,
     timeout: float = 5.0,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    output_pipes: bool = True,
 ) -> SandboxBackend:
     """Connect to a sandbox server at ``unix:///path`` or ``host:port``.
 
     Waits up to ``timeout`` seconds for the server to answer (it may still be starting), then
     returns a backend named after the server's boundary. ``token`` is sent with every call
     (required for TCP). Raises SandboxUnavailableError when no server answers in time.
+    ``output_pipes=False`` keeps every process's output on the Execute stream (see :func:`attach`).
     """
     channel = grpc.aio.insecure_channel(address.removeprefix("tcp://"), options=channel_options(max_message_bytes))
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     try:
         return await attach(channel, metadata, timeout=timeout, max_message_bytes=max_message_bytes, owns_channel=True,
-                            address=address if _own_connection_reaches(address) else None)
+                            address=address if _own_connection_reaches(address) else None, output_pipes=output_pipes)
     except BaseException:
         await channel.close()
         raise
@@ -120,20 +122,23 @@ async def attach(
     owns_channel: bool = False,
     info: sandbox_pb2.InfoResponse | None = None,
     address: str | None = None,
+    output_pipes: bool = True,
 ) -> SandboxBackend:
     """A backend over an open ``channel`` whose every call carries ``metadata`` (a sandbox
     service's channel, say), once the server answers ``Info`` within ``timeout`` seconds (or
     at once with its ``info``, already at hand). Closing the backend closes the channel only
     when it ``owns_channel``. With the server's plaintext ``address`` (``unix:///path`` or
     ``[tcp://]host:port``), processes run on connections of their own to it, without grpcio's
-    receive (:func:`.process_stream.own_calls`); without it, on the channel. The processes' call
-    is opened at once (:meth:`.process_stream.ProcessStream.open`)."""
+    receive (:func:`.process_stream.own_calls`), and a Unix socket's server may pass their
+    output's pipes to this host (:mod:`.pipe_connection`; unless ``output_pipes`` is False);
+    without it, on the channel. The
+    processes' call is opened at once (:meth:`.process_stream.ProcessStream.open`)."""
     response = info if info is not None else await _call(
         sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
         metadata=tuple(metadata), timeout=timeout, wait_for_ready=True,
     )
     backend = SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
-                             owns_channel=owns_channel, address=address)
+                             owns_channel=owns_channel, address=address, output_pipes=output_pipes)
     backend._processes.open()  # the first command's connection and stream, set up meanwhile
     return backend
 
@@ -145,7 +150,8 @@ class SandboxBackend(Operations):
     ``async with``. A closed backend refuses further calls. ``info_at_connect`` is what the
     server reported when the connection was made; ``boundary`` names the sandbox in previews.
     Closing it closes ``channel`` unless ``owns_channel`` is False (a channel shared with others).
-    Processes run on connections of their own to ``address`` when it is given (see :func:`attach`).
+    Processes run on connections of their own to ``address`` when it is given, their output's
+    pipes passed to this host where the server can and ``output_pipes`` allows (see :func:`attach`).
     """
 
     def __init__(
@@ -157,6 +163,7 @@ class SandboxBackend(Operations):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         owns_channel: bool = True,
         address: str | None = None,
+        output_pipes: bool = True,
     ) -> None:
         self._channel = channel
         self._owns_channel = owns_channel
@@ -169,7 +176,8 @@ class SandboxBackend(Operations):
         calls = (grpc_calls(channel, self._metadata) if address is None
                  else own_calls(address, self._metadata, max_message_bytes=max_message_bytes))
         self._processes = ProcessStream(calls, max_in_flight=int(
-            info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
+            info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)),
+            pipe_socket=pipe_socket(address) if address is not None and output_pipes else None)
         self.info_at_connect = info
         self.boundary = info.boundary
 

@@ -9,6 +9,12 @@ first command does not pay for the connection and the stream on each hop), on fi
 it ended, and again after it fails; a failure of the
 call fails every process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError`
 and friends).
+A server on a Unix socket (a sandbox on this host, not a service's forwarding, not TCP) may
+pass the output pipes of a process that may keep more than :data:`PIPES_ABOVE_BYTES` to this
+host instead of sending its output (:mod:`.pipe_connection`): they are then read here with the
+host backend's own reader (:class:`~protolink.execution.output_pipes.OutputPipes`), within the
+same cap, drained for the same grace once the process has finished; its exit status and other
+events still come on the call.
 Everything the server sends is untrusted: events are parsed and checked in order (an output
 event's bytes are read where they arrived, :mod:`protolink.wire.output_events`), output is
 capped at the process's ``max_output_bytes`` whatever the server claims (then decoded, kept and
@@ -22,20 +28,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 import grpc
 
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
+from protolink.execution.groups import completed_within
+from protolink.execution.local_processes import DRAIN_GRACE_SECONDS
 from protolink.execution.output import Channel, OutputCap, OutputCollector
+from protolink.execution.output_pipes import PIECE_BYTES, OutputPipes
 from protolink.execution.process_types import Emitter
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2, sandbox_pb2
 from protolink.wire.output_events import OutputEvent, read_output_event
+from protolink.wire.pipe_passing import SOCKET_NAME
 from protolink.wire.status import CallEnd, checked_answer, from_status, from_wire
 
 from .aio_call import AsyncCall
+from .pipe_connection import PassedPipes, PipeConnection
 
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0
@@ -47,6 +59,11 @@ QUEUED_EVENTS = 8
 #: meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
 IDLE_CALL_SECONDS = 1.0
 
+#: A process may keep more output than this before its pipes are asked for: a hand-off costs a
+#: short command about 0.7 ms more than the stream (two descriptors, a reader, one more wakeup of
+#: this side), where output of at most one piece (1 MiB, one event) costs the stream less than that.
+PIPES_ABOVE_BYTES = PIECE_BYTES
+
 #: The request that opens a call ahead of its first process: a cancel of request 0, which no
 #: process has (ids start at 1), so the server (and a service that forwards the call to it once
 #: its first request arrives) takes it and does nothing.
@@ -55,15 +72,17 @@ OPENING = process_pb2.ExecuteRequest(id=0, cancel=True)
 EXECUTE = f"/{sandbox_pb2.DESCRIPTOR.services_by_name['Sandbox'].full_name}/Execute"
 
 _Event = process_pb2.ExecuteEvent | OutputEvent
-_Item = _Event | BaseException
+_Item = _Event | PassedPipes | BaseException
 
 
 class ProcessStream:
     """Processes over the Execute calls ``calls()`` opens (see the module; :func:`grpc_calls`,
     :func:`own_calls`)."""
 
-    def __init__(self, calls: Callable[[], Any], *, max_in_flight: int) -> None:
+    def __init__(self, calls: Callable[[], Any], *, max_in_flight: int, pipe_socket: str | None = None) -> None:
         self._calls = calls
+        self._pipe_socket = pipe_socket
+        self._pipes: asyncio.Task[PipeConnection | None] | None = None
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._call: Any = None
         self._waiting: dict[int, tuple[Any, asyncio.Queue[_Item]]] = {}  # by request id: its call, its events
@@ -89,8 +108,11 @@ class ProcessStream:
         finished = False
         try:
             async with asyncio.timeout(deadline_seconds) as deadline:
+                pipes = await self._pipe_connection() if request.max_output_bytes > PIPES_ABOVE_BYTES else None
+                if pipes is not None:
+                    request.pipe_connection = pipes.key
                 events = await self._send(request)
-                facts = await _follow(events, output)
+                facts = await _follow(events, output, pipes)
             finished = True
             return facts
         except TimeoutError:
@@ -101,7 +123,7 @@ class ProcessStream:
         finally:
             call, events = self._waiting.pop(request.id)
             while not events.empty():
-                events.get_nowait()  # the reader may wait for room in this queue: it is never read again
+                _discard(events.get_nowait())  # the reader may wait for room in this queue: it is never read again
             if not finished:
                 self._cancel(call, request.id)
             if not self._waiting:
@@ -132,6 +154,8 @@ class ProcessStream:
         call = self._open()
         self._keep(self._write_quietly(call, OPENING))
         self._end_when_idle(call)
+        if self._pipe_socket is not None:
+            self._pipes = asyncio.ensure_future(PipeConnection.open(self._pipe_socket, self._handed))
 
     async def aclose(self) -> None:
         """End the call: the server kills and reaps whatever still runs on it."""
@@ -140,6 +164,32 @@ class ProcessStream:
         if self._call is not None:
             self._call.cancel()
             self._call = None
+        if self._pipes is not None:
+            self._pipes.cancel()
+            if self._pipes.done() and not self._pipes.cancelled() and (connection := self._pipes.result()) is not None:
+                connection.close()
+            self._pipes = None
+
+    async def _pipe_connection(self) -> PipeConnection | None:
+        """The pipe connection, opened once more when the last one ended; None where the server
+        offers none (then never asked again on this stream)."""
+        if self._pipe_socket is None:
+            return None
+        if self._pipes is None or (self._pipes.done() and (connection := self._pipes.result()) is not None
+                                   and connection.closed.done()):
+            self._pipes = asyncio.ensure_future(PipeConnection.open(self._pipe_socket, self._handed))
+        connection = await asyncio.shield(self._pipes)
+        if connection is None:
+            self._pipe_socket = None
+        return connection
+
+    def _handed(self, pipes: PassedPipes) -> None:
+        """Hand ``pipes`` to the process waiting for them, behind its events; else close them."""
+        waiting = self._waiting.get(pipes.request_id)
+        if waiting is None or waiting[1].full():
+            pipes.close()
+            return
+        waiting[1].put_nowait(pipes)
 
     def _end_when_idle(self, call: Any) -> None:
         if self._idle_close is not None:
@@ -264,8 +314,22 @@ def _parsed(data: bytes | memoryview) -> _Event:
 def _put_failure(events: asyncio.Queue[_Item], failure: BaseException) -> None:
     """Queue ``failure`` for a process, making room for it if its queue is full."""
     if events.full():
-        events.get_nowait()
+        _discard(events.get_nowait())
     events.put_nowait(failure)
+
+
+def _discard(item: _Item) -> None:
+    """Drop a queued item unread (closing passed pipes)."""
+    if isinstance(item, PassedPipes):
+        item.close()
+
+
+def pipe_socket(address: str) -> str | None:
+    """Where the server at ``address`` offers its pipe connection: beside a Unix socket (a
+    sandbox on this host); None for TCP."""
+    if not address.startswith("unix://"):
+        return None
+    return os.path.join(os.path.dirname(address.removeprefix("unix://")), SOCKET_NAME)
 
 
 class Output:
@@ -281,9 +345,13 @@ class Output:
             await self.collector.feed(channel, kept)
 
 
-async def _follow(events: asyncio.Queue[_Item], output: Output) -> dict[str, Any]:
-    """Read one process's events to its Finished facts. Order: started?, output*, finished (or error)."""
-    begun = False
+async def _follow(events: asyncio.Queue[_Item], output: Output, pipes: PipeConnection | None) -> dict[str, Any]:
+    """Read one process's events to its Finished facts. Order: started?, output*, finished (or
+    error). Asked to pass its output to ``pipes``, the server may hand the process's pipes there
+    instead of output events: they are read here as the host backend reads its own (see
+    :func:`_read_passed`)."""
+    begun = streamed = False
+    reading: OutputPipes | None = None
     loop = asyncio.get_running_loop()
     try:
         # One deadline for the whole process, pushed back by every event (no task per read).
@@ -292,6 +360,9 @@ async def _follow(events: asyncio.Queue[_Item], output: Output) -> dict[str, Any
                 event = await events.get()
                 if isinstance(event, BaseException):
                     raise event
+                if isinstance(event, PassedPipes):
+                    reading = _read_passed(event, pipes is not None and reading is None and not streamed, output)
+                    continue
                 if isinstance(event, OutputEvent):
                     piece: OutputEvent | process_pb2.Output = event
                     kind = "output"
@@ -310,10 +381,23 @@ async def _follow(events: asyncio.Queue[_Item], output: Output) -> dict[str, Any
                     channel = convert.CHANNELS.get(piece.channel)
                     if channel is None:
                         raise SandboxProtocolError(f"the sandbox sent output on unknown channel {piece.channel}")
+                    if reading is not None:
+                        raise SandboxProtocolError("the sandbox sent output events for a process whose pipes it passed")
+                    streamed = True
                     idle.reschedule(None)  # however long the consumer takes
                     await output.feed(channel, piece.data)
                 elif kind == "finished":
                     facts = checked_answer(convert.finished_facts, event.finished)
+                    for passed in _passed_before(events, pipes):
+                        reading = _read_passed(passed, pipes is not None and reading is None and not streamed, output)
+                    if event.finished.output_passed and reading is None:
+                        raise SandboxProtocolError("the sandbox said it passed output pipes that never came")
+                    if not event.finished.output_passed and reading is not None:
+                        raise SandboxProtocolError("the sandbox passed output pipes and then said it had not")
+                    if reading is not None:
+                        idle.reschedule(None)  # the drain is bounded; the consumer takes what it takes
+                        await _drained(reading)
+                        reading = None
                     await output.collector.finish()
                     return facts
                 idle.reschedule(loop.time() + IDLE_SECONDS)
@@ -321,3 +405,39 @@ async def _follow(events: asyncio.Queue[_Item], output: Output) -> dict[str, Any
         if not idle.expired():
             raise
         raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
+    finally:
+        if reading is not None:  # failed or canceled: read and feed nothing more
+            reading.close()
+            await reading.abandon()
+
+
+def _read_passed(passed: PassedPipes, allowed: bool, output: Output) -> OutputPipes:
+    """Start reading the pipes the server passed, with the host backend's own reader, into
+    ``output``'s cap and collector; ``allowed``: they were asked for, and neither pipes nor output
+    events came for this process before."""
+    if not allowed:
+        passed.close()
+        raise SandboxProtocolError("the sandbox passed output pipes it was not asked for, or beside output events")
+    return OutputPipes({passed.stdout: "stdout", passed.stderr: "stderr"}, output.cap, output.collector)
+
+
+def _passed_before(events: asyncio.Queue[_Item], pipes: PipeConnection | None) -> Iterator[PassedPipes]:
+    """The pipes passed for a process whose Finished has come: the server sends them before it,
+    so every hand-off of this process is in its queue once what the connection holds is taken
+    (nothing else comes after Finished)."""
+    if pipes is not None:
+        pipes.receive_queued()
+    while not events.empty():
+        if isinstance(item := events.get_nowait(), PassedPipes):
+            yield item
+        else:
+            _discard(item)
+
+
+async def _drained(reading: OutputPipes) -> None:
+    """The process has ended: read what is left, for at most the host backend's grace (a
+    descendant that escaped its group may hold the pipes open), then feed it all."""
+    reading.drain()
+    await completed_within(reading.closed, DRAIN_GRACE_SECONDS)
+    reading.close()
+    await reading.delivered()

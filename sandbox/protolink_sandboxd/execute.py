@@ -13,6 +13,9 @@ the spawner, :mod:`protolink_sandboxd.spawner_client`, through :class:`CommandLa
 that asks for more than twice that at once gets a limit error for each one beyond.
 A process that cannot run gets an ``error`` event with a typed wire error; a request that does
 not parse, or reuses the id of a running process, fails the whole call (``INVALID_ARGUMENT``).
+A request that names its client's pipe connection (a local host, see
+:mod:`protolink_sandboxd.pipe_listener`) has its pipes' read ends passed there instead: this
+server then reads none of its output, and its ``Finished`` says so.
 The call ends once the client has half-closed it and its processes have finished; when it is
 canceled, or the client goes away, every process it started is killed and reaped first.
 """
@@ -23,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 from google.protobuf.message import Message
@@ -43,6 +47,7 @@ from protolink.wire.output_events import output_event_in
 from protolink.wire.status import to_status
 
 from .activity import Activity
+from .pipe_listener import PipeListener
 from .spawner_client import CommandSpec, ResolutionChanged, SpawnerClient
 from .strays import StraySweeper
 
@@ -115,7 +120,8 @@ class Runner:
     the container has no network interface: only the relay leads out.)"""
 
     def __init__(self, spawner: SpawnerClient, sweeper: StraySweeper, activity: Activity, *, max_concurrency: int,
-                 max_output_bytes: int, environment: Mapping[str, str] | None = None) -> None:
+                 max_output_bytes: int, environment: Mapping[str, str] | None = None,
+                 pipes: PipeListener | None = None) -> None:
         self.launcher = CommandLauncher(spawner, sweeper)
         self.processes = LocalProcesses(self.launcher)
         self.sweeper = sweeper
@@ -127,6 +133,8 @@ class Runner:
         self.max_per_call = 2 * max_concurrency
         self.max_output_bytes = max_output_bytes
         self.environment = dict(environment or {})
+        #: Where a request that names its client's pipe connection has its output's pipes passed.
+        self.pipes = pipes
 
 
 #: An event to send, serialized, with the future to complete once it is taken for sending; or
@@ -205,6 +213,7 @@ class ProcessCall:
                 timed_out=result.timed_out,
                 canceled=result.canceled,
                 duration_seconds=result.duration_seconds,
+                output_passed=events.passed,
             ))
         except (ProcessCancelledError, asyncio.CancelledError):
             return  # the group is dead and reaped; the client has stopped listening
@@ -220,9 +229,12 @@ class ProcessCall:
         spec = CommandSpec.of(spec, convert.command_as_written(request))
         convert.require(spec.max_output_bytes <= self._runner.max_output_bytes,
                          f"max_output_bytes is over this sandbox's limit of {self._runner.max_output_bytes}")
+        hand_off = None
+        if request.pipe_connection and self._runner.pipes is not None:
+            hand_off = functools.partial(events.hand_off, self._runner.pipes, request.pipe_connection)
         async with self._runner.slots, self._runner.sweeper.command():
             events.starting()
-            return await self._runner.processes.run(spec, events)
+            return await self._runner.processes.run(spec, events, hand_off=hand_off)
 
 
 class _ProcessEvents:
@@ -232,6 +244,8 @@ class _ProcessEvents:
     result's output is empty here, the client assembles it."""
 
     stdout = stderr = ""
+    #: Whether the output's pipes went to the client's pipe connection (no output event comes).
+    passed = False
 
     def __init__(self, request_id: int, queue: asyncio.Queue[_Queued]) -> None:
         self._id = request_id
@@ -250,6 +264,12 @@ class _ProcessEvents:
     def put(self, **event: Message) -> None:
         self._sent = True
         self._queue.put_nowait((_event(self._id, **event), None))
+
+    def hand_off(self, pipes: PipeListener, key: bytes, stdout: int, stderr: int) -> bool:
+        """Pass the read ends ``stdout`` and ``stderr`` to the client's pipe connection ``key``
+        (:class:`~protolink.execution.local_processes.HandOff`)."""
+        self.passed = pipes.hand_off(key, self._id, stdout, stderr)
+        return self.passed
 
     async def feed(self, channel: Channel, data: memoryview) -> None:
         """Queue an Output event once the previous one has been taken for sending; the event is

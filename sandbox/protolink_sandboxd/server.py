@@ -20,6 +20,7 @@ from protolink.wire.status import abort_with, to_status
 from .allocator import reuse_large_buffers, share_one_arena
 from .config import ServerConfig
 from .egress_relay import EgressRelay
+from .pipe_listener import PipeListener
 from .privileges import acting_as
 from .service import SERVICE, SandboxService
 from .spawner_client import SpawnerClient
@@ -124,7 +125,8 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPoo
         interceptors=[TokenCheck(config.token)] if config.token else [],
         maximum_concurrent_rpcs=config.max_concurrency * 4,
     )
-    service = SandboxService(config, workers, sweeper, spawner)
+    pipes = PipeListener.beside(config)
+    service = SandboxService(config, workers, sweeper, spawner, pipes)
     server.add_generic_rpc_handlers((service.handler(),))
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
@@ -148,6 +150,8 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPoo
         retiring.cancel()
         await health_service.enter_graceful_shutdown()
         await server.stop(STOP_GRACE_SECONDS)
+        if pipes is not None:
+            pipes.close()
         if relay is not None:
             await relay.aclose()
         await workers.aclose()

@@ -31,6 +31,7 @@ from .activity import Activity
 from .config import ServerConfig
 from .egress_relay import proxy_environment
 from .execute import ProcessCall, Runner
+from .pipe_listener import PipeListener
 from .send_buffers import LARGE_EVENT_BYTES, enlarge_send_buffers
 from .spawner_client import SpawnerClient
 from .strays import StraySweeper
@@ -45,16 +46,19 @@ log = logging.getLogger("sandbox")
 class SandboxService:
     """The RPC implementations; :meth:`handler` exposes them to a grpc.aio server.
 
-    ``activity`` tells when calls run (the server retires idle workers in a quiet moment).
+    ``activity`` tells when calls run (the server retires idle workers in a quiet moment);
+    ``pipes`` hands commands' output pipes to local clients that ask (:mod:`.pipe_listener`).
     """
 
-    def __init__(self, config: ServerConfig, workers: WorkerPool, sweeper: StraySweeper, spawner: SpawnerClient) -> None:
+    def __init__(self, config: ServerConfig, workers: WorkerPool, sweeper: StraySweeper, spawner: SpawnerClient,
+                 pipes: PipeListener | None = None) -> None:
         self._config = config
         self._workers = workers
         self.activity = Activity()
         self._runner = Runner(spawner, sweeper, self.activity, max_concurrency=config.max_concurrency,
                               max_output_bytes=config.max_output_bytes,
-                              environment=proxy_environment(config.egress_port) if config.egress_port else None)
+                              environment=proxy_environment(config.egress_port) if config.egress_port else None,
+                              pipes=pipes)
         self._transfers = TransferProcesses(
             uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
             max_processes=config.max_workers, max_message_bytes=config.max_message_bytes,

@@ -281,7 +281,7 @@ class SpawnerConnection:
     def _send(self, frame: bytes, fds: Sequence[int]) -> None:
         if not self._outbox:
             try:
-                sent = self._channel.sendmsg([frame], _rights(fds))
+                sent = self._channel.sendmsg([frame], descriptor_rights(fds))
             except BlockingIOError:
                 sent = 0
             except OSError as error:
@@ -300,7 +300,7 @@ class SpawnerConnection:
         while self._outbox:
             data, fds = self._outbox[0]
             try:
-                sent = self._channel.sendmsg([data], _rights(fds))
+                sent = self._channel.sendmsg([data], descriptor_rights(fds))
             except BlockingIOError:
                 return
             except OSError as error:
@@ -413,7 +413,8 @@ class SpawnerConnection:
             self._loop.call_later(REAP_POLL_SECONDS, self._reap)
 
 
-def _rights(fds: Sequence[int]) -> list[tuple[int, int, bytes]]:
+def descriptor_rights(fds: Sequence[int]) -> list[tuple[int, int, bytes]]:
+    """The ancillary data that passes ``fds`` (``SCM_RIGHTS``); none for none."""
     return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
 
 

@@ -18,7 +18,7 @@ CHANNEL_STDOUT: Channel
 CHANNEL_STDERR: Channel
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("id", "cancel", "argv", "cwd", "env", "timeout_seconds", "max_output_bytes", "resolved_from", "real_executable")
+    __slots__ = ("id", "cancel", "argv", "cwd", "env", "timeout_seconds", "max_output_bytes", "resolved_from", "real_executable", "pipe_connection")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class ExecuteRequest(_message.Message):
     MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_FROM_FIELD_NUMBER: _ClassVar[int]
     REAL_EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
+    PIPE_CONNECTION_FIELD_NUMBER: _ClassVar[int]
     id: int
     cancel: bool
     argv: _containers.RepeatedScalarFieldContainer[str]
@@ -44,7 +45,8 @@ class ExecuteRequest(_message.Message):
     max_output_bytes: int
     resolved_from: CommandAsWritten
     real_executable: str
-    def __init__(self, id: _Optional[int] = ..., cancel: _Optional[bool] = ..., argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., resolved_from: _Optional[_Union[CommandAsWritten, _Mapping]] = ..., real_executable: _Optional[str] = ...) -> None: ...
+    pipe_connection: bytes
+    def __init__(self, id: _Optional[int] = ..., cancel: _Optional[bool] = ..., argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., resolved_from: _Optional[_Union[CommandAsWritten, _Mapping]] = ..., real_executable: _Optional[str] = ..., pipe_connection: _Optional[bytes] = ...) -> None: ...
 
 class CommandAsWritten(_message.Message):
     __slots__ = ("executable", "cwd")
@@ -83,18 +85,20 @@ class Output(_message.Message):
     def __init__(self, channel: _Optional[_Union[Channel, str]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Finished(_message.Message):
-    __slots__ = ("exit_code", "truncated", "timed_out", "canceled", "duration_seconds")
+    __slots__ = ("exit_code", "truncated", "timed_out", "canceled", "duration_seconds", "output_passed")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
     CANCELED_FIELD_NUMBER: _ClassVar[int]
     DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_PASSED_FIELD_NUMBER: _ClassVar[int]
     exit_code: int
     truncated: bool
     timed_out: bool
     canceled: bool
     duration_seconds: float
-    def __init__(self, exit_code: _Optional[int] = ..., truncated: _Optional[bool] = ..., timed_out: _Optional[bool] = ..., canceled: _Optional[bool] = ..., duration_seconds: _Optional[float] = ...) -> None: ...
+    output_passed: bool
+    def __init__(self, exit_code: _Optional[int] = ..., truncated: _Optional[bool] = ..., timed_out: _Optional[bool] = ..., canceled: _Optional[bool] = ..., duration_seconds: _Optional[float] = ..., output_passed: _Optional[bool] = ...) -> None: ...
 
 class Keepalive(_message.Message):
     __slots__ = ()
