@@ -110,14 +110,16 @@ def docker_run(image: str) -> float:
     return time.perf_counter() - started
 
 
-async def cold(client: ServiceClient, image: str, runs: int) -> tuple[float, float]:
+async def cold(client: ServiceClient, image: str, runs: int) -> tuple[float, float, list[float]]:
+    """Medians of a cold create -> first result and of ``docker run --rm``, in turns; and each
+    turn's ratio of the two."""
     ours, theirs = [], []
     for _ in range(runs):
         took, sandbox = await first_result(client, labels=COLD)
         ours.append(took)
         await sandbox.delete()
         theirs.append(await asyncio.to_thread(docker_run, image))
-    return statistics.median(ours), statistics.median(theirs)
+    return statistics.median(ours), statistics.median(theirs), [a / b for a, b in zip(ours, theirs)]
 
 
 def pss(pid: int, field: str = "Pss") -> int:
@@ -239,9 +241,12 @@ async def main(args: argparse.Namespace) -> None:
         row(f"1. pool create -> first result (median of {args.runs})", ms(median), "", "target <= 10 ms")
         row("   of which the create; the first command", ms(create), ms(first_command), "")
         row("   a second command, for comparison", ms(second_command), "", "")
-        ours, theirs = await cold(client, image, max(3, args.runs // 2))
+        turns = max(3, args.runs // 2)
+        ours, theirs, ratios = await cold(client, image, turns)
         row("2. cold create -> first result vs docker run --rm", ms(ours), ms(theirs),
             f"{ours / theirs:.2f}x (<= 1.3)")
+        row(f"   each of the {turns} turns' ratio: median, range", "", "",
+            f"{statistics.median(ratios):.2f}x, {min(ratios):.2f}-{max(ratios):.2f}x")
         print(load())
         memory, anonymous, growth, cpu = await idle(client, service_pid, args.idle)
         row(f"3. {args.idle} idle sandboxes: PSS per sandbox", f"{memory / 1e6:.1f} MB", "", "")
