@@ -13,7 +13,8 @@ the host's take turns:
 
 - a download of ``--size-mb`` MB from a loopback HTTP server, by a command in the sandbox through
   the proxy (``CONNECT``, as any HTTPS client does) against the same client on the host directly:
-  target >= 0.8x the direct throughput;
+  target >= 0.8x the direct throughput; with the CPU seconds per GB each party spent on it (the
+  client, the server, and the appliance's egress daemon, which relays it);
 - connect + first byte of a 1-byte answer, median of ``--connections``: the proxy's added
   latency, target <= 2 ms;
 - ``pip install`` of a mid-sized package set (20 distributions with their dependencies) into a
@@ -39,6 +40,7 @@ import ast
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import socketserver
@@ -110,14 +112,21 @@ def _get(host: str, port: int, size: int, proxy: str | None) -> tuple[list[float
     return [mark - started for mark in marks], time.perf_counter() - started, total
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds (user and system) this process has spent."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
 def client(argv: list[str]) -> None:
     """``download HOST PORT SIZE`` | ``latency HOST PORT COUNT`` | ``timed -- ARGV``; prints JSON.
     ``--proxy`` (first): through the proxy that ``HTTPS_PROXY`` names."""
     proxy = os.environ["HTTPS_PROXY"] if argv[:1] == ["--proxy"] else None
     argv = argv[1:] if proxy else argv
     if argv[0] == "download":
+        before = _cpu_seconds()
         _, seconds, size = _get(argv[1], int(argv[2]), int(argv[3]), proxy)
-        print(json.dumps({"seconds": seconds, "bytes": size}))
+        print(json.dumps({"seconds": seconds, "bytes": size, "cpu": _cpu_seconds() - before}))
     elif argv[0] == "latency":
         marks = [_get(argv[1], int(argv[2]), 1, proxy)[0] for _ in range(int(argv[3]))]
         print(json.dumps({"marks": marks}))
@@ -168,6 +177,27 @@ def run(argv: list[str], **env: str) -> str:
     return done.stdout
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system, every thread) process ``pid`` has spent."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def daemon_pid(name: str, **env: str) -> int:
+    """The process id of appliance ``name``'s egress daemon."""
+    found = re.search(r"daemon pid (\d+)", run([CLI, "egress", "--name", name], **env))
+    if found is None:
+        sys.exit(f"no egress daemon found for {name}")
+    return int(found[1])
+
+
+def cpuset(name: str) -> str:
+    """The CPUs appliance ``name``'s container may run on (its cpuset), or "any"."""
+    container = run(["docker", "ps", "-q", "--filter", f"label=io.protolink.appliance={name}"]).split()
+    found = run(["docker", "inspect", "-f", "{{.HostConfig.CpusetCpus}}", *container[:1]]).strip() if container else ""
+    return found or "any"
+
+
 def pip_setting(key: str) -> str | None:
     """``key`` as pip's configuration has it (its environment variables first), or None."""
     found: dict[str, str] = {}
@@ -197,9 +227,13 @@ class Bench:
     """One appliance with egress (and, with a baseline, another), a loopback server, and the
     cases in turns."""
 
-    def __init__(self, name: str, workspace: Path, port: int, script: Path, baseline: Path | None) -> None:
+    def __init__(self, name: str, workspace: Path, port: int, script: Path, baseline: Path | None,
+                 server_pid: int) -> None:
         self.name, self.workspace, self.port, self.script = name, workspace, port, script
         self.baseline = baseline
+        self.server_pid = server_pid
+        #: CPU seconds per GB of the downloads, by case: the client's, the server's, the daemon's.
+        self.cpu_per_gb: list[list[float | None]] = []
 
     def inside(self, *argv: str, baseline: bool = False) -> dict:
         name, env = (f"{self.name}-base", {"PYTHONPATH": str(self.baseline)}) if baseline else (self.name, {})
@@ -212,9 +246,19 @@ class Bench:
 
     def download(self, size: int, runs: int) -> list[float]:
         """Median seconds of a ``size``-byte download: through the proxy, directly, directly at nice
-        19, and through the baseline's proxy when there is one."""
-        return self._in_turns(runs, "download", "127.0.0.1", str(self.port), str(size),
-                              value=lambda answer: answer["seconds"])
+        19, and through the baseline's proxy when there is one; each party's CPU in
+        :attr:`cpu_per_gb`."""
+        daemons = [daemon_pid(self.name), None, None]
+        if self.baseline is not None:
+            daemons.append(daemon_pid(f"{self.name}-base", PYTHONPATH=str(self.baseline)))
+        spent: list[list[float]] = [[0.0] * 3 for _ in daemons]
+        seconds = self._in_turns(runs, "download", "127.0.0.1", str(self.port), str(size),
+                                 value=lambda answer: answer["seconds"],
+                                 spent=(spent, lambda case: [self.server_pid, daemons[case]]))
+        gigabytes = runs * size / 1e9
+        self.cpu_per_gb = [[total / gigabytes if party < 2 or daemon else None for party, total in enumerate(case)]
+                           for case, daemon in zip(spent, daemons, strict=True)]
+        return seconds
 
     def latency(self, count: int) -> list[list[float]]:
         """Median seconds to connected, to the tunnel open and to the first byte (each median
@@ -222,10 +266,13 @@ class Bench:
         return self._in_turns(max(1, count // BATCH), "latency", "127.0.0.1", str(self.port), str(BATCH),
                               value=lambda answer: answer["marks"])
 
-    def _in_turns(self, turns: int, *argv: str, value: Any) -> list[Any]:
+    def _in_turns(self, turns: int, *argv: str, value: Any,
+                  spent: tuple[list[list[float]], Any] | None = None) -> list[Any]:
         """The client's median for ``argv`` in the sandbox through the proxy, on the host directly,
         on the host at the nice level the sandbox's commands run at (19), and in the baseline's
-        sandbox through its proxy when there is one, taking turns."""
+        sandbox through its proxy when there is one, taking turns. With ``spent`` (totals by case,
+        and ``watched(case)``: process ids or None), each turn adds the client's CPU seconds, then
+        those of the processes watched, to its case's totals."""
         cases: list[tuple[Any, list[float]]] = [
             (lambda: self.inside("--proxy", *argv), []),
             (lambda: self.outside(*argv), []),
@@ -234,8 +281,15 @@ class Bench:
         if self.baseline is not None:
             cases.append((lambda: self.inside("--proxy", *argv, baseline=True), []))
         for _ in range(turns):
-            for measure, found in cases:
+            for case, (measure, found) in enumerate(cases):
+                pids = spent[1](case) if spent else []
+                before = [cpu_seconds(pid) if pid else 0.0 for pid in pids]
                 answer = measure()
+                if spent:
+                    totals = spent[0][case]
+                    totals[0] += answer["cpu"]
+                    for place, (pid, seconds) in enumerate(zip(pids, before, strict=True), 1):
+                        totals[place] += cpu_seconds(pid) - seconds if pid else 0.0
                 if "bytes" in answer:
                     assert answer["bytes"] == int(argv[-1]), answer
                 got = value(answer)
@@ -327,7 +381,7 @@ def main() -> None:
                     run([CLI, "up", "--name", appliance, "--root", f"{workspace}:rw", "--cpus", args.cpus,
                          *(["--image", image] if image else []), *rules], PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK="1", **env)
                     started.append((appliance, env))
-                measure(Bench(name, workspace, port, script, args.baseline), args, index, cert, allow)
+                measure(Bench(name, workspace, port, script, args.baseline, server.pid), args, index, cert, allow)
             finally:
                 for appliance, env in started:
                     run([CLI, "down", "--name", appliance], **env)
@@ -337,7 +391,9 @@ def main() -> None:
 
 def measure(bench: Bench, args: argparse.Namespace, index: str, cert: str | None, allow: list[str]) -> None:
     load = os.getloadavg()
-    print(f"appliance {bench.name} ({args.cpus} CPU), allowed: {', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
+    baseline = f", baseline's CPU {cpuset(bench.name + '-base')}" if args.baseline else ""
+    print(f"appliance {bench.name} ({args.cpus} CPU: {cpuset(bench.name)}{baseline}), allowed: "
+          f"{', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{'':<40}{'sandbox':>12}{'host':>12}{'host nice 19':>14}{'ratio':>10}  target{'':<14}"
           + ("baseline (its sandbox; ratio)" if args.baseline else ""))
@@ -348,6 +404,13 @@ def measure(bench: Bench, args: argparse.Namespace, index: str, cert: str | None
         f"{size / direct / 1e6:.0f} MB/s", f"{size / niced / 1e6:.0f} MB/s", f"{ratio:.2f}x",
         f">= {THROUGHPUT_TARGET}x", ratio >= THROUGHPUT_TARGET,
         "".join(f"{size / seconds / 1e6:.0f} MB/s; {direct / seconds:.2f}x" for seconds in before))
+
+    def parties(case: list[float | None]) -> str:
+        return "/".join("-" if seconds is None else f"{seconds:.2f}" for seconds in case)
+
+    print(f"  CPU s per GB, client/server/daemon: sandbox {parties(bench.cpu_per_gb[0])}, host "
+          f"{parties(bench.cpu_per_gb[1])}, host nice 19 {parties(bench.cpu_per_gb[2])}"
+          + "".join(f", baseline {parties(case)}" for case in bench.cpu_per_gb[3:]))
     marks = bench.latency(args.connections)
     proxied, direct, niced, *before = (case[-1] for case in marks)
     added = (proxied - direct) * 1e3

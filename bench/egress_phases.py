@@ -42,7 +42,7 @@ from protolink.sandbox.egress import proxy as proxy_module  # noqa: E402
 from protolink.sandbox.egress.eventlog import EventLog  # noqa: E402
 from protolink.sandbox.egress.policy import EGRESS_ADDRESS_RULES, EgressLimits, EgressPolicy  # noqa: E402
 from protolink.sandbox.egress.service import EgressService  # noqa: E402
-from protolink.sandbox.egress.tunnel import Tunnel  # noqa: E402
+from protolink.net.tunnel import Tunnel  # noqa: E402
 from protolink.wire.egress import SOCKET_NAME  # noqa: E402
 
 EGRESS_BENCH = Path(__file__).with_name("egress.py")

@@ -9,20 +9,22 @@ At the end of a session that reached an engine, the suite's containers (labelled
 ``io.protolink.owner``) that were created during the session and are still there fail the run.
 A container is the suite's when its owner is this process or a process that has ended (a test's
 subprocess), or when its name starts with :data:`TEST_NAME_PREFIX` (an appliance or a raw
-container a test made); a sandbox of another live process on the same engine is not.
+container a test made). The prefix holds a random part of its own per session, so a sandbox of
+another live process on the same engine, or another test session's appliance, is not.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import secrets
 
 import pytest
 
 OWNER_LABEL = "io.protolink.owner"
 PROBE_TIMEOUT_SECONDS = 5
-#: How tests name the appliances and raw containers they make (see the module).
-TEST_NAME_PREFIX = "protolink-test-"
+#: How tests name the appliances and raw containers they make: one prefix per session (see the module).
+TEST_NAME_PREFIX = f"pltest-{secrets.token_hex(2)}-"
 
 _leak_baseline: set[str] | None = None
 _leaked: list[str] = []

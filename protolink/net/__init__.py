@@ -4,6 +4,6 @@ egress proxy and the sandbox server's egress relay share.
 ``addresses``: URL and host parsing (an IP address in any spelling is a literal);
 ``rules``: :class:`~protolink.net.rules.AddressRules`, the one address deny-list;
 ``network``: name resolution and pinned connections behind a replaceable
-:class:`~protolink.net.network.Network`; ``join``: :class:`~protolink.net.join.Join`, two
-connections joined at the transport level. Standard library only.
+:class:`~protolink.net.network.Network`; ``tunnel``: :class:`~protolink.net.tunnel.Tunnel`, two
+sockets joined (``splice``: one direction of it inside the kernel). Standard library only.
 """

@@ -339,9 +339,7 @@ class DockerSandbox:
         import docker.errors
 
         try:
-            self._container.remove(force=True, v=True)
-        except docker.errors.NotFound:
-            pass
+            engine.remove_container(self._docker, self._container.id, volumes=True)
         except (docker.errors.DockerException, OSError) as error:  # requests' errors are OSErrors
             failure = engine_error(error, f"remove sandbox container {self.name}")
             return SandboxEngineError(f"{failure}; the reaper removes it once this process has exited or its "
@@ -394,7 +392,7 @@ class DockerSandbox:
             container.start()
             self.address = self._published_address() if self._tcp else unix_address(host_dir)
         except BaseException:
-            container.remove(force=True)
+            engine.remove_container(self._docker, container.id)
             self._container = None
             raise
 

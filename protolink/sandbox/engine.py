@@ -13,7 +13,9 @@ import contextlib
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator
+from http import HTTPStatus
 from typing import Any
 
 from protolink.errors import SandboxEngineError
@@ -32,6 +34,42 @@ def client() -> Any:
     made = docker.from_env(version=_api_versions.get(host, "auto"))
     _api_versions[host] = made.api.api_version
     return made
+
+
+#: How long removing a container may take in all. The engine answers a removal only once the
+#: container's processes are dead: gVisor killing a fork bomb on a loaded machine needs longer
+#: than one read of the SDK (60 s), and the engine goes on removing after the read gave up.
+REMOVE_SECONDS = 300.0
+
+#: How often a removal the engine is still busy with is asked about again.
+_REMOVE_POLL_SECONDS = 0.5
+
+
+def remove_container(client: Any, container_id: str, *, volumes: bool = False,
+                     seconds: float = REMOVE_SECONDS) -> None:
+    """Remove a container by force and return once it is gone (blocking).
+
+    A read that times out while the engine still works on it is asked again, as is "removal
+    already in progress", until ``seconds`` have passed; an engine that stops answering ends the
+    wait at once. The SDK's error is raised as it came: translate it with :func:`engine_error`.
+    """
+    import docker.errors
+    import requests.exceptions
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            client.api.remove_container(container_id, force=True, v=volumes)
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as error:
+            if error.status_code != HTTPStatus.CONFLICT or time.monotonic() >= deadline:
+                raise
+            time.sleep(_REMOVE_POLL_SECONDS)
+        except requests.exceptions.ReadTimeout:
+            if time.monotonic() >= deadline:
+                raise
 
 
 @contextlib.contextmanager

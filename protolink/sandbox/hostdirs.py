@@ -44,19 +44,25 @@ MAX_SOCKET_PATH_BYTES = 107
 SOCKET_NAME_BYTES = 16
 #: How much of a name a private directory's name keeps: its random end makes it unique.
 NAME_CHARS = 24
+#: The random end of a private directory's name, in hex digits.
+RANDOM_CHARS = 8
 
 
 def private_subdir(name: str) -> Path:
     """A new 0700 directory inside :func:`runtime_dir`, named after ``name``, that can hold
     the host's sockets: SandboxError when the runtime directory is too deep for their paths."""
-    import tempfile  # here: `exec` imports this module, and is timed
-
     base = runtime_dir()
-    longest = len(os.fsencode(base)) + 1 + NAME_CHARS + 1 + 8 + 1 + SOCKET_NAME_BYTES  # mkdtemp adds 8
+    longest = len(os.fsencode(base)) + 1 + NAME_CHARS + 1 + RANDOM_CHARS + 1 + SOCKET_NAME_BYTES
     if longest > MAX_SOCKET_PATH_BYTES:
         raise SandboxError(f"the sandbox runtime directory {base} is too long for the paths of Unix sockets in it "
                            f"(at most {MAX_SOCKET_PATH_BYTES} bytes); set PROTOLINK_RUNTIME_DIR to a shorter one")
-    return Path(tempfile.mkdtemp(prefix=f"{name[:NAME_CHARS]}-", dir=base))
+    while True:
+        path = base / f"{name[:NAME_CHARS]}-{os.urandom(RANDOM_CHARS // 2).hex()}"
+        try:
+            path.mkdir(mode=0o700)
+            return path
+        except FileExistsError:
+            continue
 
 
 def write_private(path: Path | str, text: str) -> None:

@@ -24,15 +24,15 @@ the relay accepts again and hands the listeners to the next standby connection, 
 connections it accepted meanwhile one by one (HANDOVER with the connection attached). Where the
 kernel cannot pass a socket (gVisor's sockets are not the host's: EINVAL), the relay pipes
 instead: it writes HANDOVER alone on a standby connection and joins the two with
-:class:`protolink.net.join.Join` (inside the kernel, splice through a pipe a direction, where it
-can). The host tells these apart by what is attached. The relay decides nothing: the host's
-proxy reads the request and applies the policy.
+:class:`protolink.net.tunnel.Tunnel`, the host proxy's own relay (inside the kernel, splice
+through a pipe a direction, where it can). The host tells these apart by what is attached. The
+relay decides nothing: the host's proxy reads the request and applies the policy.
 
 Everything the relay holds is bounded: at most ``max_standby`` standby connections (more are
 closed at once), at most ``max_tunnels`` command connections piped or waiting (more are closed
 at once), and a command connection waits at most ``standby_seconds`` for a standby one (none: it
-is closed); a piped tunnel buffers at most :data:`WRITE_BUFFER_BYTES` a direction for a slow
-reader. What the host accepts, its dialer bounds.
+is closed); a piped tunnel buffers at most :data:`PIPE_BYTES` a direction for a slow reader.
+What the host accepts, its dialer bounds.
 """
 
 from __future__ import annotations
@@ -48,16 +48,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from protolink.net.join import Join
+from protolink.net.tunnel import Tunnel
 from protolink.wire.egress import HANDOVER
 
 from .privileges import acting_as
 
-#: What the stream of a piped connection reads ahead before it is paired (a request head, usually).
-CHUNK = 128 * 1024
 #: What a direction of a piped tunnel buffers (its pipe) for a slow reader before it stops reading
 #: its writer: some 64 tunnels carrying data (the proxy's limit) cost tens of MiB, not hundreds.
-WRITE_BUFFER_BYTES = 256 * 1024
+PIPE_BYTES = 256 * 1024
+#: How long a piped tunnel's last bytes may take to reach a slow reader once its exchange ended.
+CLOSE_SECONDS = 10.0
 #: Hosts whose connections commands make directly, not through the proxy.
 NO_PROXY = "localhost,127.0.0.1,::1"
 #: errno values of a standby connection the host has closed.
@@ -109,7 +109,7 @@ class EgressRelay:
         self._busy: set[socket.socket] = set()  # its host's queue is full: used again once it has room
         self._waiting: deque[_Waiting] = deque()
         self._tunnels: set[asyncio.Task[None]] = set()
-        self._joined: set[Join] = set()
+        self._joined: set[Tunnel] = set()
         self._pass_descriptors = pass_descriptors  # False: pipe every connection; so once the kernel refuses
         self._closed = False
 
@@ -168,8 +168,8 @@ class EgressRelay:
             waiting = self._waiting.popleft()
             waiting.timer.cancel()
             waiting.sock.close()  # no standby connection came
-        for join in list(self._joined):
-            join.abort()  # its tunnel ends
+        for tunnel in list(self._joined):
+            tunnel.abort()  # its exchange ends
         tunnels = list(self._tunnels)
         if tunnels:
             await asyncio.wait(tunnels)
@@ -312,21 +312,19 @@ class EgressRelay:
         """Hand ``host`` over (HANDOVER alone), then carry bytes both ways until the host's side
         ends (the proxy is done, or closed it) or either connection is lost. A command that
         half-closes its side still gets the answer."""
-        streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         try:
-            streams.append(await asyncio.open_connection(sock=command, limit=CHUNK))
-            streams.append(await asyncio.open_unix_connection(sock=host, limit=CHUNK))
-            join = Join(streams[0], streams[1], ended_by="server", write_buffer_bytes=WRITE_BUFFER_BYTES)
-            self._joined.add(join)
+            tunnel = Tunnel(command, host, ended_by="server", pipe_bytes=PIPE_BYTES)
+            self._joined.add(tunnel)
             try:
-                await join.run(to_server=HANDOVER)
+                await tunnel.open(to_server=HANDOVER)
+                await tunnel.ended()
+                await tunnel.aclose(graceful=True, seconds=CLOSE_SECONDS)
             finally:
-                self._joined.discard(join)
+                self._joined.discard(tunnel)
+                tunnel.abort()
         finally:
-            for _, writer in streams:
-                writer.close()
-            for sock in (command, host)[len(streams):]:  # not taken over by a transport
-                sock.close()
+            command.close()
+            host.close()
 
     def _drop_dead(self) -> None:
         alive = deque(standby for standby in self._idle if _alive(standby))

@@ -5,15 +5,15 @@ One :meth:`EgressProxy.handle` call serves one client connection from start to e
 request head (:mod:`protolink.sandbox.egress.request`), the decision (the allow-list, then one
 resolution and the address rules on every answer), a connection to one validated address, and
 the relay. Refusals are a short HTTP answer and a ``denied`` event; an allowed connection gets
-an ``allowed`` event once its upstream connection is tried (made, or failed) and a ``closed``
-event at its end.
+one ``allowed`` event once its upstream connection is tried (failed, or made and answered) and a
+``closed`` event at its end.
 
 The client's socket is used as it is, never through a transport or a stream (but for a
 refusal's short answer): the head is read as soon as it is there, most often within the turn of
-the event loop that accepted the connection, and the relay is a :class:`~.tunnel.Tunnel` that
-splices the socket to the upstream connection. A tunnel's ``200`` is the tunnel's first write,
-made once both sides are joined: the client's next bytes find the join ready. The ``allowed``
-event is recorded after it, off the connection's way.
+the event loop that accepted the connection, and the relay is a
+:class:`~protolink.net.tunnel.Tunnel` that splices the socket to the upstream connection. A
+tunnel's ``200`` is the tunnel's first write, made once both sides are joined: the client's next
+bytes find the join ready. The ``allowed`` event is recorded after it, off the connection's way.
 """
 
 from __future__ import annotations
@@ -29,14 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from protolink.net.addresses import IPAddress
-from protolink.net.join import abort
 from protolink.net.network import Network, current_network
+from protolink.net.tunnel import Tunnel
 
 from .events import EgressEvent, EventKind
 from .lookups import Lookups
 from .policy import EgressPolicy
 from .request import Refusal, Request, read_request
-from .tunnel import Tunnel
 
 _log = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ class _Connection:
         if self.relay is not None:
             self.relay.abort()
         if self.client is not None:
-            abort(self.client.transport)
+            _abort(self.client.transport)
         for sock in (self.sock, self.upstream):
             if sock is not None:
                 with contextlib.suppress(OSError):
@@ -99,7 +98,7 @@ class _Connection:
     def release(self) -> None:
         """Close the client's socket (through its stream when it has one) and the upstream one."""
         if self.client is not None:
-            abort(self.client.transport)
+            _abort(self.client.transport)
         else:
             self.sock.close()
         if self.upstream is not None:
@@ -261,10 +260,13 @@ class EgressProxy:
         try:
             try:
                 await self._connect(connection, addresses)
-            except BaseException:  # tried, and failed or refused after all
+                relay = await self._open(connection, request)
+            finally:  # tried: failed, refused after all, or answered (off the connection's way)
                 self._emit("allowed", connection, reason="allowed")
-                raise
-            await self._relay(connection, request)
+            self._watch_idle(connection)
+            ending = await relay.ended()
+            if connection.end is None and ending != "eof":
+                connection.end = ending
         except Refusal as refusal:
             connection.end = refusal.reason
             await _refuse(*await connection.streams(), refusal)
@@ -328,8 +330,8 @@ class EgressProxy:
 
     # -- relay ---------------------------------------------------------------------------------
 
-    async def _relay(self, connection: _Connection, request: Request) -> None:
-        """Answer and join; the ``allowed`` event once the answer is sent (the connection tried)."""
+    async def _open(self, connection: _Connection, request: Request) -> Tunnel:
+        """Answer and join the client to its upstream connection."""
         assert connection.upstream is not None
         tunnel = request.method == "CONNECT"
         relay = connection.relay = Tunnel(
@@ -339,15 +341,8 @@ class EgressProxy:
         head = request.forward_head
         if head:
             head = head[:self._spend(connection, len(head), up=True)]
-        try:
-            await relay.open(to_client=TUNNEL_ANSWER if tunnel else b"", to_server=head,
-                             from_client=request.leftover)
-        finally:
-            self._emit("allowed", connection, reason="allowed")
-        self._watch_idle(connection)
-        ending = await relay.ended()
-        if connection.end is None and ending != "eof":
-            connection.end = ending
+        await relay.open(to_client=TUNNEL_ANSWER if tunnel else b"", to_server=head, from_client=request.leftover)
+        return relay
 
     def _spend(self, connection: _Connection, size: int, *, up: bool) -> int:
         """Count ``size`` bytes against the budget; how many fit (all, unless it is spent)."""
@@ -441,4 +436,13 @@ async def _finish(writer: asyncio.StreamWriter, *, graceful: bool) -> None:
                 await writer.drain()
             transport.close()
             return
-    abort(transport)
+    _abort(transport)
+
+
+def _abort(transport: asyncio.WriteTransport) -> None:
+    """Close ``transport`` at once, dropping unsent output; nothing when it is closed already.
+
+    (A selector transport that finished a graceful close fails when aborted afterwards.)
+    """
+    if not (transport.is_closing() and transport.get_write_buffer_size() == 0):
+        transport.abort()

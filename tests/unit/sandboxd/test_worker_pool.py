@@ -43,9 +43,11 @@ def exists(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
-def test_a_call_forks_a_worker_and_an_idle_one_is_retired(directory: Path) -> None:
+def test_a_call_forks_a_worker_and_an_idle_one_is_retired(directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run in a fresh interpreter, as the sandbox's server is: this process, late in the suite,
-    holds the threads and state of thousands of tests, none of which a server has."""
+    holds the threads and state of thousands of tests, none of which a server has. Like the
+    server's ``__main__``, the interpreter turns gRPC's fork handlers off before it loads gRPC."""
+    monkeypatch.setenv("GRPC_ENABLE_FORK_SUPPORT", "false")
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
         fresh.submit(_run, str(directory)).result(timeout=120)
 
