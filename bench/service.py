@@ -2,7 +2,7 @@
 
 Needs a Docker Engine and the sandbox image (built when missing)::
 
-    python bench/service.py [--runs 10] [--idle 20] [--clients 20] [--commands 10]
+    python bench/service.py [--runs 10] [--cold 5] [--idle 20] [--clients 20] [--commands 10]
 
 It starts a service of its own (a process, in a temporary runtime directory, its default
 template pooled) and removes it and everything it made at the end. In one run:
@@ -11,7 +11,8 @@ template pooled) and removes it and everything it made at the end. In one run:
    ``--runs`` (target <= 10 ms), split into the create and the first command, beside a second
    command;
 2. cold create (a label makes it skip the pool) -> first command's result against
-   ``docker run --rm IMAGE true``, in turns, medians (target <= 1.3x);
+   ``docker run --rm IMAGE true``, ``--cold`` times in turns, medians (target <= 1.3x), and
+   each turn's ratio;
 3. ``--idle`` idle sandboxes (``--idle 100`` for the full figure): memory per sandbox, the PSS
    of all of its processes (engine overhead apart; its anonymous part too), and the service's
    own growth per sandbox (target <= 25 MB together); their CPU over 5 s (target: about zero);
@@ -241,7 +242,7 @@ async def main(args: argparse.Namespace) -> None:
         row(f"1. pool create -> first result (median of {args.runs})", ms(median), "", "target <= 10 ms")
         row("   of which the create; the first command", ms(create), ms(first_command), "")
         row("   a second command, for comparison", ms(second_command), "", "")
-        turns = max(3, args.runs // 2)
+        turns = args.cold or max(3, args.runs // 2)
         ours, theirs, ratios = await cold(client, image, turns)
         row("2. cold create -> first result vs docker run --rm", ms(ours), ms(theirs),
             f"{ours / theirs:.2f}x (<= 1.3)")
@@ -266,6 +267,7 @@ async def main(args: argparse.Namespace) -> None:
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--cold", type=int, default=0, help="cold creates, in turns with docker run (default: half of --runs)")
     parser.add_argument("--idle", type=int, default=20, help="idle sandboxes (100 for the full figure)")
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--commands", type=int, default=10)
