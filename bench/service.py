@@ -2,7 +2,7 @@
 
 Needs a Docker Engine and the sandbox image (built when missing)::
 
-    python bench/service.py [--runs 10] [--idle 20] [--clients 20] [--commands 10]
+    python bench/service.py [--runs 10] [--cold 5] [--idle 20] [--clients 20] [--commands 10]
 
 It starts a service of its own (a process, in a temporary runtime directory, its default
 template pooled) and removes it and everything it made at the end. In one run:
@@ -11,7 +11,8 @@ template pooled) and removes it and everything it made at the end. In one run:
    ``--runs`` (target <= 10 ms), split into the create and the first command, beside a second
    command;
 2. cold create (a label makes it skip the pool) -> first command's result against
-   ``docker run --rm IMAGE true``, in turns, medians (target <= 1.3x);
+   ``docker run --rm IMAGE true``, ``--cold`` times in turns, medians (target <= 1.3x), and
+   each turn's ratio;
 3. ``--idle`` idle sandboxes (``--idle 100`` for the full figure): memory per sandbox, the PSS
    of all of its processes (engine overhead apart; its anonymous part too), and the service's
    own growth per sandbox (target <= 25 MB together); their CPU over 5 s (target: about zero);
@@ -110,14 +111,16 @@ def docker_run(image: str) -> float:
     return time.perf_counter() - started
 
 
-async def cold(client: ServiceClient, image: str, runs: int) -> tuple[float, float]:
+async def cold(client: ServiceClient, image: str, runs: int) -> tuple[float, float, list[float]]:
+    """Medians of a cold create -> first result and of ``docker run --rm``, in turns; and each
+    turn's ratio of the two."""
     ours, theirs = [], []
     for _ in range(runs):
         took, sandbox = await first_result(client, labels=COLD)
         ours.append(took)
         await sandbox.delete()
         theirs.append(await asyncio.to_thread(docker_run, image))
-    return statistics.median(ours), statistics.median(theirs)
+    return statistics.median(ours), statistics.median(theirs), [a / b for a, b in zip(ours, theirs)]
 
 
 def pss(pid: int, field: str = "Pss") -> int:
@@ -239,9 +242,12 @@ async def main(args: argparse.Namespace) -> None:
         row(f"1. pool create -> first result (median of {args.runs})", ms(median), "", "target <= 10 ms")
         row("   of which the create; the first command", ms(create), ms(first_command), "")
         row("   a second command, for comparison", ms(second_command), "", "")
-        ours, theirs = await cold(client, image, max(3, args.runs // 2))
+        turns = args.cold or max(3, args.runs // 2)
+        ours, theirs, ratios = await cold(client, image, turns)
         row("2. cold create -> first result vs docker run --rm", ms(ours), ms(theirs),
             f"{ours / theirs:.2f}x (<= 1.3)")
+        row(f"   each of the {turns} turns' ratio: median, range", "", "",
+            f"{statistics.median(ratios):.2f}x, {min(ratios):.2f}-{max(ratios):.2f}x")
         print(load())
         memory, anonymous, growth, cpu = await idle(client, service_pid, args.idle)
         row(f"3. {args.idle} idle sandboxes: PSS per sandbox", f"{memory / 1e6:.1f} MB", "", "")
@@ -261,6 +267,7 @@ async def main(args: argparse.Namespace) -> None:
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--cold", type=int, default=0, help="cold creates, in turns with docker run (default: half of --runs)")
     parser.add_argument("--idle", type=int, default=20, help="idle sandboxes (100 for the full figure)")
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--commands", type=int, default=10)

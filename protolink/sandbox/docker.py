@@ -406,7 +406,9 @@ class DockerSandbox:
         return address
 
     async def _wait_ready(self) -> SandboxBackend:
-        """Connect once the server answers its health check; fail fast if the container dies."""
+        """Connect once the server answers (``connect`` returns once it has answered ``Info``,
+        which it does only once it serves: no health check after it); fail fast if the
+        container dies."""
         from .client import connect
 
         assert self.address is not None
@@ -416,16 +418,11 @@ class DockerSandbox:
         last_error: BaseException | None = None
         while time.monotonic() < deadline:
             if socket_path is None or os.path.exists(socket_path):
-                backend = None
                 try:
                     # Short attempts on fresh channels: a channel that failed once backs off for a second.
-                    backend = await connect(self.address, token=self._token, timeout=1.0)
-                    if await backend.health():
-                        return backend
+                    return await connect(self.address, token=self._token, timeout=1.0)
                 except SandboxError as error:
                     last_error = error
-                if backend is not None:
-                    await backend.aclose()
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + 0.25
                 await self._raise_if_exited()

@@ -19,7 +19,6 @@ from protolink.wire.status import abort_with, to_status
 
 from .allocator import reuse_large_buffers, share_one_arena
 from .config import ServerConfig
-from .egress_relay import EgressRelay
 from .pipe_listener import PipeListener
 from .privileges import acting_as
 from .service import SERVICE, SandboxService
@@ -133,6 +132,8 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPoo
     _listen(server, config)
     relay = None
     if config.egress_port:  # listening before the server answers: the host dials in once it does
+        from .egress_relay import EgressRelay  # only a sandbox with egress loads it
+
         relay = EgressRelay(config.egress_port, config.egress_socket, command_uid=config.command_uid)
         await relay.start()
     stop = asyncio.Event()

@@ -15,7 +15,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.message import Message
@@ -29,14 +29,15 @@ from protolink.wire.status import KINDS, abort_with, to_status
 from . import frames
 from .activity import Activity
 from .config import ServerConfig
-from .egress_relay import proxy_environment
 from .execute import ProcessCall, Runner
 from .pipe_listener import PipeListener
 from .send_buffers import LARGE_EVENT_BYTES, enlarge_send_buffers
 from .spawner_client import SpawnerClient
 from .strays import StraySweeper
-from .transfers import Transfer, TransferProcesses
 from .worker_pool import OperationFailed, WorkerPool
+
+if TYPE_CHECKING:
+    from .transfers import Transfer, TransferProcesses
 
 SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].full_name
 
@@ -56,10 +57,17 @@ class SandboxService:
         self._workers = workers
         self.activity = Activity()
         self._runner = Runner(spawner, sweeper, self.activity, max_concurrency=config.max_concurrency,
-                              max_output_bytes=config.max_output_bytes,
-                              environment=proxy_environment(config.egress_port) if config.egress_port else None,
+                              max_output_bytes=config.max_output_bytes, environment=_proxy_environment(config),
                               pipes=pipes)
-        self._transfers = TransferProcesses(
+
+    @functools.cached_property
+    def _transfers(self) -> TransferProcesses:
+        """The upload and download processes, made at the first transfer (their module is no
+        part of the server's start, which a cold sandbox's first command waits for)."""
+        from .transfers import TransferProcesses
+
+        config = self._config
+        return TransferProcesses(
             uid=config.command_uid, gid=config.command_gid, memory_bytes=config.worker_memory_bytes,
             max_processes=config.max_workers, max_message_bytes=config.max_message_bytes,
             cpu_seconds=config.operation_seconds)
@@ -192,6 +200,16 @@ class SandboxService:
             writable = [root.path for root in self._config.roots if root.writable]
             if not convert.beneath(written, writable):
                 raise PermissionError(f"{written} is in a read-only root of this sandbox")
+
+
+def _proxy_environment(config: ServerConfig) -> dict[str, str] | None:
+    """The proxy variables of every command with egress; None without (and the relay's
+    module is not loaded)."""
+    if not config.egress_port:
+        return None
+    from .egress_relay import proxy_environment
+
+    return proxy_environment(config.egress_port)
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
