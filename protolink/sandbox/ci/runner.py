@@ -124,7 +124,7 @@ class CiRunner:
         self._workspace: Workspace | None = None
         self._sandbox: DockerSandbox | None = None
         self._pids: PidsPeak | None = None
-        self._phase = "setup"
+        self._test_started_at: float | None = None  # time.time() when the test phase began
 
     async def run(self) -> CiReport:
         """Run the job to its end; the report (written nowhere: see :func:`run_job`)."""
@@ -211,7 +211,7 @@ class CiRunner:
     async def _test(self, backend: Any, env: dict[str, str]) -> None:
         """Run the test command, with no network; its exit status ends the job."""
         test = self.job.test
-        self._phase = "test"
+        self._test_started_at = time.time()
         phase = self._new_phase("test", "none")
         argv = list(test) if test[0].startswith("/") else ["/usr/bin/env", "--", *test]
         record = await self._command(backend, phase, argv, shlex.join(test), env)
@@ -286,8 +286,12 @@ class CiRunner:
         return str(target)
 
     def _egress_event(self, event: EgressEvent) -> None:
+        # A connection's events belong to the phase it was opened in: the end of one the setup
+        # left open (npm keeps its connections alive) may be reported after the test began.
+        opened_at = event.timestamp - event.duration_seconds
+        testing = self._test_started_at is not None and opened_at >= self._test_started_at
         self.report.egress["decisions"].append({
-            "phase": self._phase, "kind": event.kind, "host": event.host, "port": event.port,
+            "phase": "test" if testing else "setup", "kind": event.kind, "host": event.host, "port": event.port,
             "address": event.address, "reason": event.reason, "method": event.method,
             "bytes_up": event.bytes_up, "bytes_down": event.bytes_down, "at": iso(event.timestamp)})
 
