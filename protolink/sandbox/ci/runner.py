@@ -60,11 +60,12 @@ log = logging.getLogger(__name__)
 #: Variables every command gets (``HOME`` is the workspace's ``home/``).
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
             "CI": "true", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-#: Variables that make common tools trust a certificate authority file (``CiJob.ca_file``).
+#: Variables that make common tools trust a certificate authority file (``CiJob.ca_file``), set
+#: for the setup phase's commands only: the test phase reaches no network, and Node parses the
+#: whole bundle each time it starts (0.05 s of CPU; mocha starts Node twice; bench/README.md).
 #: npm trusts it through Node's ``NODE_EXTRA_CA_CERTS``, read once when Node starts, and not
 #: through its own ``cafile``: npm passes that bundle with each connection, which makes Node parse
-#: it again for every TLS handshake, and npm opens one tunnel per request through the proxy (4-5 s
-#: of CPU over domhandler's 128; bench/README.md).
+#: it again for every TLS handshake (4-5 s of CPU over domhandler's 128 requests).
 CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
                 "GIT_SSL_CAINFO")
 
@@ -167,8 +168,9 @@ class CiRunner:
         self.report.repository.update(commit=commit, files=copied.files, directories=copied.directories,
                                       symlinks=copied.symlinks, bytes=copied.bytes, left_out=copied.left_out)
         env = {**BASE_ENV, "HOME": str(workspace.home), **self.passed_env}
+        setup_env = env
         if job.ca_file is not None:
-            env.update(dict.fromkeys(CA_VARIABLES, await asyncio.to_thread(self._install_ca, workspace)))
+            setup_env = {**env, **dict.fromkeys(CA_VARIABLES, await asyncio.to_thread(self._install_ca, workspace))}
         cpus = job.cpus or float(await asyncio.to_thread(engine_cpus))  # a job without a bound may use them all
         self._sandbox = sandbox = DockerSandbox(
             roots=[Root(str(workspace.root), writable=True)], image=image, memory=job.memory, pids=job.pids,
@@ -181,7 +183,7 @@ class CiRunner:
         self._pids = PidsPeak(await asyncio.to_thread(sandbox.host_pid))
         watch = asyncio.create_task(self._pids.watch())
         try:
-            if await self._setup(backend, env):
+            if await self._setup(backend, setup_env):
                 if job.allow:
                     await sandbox.set_egress(DENY_ALL)
                 await self._test(backend, env)
