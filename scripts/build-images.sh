@@ -7,7 +7,8 @@
 #     protolink/ci-base:bookworm-<inputs hash>, the same minbase plus compilers, headers, pip,
 #     Node.js and npm (from the npm registry, checked against pinned digests), for building and
 #     testing other people's repositories (protolink-sandbox ci --image ci).
-# Bases are tagged by their inputs hash, so checkouts whose recipes differ keep each other's.
+# Bases are tagged by their inputs hash, so checkouts whose recipes differ keep each other's, and
+# as protolink/base:bookworm (the one built or found last, as :latest is for the server images).
 # The server layer (images/sandbox/Dockerfile, one recipe for both) holds this project and its
 # runtime dependencies installed from a wheelhouse that pip makes on the host, and the command
 # spawner compiled on the host (scripts/build-spawner.sh); that build runs with no network.
@@ -128,8 +129,9 @@ install_node() {
 }
 
 # build_base REPO PACKAGES LABEL [NODE]: a debootstrap'd minbase with PACKAGES (and, when NODE is
-# given, CI_NODE and CI_NPM), imported as REPO:SUITE-<inputs hash>; sets BASE_REF to that tag.
-# A REPO:SUITE built with the same inputs (before bases were tagged by their hash) is reused.
+# given, CI_NODE and CI_NPM), imported as REPO:SUITE-<inputs hash>, which REPO:SUITE then names
+# too; sets BASE_REF to the former. A REPO:SUITE with the same inputs (made before bases were
+# tagged by their hash) is reused.
 build_base() {
     local repo=$1 packages=$2 label=$3 node=${4:-}
     if [ -n "${BASE_IMAGE:-}" ]; then
@@ -149,6 +151,7 @@ build_base() {
         docker tag "$repo:$SUITE" "$BASE_REF"
     fi
     if [ "$(image_label "$BASE_REF" "$INPUTS_LABEL")" = "$inputs" ]; then
+        docker tag "$BASE_REF" "$repo:$SUITE"
         say "base: $BASE_REF is up to date"
         return
     fi
@@ -176,6 +179,7 @@ build_base() {
     local change changes=(--change "LABEL $INPUTS_LABEL=$inputs" --change "LABEL io.protolink.image=$label")
     for change in "${BASE_CHANGES[@]}"; do changes+=(--change "$change"); done
     tar --numeric-owner -C "$ROOTFS" -c . | docker import "${changes[@]}" - "$BASE_REF" >/dev/null
+    docker tag "$BASE_REF" "$repo:$SUITE"
 
     rm -rf "$ROOTFS"
     trap - EXIT
