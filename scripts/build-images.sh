@@ -103,11 +103,12 @@ npm_tarball() {
     local spec=$1 integrity=$2 path scratch got
     path=$NPM_CACHE/${spec/@/-}.tgz
     if [ "$(npm_integrity "$path")" != "$integrity" ]; then
-        command -v npm >/dev/null || { say "installing npm (apt)" >&2; apt_install npm; }
+        command -v npm >/dev/null || { say "installing npm (apt)" >&2; apt_install npm >&2; }
         say "npm pack $spec into $NPM_CACHE" >&2
         mkdir -p "$NPM_CACHE"
         scratch=$(mktemp -d "$NPM_CACHE/.pack.XXXXXX")
-        npm pack --silent --ignore-scripts --pack-destination "$scratch" "$spec" >/dev/null
+        npm pack --silent --ignore-scripts --pack-destination "$scratch" "$spec" >/dev/null \
+            || { rm -rf "$scratch"; die "npm pack $spec failed"; }
         got=$(npm_integrity "$scratch"/*.tgz)
         [ "$got" = "$integrity" ] || { rm -rf "$scratch"; die "$spec has integrity $got, not $integrity"; }
         mv "$scratch"/*.tgz "$path"
