@@ -50,28 +50,31 @@ def load() -> str:
     return " ".join(f"{value:.1f}" for value in os.getloadavg())
 
 
-#: Runs in the image: each setup command and then the test command, timed; prints the two phases' seconds.
+#: Runs in the image: each setup command and then the test command (without the variables named
+#: third, as the runner's), timed; prints the two phases' seconds.
 _TIMED_PHASES = """
-import json, shlex, subprocess, sys, time
-setup, test = json.loads(sys.argv[1]), sys.argv[2]
+import json, os, shlex, subprocess, sys, time
+setup, test, setup_only = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 started = time.perf_counter()
 for command in setup:
     subprocess.run(["/bin/sh", "-c", command], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 middle = time.perf_counter()
-subprocess.run(shlex.split(test), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+env = {name: value for name, value in os.environ.items() if name not in setup_only}
+subprocess.run(shlex.split(test), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print(json.dumps([middle - started, time.perf_counter() - middle]))
 """
 
 
 def in_plain_container(project: Project, repository: Path, image: str) -> tuple[float, float]:
     """The project's setup and test seconds with the image's tools in a plain ``docker run`` on
-    the host's network (no sandbox, no proxy, nice 0; caches empty, the host's CA trusted as the
-    runner's jobs are told to), timed inside the container so that its start is left out."""
+    the host's network (no sandbox, no proxy, nice 0; caches empty, the host's CA trusted during
+    setup as the runner's jobs are told to), timed inside the container, its start left out."""
     env = ["-e", "CI=true", "-e", "HOME=/tmp/home", *(f"--env={name}={CA_FILE}" for name in CA_VARIABLES)]
     done = subprocess.run(
         ["docker", "run", "--rm", "--network", "host", "--user", f"{os.getuid()}:{os.getgid()}", *env,
          "--volume", f"{repository}:{repository}", "--volume", f"{CA_FILE}:{CA_FILE}:ro", "--workdir", str(repository),
-         "--entrypoint", "python3", image, "-c", _TIMED_PHASES, json.dumps(project.setup), project.test],
+         "--entrypoint", "python3", image, "-c", _TIMED_PHASES, json.dumps(project.setup), project.test,
+         json.dumps(CA_VARIABLES)],
         check=True, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, stdin=subprocess.DEVNULL)
     setup, test = json.loads(done.stdout)
     return setup, test

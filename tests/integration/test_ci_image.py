@@ -77,8 +77,8 @@ async def test_the_hardening_is_the_sandbox_images(run, sandbox, docker_client):
     ("make --version", r"GNU Make 4\."),
     ("pkg-config --version", r"^1\."),
     ("python3 --version", r"Python 3\.11\."),
-    ("node --version", r"^v18\."),
-    ("HOME=/tmp npm --version", r"^9\."),
+    ("node --version", r"^v20\."),
+    ("HOME=/tmp npm --version", r"^10\."),
     ("git --version", r"git version 2\."),
 ])
 async def test_the_toolchain_is_on_the_command_path(run, sandbox, command, expected):
@@ -112,3 +112,9 @@ async def test_node_runs_a_script_and_npm_a_package_script(run, sandbox, workspa
                                             '"scripts": {"test": "node -e \\"console.log(6 * 7)\\""}}')
     result = await sh(run, sandbox, "HOME=$PWD npm test --silent", cwd=str(workspace))
     assert (result.exit_code, result.stdout) == (0, "42\n"), result.stderr
+
+
+async def test_node_starts_from_v8s_startup_snapshot(run, sandbox):
+    """Debian's Node.js is built without it, which costs every start of ``node`` about 0.1 s of CPU."""
+    result = await sh(run, sandbox, "node -p 'process.config.variables.node_use_node_snapshot'")
+    assert (result.exit_code, result.stdout) == (0, "true\n"), result.stderr

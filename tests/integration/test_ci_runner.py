@@ -128,28 +128,32 @@ def test_the_command_line_runs_a_job_and_writes_its_report(tmp_path, jobs, sandb
 
 
 #: Serves npm's ping over TLS on the loopback with the certificate in the repository, runs `npm ping`
-#: against it, and exits with npm's status.
+#: against it (no retries: a refusal fails at once), and exits with npm's status.
 NPM_PING = """
 const {spawn} = require("child_process"), fs = require("fs"), https = require("https");
 const tls = {cert: fs.readFileSync("cert.pem"), key: fs.readFileSync("key.pem")};
 const server = https.createServer(tls, (request, answer) => answer.writeHead(200).end("{}"));
 server.listen(0, "127.0.0.1", () => {
   const registry = `https://127.0.0.1:${server.address().port}/`;
-  const npm = spawn("npm", ["ping", "--registry", registry], {stdio: "inherit"});
+  const npm = spawn("npm", ["ping", "--registry", registry, "--fetch-retries", "0"], {stdio: "inherit"});
   npm.on("exit", code => { server.close(); process.exit(code); });
 });
 """
 
 
 @pytest.mark.parametrize("trusted", [True, False], ids=["with-ca-file", "without"])
-async def test_npm_trusts_the_jobs_certificate_authority(tmp_path, jobs, ci_image, trusted):
+async def test_npm_trusts_the_jobs_certificate_authority_during_setup(tmp_path, jobs, ci_image, trusted):
+    """The setup phase's npm trusts the job's CA file, and only then; the test phase, which
+    reaches no network, is not given it."""
     certificate = ensure_certificate(tmp_path / "tls")  # self-signed for 127.0.0.1: its own authority
     repo = _repo(tmp_path, "")
     (repo / "ping.js").write_text(NPM_PING)
     shutil.copyfile(certificate.certificate_path, repo / "cert.pem")
     shutil.copyfile(certificate.key_path, repo / "key.pem")
-    job = CiJob(repo=str(repo), image=ci_image, test=["node", "ping.js"],
+    job = CiJob(repo=str(repo), image=ci_image, setup=["node ping.js"], test=["node", "ping.js"],
                 ca_file=certificate.certificate_path if trusted else None)
     report = await run_job(job, artifacts_dir=tmp_path / "out")
-    assert report.outcome == ("passed" if trusted else "failed"), report.phases[0].commands[0].output_tail
+    exit_codes = [command.exit_code == 0 for phase in report.phases for command in phase.commands]
+    assert exit_codes == ([True, False] if trusted else [False]), report.phases[-1].commands[0].output_tail
+    assert report.outcome == ("failed" if trusted else "setup_failed")
     assert _left(jobs) == []

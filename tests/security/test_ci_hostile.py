@@ -416,6 +416,18 @@ def loopback_server(handler: Callable[..., http.server.BaseHTTPRequestHandler]) 
         server.server_close()
 
 
+#: Opens tunnels through the job's proxy to its argument (HOST:PORT) and exits holding them, as npm
+#: does with the connections it keeps alive.
+TUNNELS = """\
+import os, socket, sys, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+tunnels = [socket.create_connection((proxy.hostname, proxy.port), timeout=20) for _ in range(int(sys.argv[2]))]
+for tunnel in tunnels:
+    tunnel.sendall(f"CONNECT {sys.argv[1]} HTTP/1.1\\r\\nHost: {sys.argv[1]}\\r\\n\\r\\n".encode())
+print(*sorted({tunnel.recv(1024).split(b"\\r\\n")[0].decode() for tunnel in tunnels}))
+"""
+
+
 def hello_server() -> contextlib.AbstractContextManager[int]:
     """A server that says hello on this host's loopback; its port."""
     return loopback_server(_Hello)
@@ -424,15 +436,15 @@ def hello_server() -> contextlib.AbstractContextManager[int]:
 def test_ci_setup_reaches_only_its_allow_list_and_the_test_nothing(runner, docker_client, tmp_path):
     """A setup phase with one loopback server on its allow-list fetches from it, then tries a
     second server on another port, a name not on the list and a direct connection without the
-    proxy; the test phase fetches from the allowed server again, after the network was cut,
-    and exits with the fetch's status.
+    proxy, and leaves 16 tunnels to the allowed server open as it exits; the test phase fetches
+    from the allowed server again, after the network was cut, and exits with the fetch's status.
 
     Setup reaches the allowed server only: the others are refused by the proxy (or find no
     network), and the report's egress decisions say so with the phase (allowed, then denied in
-    setup; denied with "deny-all" in test). The test's refusal is its own exit code (3), passed
-    through as the runner's, with the outcome failed; nothing is left."""
+    setup, the tunnels' ends too; denied with "deny-all" in test). The test's refusal is its own
+    exit code (3), passed through as the runner's, with the outcome failed; nothing is left."""
     with hello_server() as allowed, hello_server() as other:
-        checkout = repository(tmp_path / "checkout", {"fetch.py": FETCH, "direct.py": f"""\
+        checkout = repository(tmp_path / "checkout", {"fetch.py": FETCH, "tunnels.py": TUNNELS, "direct.py": f"""\
             import socket
             try:
                 socket.create_connection(("127.0.0.1", {allowed}), timeout=10)
@@ -443,13 +455,14 @@ def test_ci_setup_reaches_only_its_allow_list_and_the_test_nothing(runner, docke
         setup = [f"python3 fetch.py http://127.0.0.1:{allowed}/ > allowed.txt",
                  f"python3 fetch.py http://127.0.0.1:{other}/ > other.txt; echo $? >> other.txt",
                  "python3 fetch.py http://pypi.org/simple/ > name.txt; echo $? >> name.txt",
-                 "python3 direct.py > direct.txt"]
+                 "python3 direct.py > direct.txt", f"python3 tunnels.py 127.0.0.1:{allowed} 16"]
         job = runner.run(checkout, f"--allow=127.0.0.1:{allowed}", *(f"--setup={command}" for command in setup),
                          test=["sh", "-c", f"cat allowed.txt other.txt name.txt direct.txt && "
                                            f"exec python3 fetch.py http://127.0.0.1:{allowed}/"], **LOOPBACK)
 
     assert (job.returncode, job.report["outcome"], job.report["exit_code"]) == (3, "failed", 3), job.stderr
-    assert [command["exit_code"] for command in job.report["phases"][0]["commands"]] == [0, 0, 0, 0]
+    assert [command["exit_code"] for command in job.report["phases"][0]["commands"]] == [0, 0, 0, 0, 0]
+    assert job.command("setup", 4)["output_tail"] == "HTTP/1.1 200 Connection established\n"
     assert f"200 hello from {allowed}" in job.stdout
     assert f"hello from {other}" not in job.stdout
     assert job.stdout.count("\n3\n") == 2, job.stdout  # the other port and the name: refused by the proxy
@@ -457,7 +470,8 @@ def test_ci_setup_reaches_only_its_allow_list_and_the_test_nothing(runner, docke
     decisions = [(d["phase"], d["kind"], d["host"], d["port"]) for d in job.report["egress"]["decisions"]
                  if d["kind"] != "closed"]
     assert decisions == [("setup", "allowed", "127.0.0.1", allowed), ("setup", "denied", "127.0.0.1", other),
-                         ("setup", "denied", "pypi.org", 80), ("test", "denied", "127.0.0.1", allowed)]
+                         ("setup", "denied", "pypi.org", 80), *[("setup", "allowed", "127.0.0.1", allowed)] * 16,
+                         ("test", "denied", "127.0.0.1", allowed)]
     test_denial = [d for d in job.report["egress"]["decisions"] if d["phase"] == "test"]
     assert [d["reason"] for d in test_denial] == ["deny-all"]
     assert job.report["egress"]["allow"] == [f"127.0.0.1:{allowed}"]

@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", action="append", default=[], metavar="NAME",
                         help="pass this host variable in (its value is masked in output and never reported)")
     parser.add_argument("--ca-file", type=Path, default=None, metavar="PEM",
-                        help="a certificate authority bundle the job's tools trust (an intercepting proxy)")
+                        help="a certificate authority bundle the setup commands' tools trust (an intercepting proxy)")
     parser.add_argument("--memory-mib", type=int, default=4096)
     parser.add_argument("--pids", type=int, default=2048)
     parser.add_argument("--cpus", type=float, default=None, help="default: every CPU of the engine")

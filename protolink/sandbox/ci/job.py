@@ -53,7 +53,7 @@ class CiJob:
     sandbox image), built when needed in a checkout, or any image holding the server. ``timeout_seconds`` bounds the whole job. ``junit``
     and ``artifacts``: globs relative to the repository (``**`` for any depth). ``env``: names of
     host variables passed in (their values never reach the report or the logs). ``ca_file``: a
-    certificate authority bundle the job's tools trust (an intercepting proxy), copied in.
+    certificate authority bundle the setup's tools trust (an intercepting proxy), copied in.
     ``memory``, ``pids``, ``cpus`` and ``disk_bytes`` bound the sandbox (``cpus`` None: every CPU
     of the engine). ``runtime``: the engine's runtime, e.g. ``"runsc"``.
     """

@@ -60,11 +60,12 @@ log = logging.getLogger(__name__)
 #: Variables every command gets (``HOME`` is the workspace's ``home/``).
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
             "CI": "true", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-#: Variables that make common tools trust a certificate authority file (``CiJob.ca_file``).
+#: Variables that make common tools trust a certificate authority file (``CiJob.ca_file``), set
+#: for the setup phase's commands only: the test phase reaches no network, and Node parses the
+#: whole bundle each time it starts (0.05 s of CPU; mocha starts Node twice; bench/README.md).
 #: npm trusts it through Node's ``NODE_EXTRA_CA_CERTS``, read once when Node starts, and not
 #: through its own ``cafile``: npm passes that bundle with each connection, which makes Node parse
-#: it again for every TLS handshake, and npm opens one tunnel per request through the proxy (4-5 s
-#: of CPU over domhandler's 128; bench/README.md).
+#: it again for every TLS handshake (4-5 s of CPU over domhandler's 128 requests).
 CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
                 "GIT_SSL_CAINFO")
 
@@ -124,7 +125,7 @@ class CiRunner:
         self._workspace: Workspace | None = None
         self._sandbox: DockerSandbox | None = None
         self._pids: PidsPeak | None = None
-        self._phase = "setup"
+        self._test_started_at: float | None = None  # time.time() when the test phase began
 
     async def run(self) -> CiReport:
         """Run the job to its end; the report (written nowhere: see :func:`run_job`)."""
@@ -167,8 +168,9 @@ class CiRunner:
         self.report.repository.update(commit=commit, files=copied.files, directories=copied.directories,
                                       symlinks=copied.symlinks, bytes=copied.bytes, left_out=copied.left_out)
         env = {**BASE_ENV, "HOME": str(workspace.home), **self.passed_env}
+        setup_env = env
         if job.ca_file is not None:
-            env.update(dict.fromkeys(CA_VARIABLES, await asyncio.to_thread(self._install_ca, workspace)))
+            setup_env = {**env, **dict.fromkeys(CA_VARIABLES, await asyncio.to_thread(self._install_ca, workspace))}
         cpus = job.cpus or float(await asyncio.to_thread(engine_cpus))  # a job without a bound may use them all
         self._sandbox = sandbox = DockerSandbox(
             roots=[Root(str(workspace.root), writable=True)], image=image, memory=job.memory, pids=job.pids,
@@ -181,7 +183,7 @@ class CiRunner:
         self._pids = PidsPeak(await asyncio.to_thread(sandbox.host_pid))
         watch = asyncio.create_task(self._pids.watch())
         try:
-            if await self._setup(backend, env):
+            if await self._setup(backend, setup_env):
                 if job.allow:
                     await sandbox.set_egress(DENY_ALL)
                 await self._test(backend, env)
@@ -211,7 +213,7 @@ class CiRunner:
     async def _test(self, backend: Any, env: dict[str, str]) -> None:
         """Run the test command, with no network; its exit status ends the job."""
         test = self.job.test
-        self._phase = "test"
+        self._test_started_at = time.time()
         phase = self._new_phase("test", "none")
         argv = list(test) if test[0].startswith("/") else ["/usr/bin/env", "--", *test]
         record = await self._command(backend, phase, argv, shlex.join(test), env)
@@ -286,8 +288,12 @@ class CiRunner:
         return str(target)
 
     def _egress_event(self, event: EgressEvent) -> None:
+        # A connection's events belong to the phase it was opened in: the end of one the setup
+        # left open (npm keeps its connections alive) may be reported after the test began.
+        opened_at = event.timestamp - event.duration_seconds
+        testing = self._test_started_at is not None and opened_at >= self._test_started_at
         self.report.egress["decisions"].append({
-            "phase": self._phase, "kind": event.kind, "host": event.host, "port": event.port,
+            "phase": "test" if testing else "setup", "kind": event.kind, "host": event.host, "port": event.port,
             "address": event.address, "reason": event.reason, "method": event.method,
             "bytes_up": event.bytes_up, "bytes_down": event.bytes_down, "at": iso(event.timestamp)})
 

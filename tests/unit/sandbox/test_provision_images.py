@@ -50,13 +50,24 @@ def test_the_requirements_state_the_hardening_the_placement_sets():
     assert f"every capability dropped but {kept}" in REQUIREMENTS
 
 
-@pytest.mark.parametrize(("kind", "variables"), [("sandbox", ["BASE_PACKAGES"]),
-                                                  ("ci", ["CI_BASE_PACKAGES", "CI_APT_PACKAGES"])])
+@pytest.mark.parametrize(("kind", "variables"), [("sandbox", ["BASE_PACKAGES"]), ("ci", ["CI_BASE_PACKAGES"])])
 def test_the_table_lists_each_bases_packages(kind: str, variables: list[str]):
-    row = next(line for line in DOC.splitlines() if line.startswith(f"| `{kind}`"))
+    row = _table_row(kind)
     packages = [package for variable in variables for package in _script_packages(variable)]
     assert packages and all(package in row for package in packages), (row, packages)
     assert BUILT_IMAGES[kind][1] in row and BUILT_IMAGES[kind][0].removesuffix(":latest") in row
+
+
+def test_the_table_names_the_ci_bases_node_and_npm_releases():
+    row = _table_row("ci")
+    for variable in ("CI_NODE", "CI_NPM"):
+        spec = re.search(rf"^{variable}=(\S+)@(\S+)$", SCRIPT, re.MULTILINE)
+        assert spec is not None, f"{variable} is not set in build-images.sh"
+        assert f"`{spec[1]}` {spec[2]}" in row, (row, spec[0])
+
+
+def _table_row(kind: str) -> str:
+    return next(line for line in DOC.splitlines() if line.startswith(f"| `{kind}`"))
 
 
 def test_names_and_latest_tags_select_the_built_images():
