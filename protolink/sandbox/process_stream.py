@@ -58,6 +58,8 @@ QUEUED_EVENTS = 8
 #: one. An open call is also why gRPC's fork handlers may crash a child the host process forks
 #: meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
 IDLE_CALL_SECONDS = 1.0
+#: How long closing waits for the tasks of a canceled call to end before it cancels them.
+CLOSE_SECONDS = 5.0
 
 #: A process may keep more output than this before its pipes are asked for: a hand-off costs a
 #: short command about 0.7 ms more than the stream (two descriptors, a reader, one more wakeup of
@@ -89,7 +91,8 @@ class ProcessStream:
         self._next_id = 1
         self._writing = asyncio.Lock()
         self._idle_close: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # the readers and cancel writes under way
+        self._readers: set[asyncio.Task[None]] = set()  # one a call, until the call ends
+        self._writes: set[asyncio.Task[None]] = set()  # the opening and cancel requests under way
 
     async def run(self, request: process_pb2.ExecuteRequest, output: Output, deadline_seconds: float) -> dict[str, Any]:
         """Start ``request``'s process and follow it to its Finished facts, within ``deadline_seconds``.
@@ -152,18 +155,27 @@ class ProcessStream:
         """Open the call now, ahead of the first process, sending :data:`OPENING` on it; like an
         idle one it ends after IDLE_CALL_SECONDS unless a process comes."""
         call = self._open()
-        self._keep(self._write_quietly(call, OPENING))
+        self._keep(self._write_quietly(call, OPENING), self._writes)
         self._end_when_idle(call)
         if self._pipe_socket is not None:
             self._pipes = asyncio.ensure_future(PipeConnection.open(self._pipe_socket, self._handed))
 
     async def aclose(self) -> None:
-        """End the call: the server kills and reaps whatever still runs on it."""
+        """End the call: the server kills and reaps whatever still runs on it. Returns once this
+        object's tasks have ended, so that none is left pending when the loop closes."""
         if self._idle_close is not None:
             self._idle_close.cancel()
         if self._call is not None:
             self._call.cancel()
             self._call = None
+        for write in self._writes:
+            write.cancel()  # the call is over: what they would write goes nowhere
+        tasks = (*self._readers, *self._writes)
+        if tasks:  # a canceled call's reader ends at once, failing the processes left on it
+            _, late = await asyncio.wait(tasks, timeout=CLOSE_SECONDS)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         if self._pipes is not None:
             self._pipes.cancel()
             if self._pipes.done() and not self._pipes.cancelled() and (connection := self._pipes.result()) is not None:
@@ -204,14 +216,15 @@ class ProcessStream:
     def _open(self) -> Any:
         if self._call is None or self._call.done():
             self._call = self._calls()
-            self._keep(self._read(self._call))
+            self._keep(self._read(self._call), self._readers)
         return self._call
 
-    def _keep(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` in a task this object holds until it ends."""
+    @staticmethod
+    def _keep(work: Coroutine[Any, Any, None], tasks: set[asyncio.Task[None]]) -> None:
+        """Run ``work`` in a task held in ``tasks`` until it ends."""
         task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def _write(self, call: Any, request: process_pb2.ExecuteRequest) -> None:
         async with self._writing:
@@ -220,7 +233,7 @@ class ProcessStream:
     def _cancel(self, call: Any, request_id: int) -> None:
         if call is self._call and not call.done():
             cancel = process_pb2.ExecuteRequest(id=request_id, cancel=True)
-            self._keep(self._write_quietly(call, cancel))
+            self._keep(self._write_quietly(call, cancel), self._writes)
 
     async def _write_quietly(self, call: Any, request: process_pb2.ExecuteRequest) -> None:
         try:

@@ -74,3 +74,15 @@ async def test_a_process_on_a_refused_stream_gets_the_refusal(address):
             with pytest.raises(SandboxNotFoundError, match="no sandbox 'f00d'"):
                 await stream.run(request, Output(1024, NO_EVENTS), 30)
             await stream.aclose()
+
+
+async def test_closing_a_stream_leaves_no_task_of_its_own_behind(address):
+    """An open call's reader ends with the stream: none is left pending when the loop closes."""
+    before = asyncio.all_tasks()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stream = ProcessStream(grpc_calls(channel, ()), max_in_flight=4)
+        stream.open()
+        await asyncio.sleep(0)
+        assert asyncio.all_tasks() - before, "the open call has a reader"
+        await stream.aclose()
+        assert asyncio.all_tasks() == before
