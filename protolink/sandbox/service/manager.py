@@ -71,7 +71,7 @@ class Manager:
         self._refill = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._unrecorded: set[str] = set()  # ids of claimed pool members whose record still says "pool"
-        self.placement: Placement = OnSwarm(name, config.swarm) if config.swarm is not None else OnDocker(name, events)
+        self.placement: Placement = OnSwarm(name, config.swarm, events) if config.swarm is not None else OnDocker(name, events)
 
     async def start(self) -> None:
         """Adopt what a previous run left, then keep deadlines and pools."""

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import shutil
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from ..placements.docker import ContainerSpec, EngineFacts, HostFacts, unix_addr
 from . import labels, sandboxes
 from .config import Overrides, Template
 from .events import Events
-from .placement import Adopted
+from .placement import Adopted, egress_events
 from .sandboxes import INFO, INFO_SECONDS, Placed
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class OnDocker:
         config = sandboxes.sandbox_config(self.service, placed, roots,
                                           labels.container_name(self.service, placed.tenant, placed.id))
         container = ServiceContainer(config=config, extra_labels=sandboxes.container_labels(self.service, placed),
-                                     on_egress_event=self._on_egress(placed))
+                                     on_egress_event=egress_events(self.events, placed))
         await container.start()
         placed.docker = container
         placed.address = container.address or ""
@@ -129,12 +129,6 @@ class OnDocker:
         return [(placed, f"its container {placed.container_id[:12]} stopped (killed, out of memory, or removed)")
                 for placed in watched if placed.container_id and placed.container_id not in running]
 
-    def _on_egress(self, placed: Placed) -> Any:
-        def on_egress(event: Any) -> None:
-            self.events.emit("egress", placed.tenant, placed.id, **asdict(event))
-
-        return on_egress
-
     async def _resume_egress(self, placed: Placed) -> None:
         """Serve the egress of an adopted sandbox again (its relay waits for a host to dial in)."""
         if placed.template.allow is None:
@@ -142,7 +136,7 @@ class OnDocker:
         try:
             placed.egress = await EgressService.start(Path(placed.address.removeprefix("unix://")).parent,
                                                       parse_policy(placed.template.allow), sandbox=placed.id,
-                                                      on_event=self._on_egress(placed))
+                                                      on_event=egress_events(self.events, placed))
         except ConnectionError as error:
             log.warning("sandbox %s: its egress could not be resumed: %s", placed.id, error)
 

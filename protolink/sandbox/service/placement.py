@@ -8,10 +8,13 @@ pools, claims, quotas, loss rule and audit events are the manager's, one for bot
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from ..egress.events import EgressEvent
 from .config import Overrides, Template
+from .events import Events
 from .sandboxes import Placed
 
 
@@ -61,3 +64,15 @@ class Placement(Protocol):
     async def lost(self, watched: list[Placed]) -> list[tuple[Placed, str]]:
         """Of the running ``watched``, those whose container or task is gone, each with why.
         Any error when the engine did not answer this time."""
+
+
+def egress_events(events: Events, placed: Placed) -> Callable[[EgressEvent], None]:
+    """What hands ``placed``'s egress decisions to ``events`` (kind ``egress``; the sandbox is
+    the event's own, its id, not the proxy's name for it)."""
+
+    def on_egress(event: EgressEvent) -> None:
+        fields = asdict(event)
+        del fields["sandbox"]
+        events.emit("egress", placed.tenant, placed.id, **fields)
+
+    return on_egress
