@@ -67,12 +67,13 @@ class Placement(Protocol):
 
 
 def egress_events(events: Events, placed: Placed) -> Callable[[EgressEvent], None]:
-    """What hands ``placed``'s egress decisions to ``events`` (kind ``egress``; the sandbox is
-    the event's own, its id, not the proxy's name for it)."""
+    """What hands ``placed``'s egress decisions to ``events``: kind ``egress``, the event's
+    ``kind`` as ``decision``, the sandbox's id as the sandbox (not the proxy's name for it)."""
 
     def on_egress(event: EgressEvent) -> None:
         fields = asdict(event)
         del fields["sandbox"]
+        fields["decision"] = fields.pop("kind")
         events.emit("egress", placed.tenant, placed.id, **fields)
 
     return on_egress

@@ -19,6 +19,7 @@ from protolink.sandbox.service.config import Overrides
 from protolink.sandbox.service.events import Events, ServiceEvent
 from protolink.sandbox.service.on_swarm import OnSwarm
 from protolink.sandbox.service.tokens import DIGEST_ID_CHARS
+from tests.conftest import TEST_NAME_PREFIX
 from tests.integration.test_sandbox_cli_egress import FETCH, server  # noqa: F401 (a fixture)
 from tests.swarm_cluster import eventually, wait_until
 
@@ -60,13 +61,13 @@ async def test_a_swarm_sandbox_fetches_from_an_allowed_host_and_a_host_not_liste
     await sandbox.delete()
 
     def decisions() -> list[tuple[str, str]]:
-        return [(record["fields"]["kind"], record["fields"]["host"]) for record in swarm_service.audit()
+        return [(record["fields"]["decision"], record["fields"]["host"]) for record in swarm_service.audit()
                 if record["kind"] == "egress" and record["fields"]["sandbox"] == sandbox.id]
 
     await eventually(_now(lambda: ("closed", "127.0.0.1") in decisions()), "the allowed connection's end in the audit log")
     assert ("allowed", "127.0.0.1") in decisions()
     (denial,) = [record["fields"] for record in swarm_service.audit()
-                 if record["kind"] == "egress" and record["fields"]["kind"] == "denied"]
+                 if record["kind"] == "egress" and record["fields"]["decision"] == "denied"]
     assert denial["host"] == "not-listed.example" and "not-listed.example" in denial["reason"], denial
     wait_until(lambda: not _containers_left(swarm_service.cluster), "every node to have no container left")
 
@@ -78,15 +79,15 @@ class _Recorded:
     def record(self, event: ServiceEvent) -> None:
         self.events.append(event)
 
-    def egress(self, kind: str) -> list[dict]:
-        return [event.fields for event in self.events if event.kind == "egress" and event.fields["kind"] == kind]
+    def egress(self, decision: str) -> list[dict]:
+        return [event.fields for event in self.events if event.kind == "egress" and event.fields["decision"] == decision]
 
 
 async def test_deny_all_closes_a_swarm_sandboxs_open_connections(swarm_service, run, server):  # noqa: F811
     """The service's placement on Swarm (:class:`OnSwarm`) with a sink of its own: the test holds
     the sandbox's egress, as the service does, and changes its policy."""
     recorded = _Recorded()
-    placement = OnSwarm(f"{swarm_service.name}-egress", swarm_service.config.swarm, Events([recorded]))
+    placement = OnSwarm(f"{TEST_NAME_PREFIX}eg-{secrets.token_hex(3)}", swarm_service.config.swarm, Events([recorded]))
     template = replace(swarm_service.config.templates["default"], allow=(f"127.0.0.1/32:{server}",))
     placed = sandboxes.new_placed(sandboxes.new_id(), secrets.token_hex(DIGEST_ID_CHARS // 2), template, Overrides())
     await placement.open()
