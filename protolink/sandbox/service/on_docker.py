@@ -25,11 +25,13 @@ from protolink.wire.roots import Root
 from .. import engine
 from ..appliance import ADDRESS_LABEL
 from ..client import channel_options
+from ..config import Identity
 from ..docker import DockerSandbox
 from ..egress.policy import parse_policy
 from ..egress.service import EgressService
 from ..leftovers import remove_host_dirs
 from ..placements.docker import ContainerSpec, EngineFacts, HostFacts, unix_address
+from ..writable_roots import open_to
 from . import labels, sandboxes
 from .config import Overrides, Template
 from .events import Events
@@ -57,6 +59,7 @@ class OnDocker:
     def __init__(self, service: str, events: Events) -> None:
         self.service = service
         self.events = events
+        self.identity = Identity.of()
         self._docker: Any = None
 
     async def open(self) -> None:
@@ -70,7 +73,18 @@ class OnDocker:
         """Any sandbox may run on the host's engine."""
 
     async def start(self, placed: Placed, overrides: Overrides) -> None:
-        roots = overrides.roots + ((Root(placed.workspace, writable=True),) if placed.workspace else ())
+        """Start ``placed``'s container, its managed workspace (if any) a host directory at
+        ``placed.workspace``, open to the command user; on failure the directory is removed."""
+        if not placed.workspace:
+            return await self._start(placed, overrides.roots)
+        await asyncio.to_thread(_make_workspace, Path(placed.workspace), self.identity)
+        try:
+            await self._start(placed, overrides.roots + (Root(placed.workspace, writable=True),))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, placed.workspace, True)
+            raise
+
+    async def _start(self, placed: Placed, roots: tuple[Root, ...]) -> None:
         config = sandboxes.sandbox_config(self.service, placed, roots,
                                           labels.container_name(self.service, placed.tenant, placed.id))
         container = ServiceContainer(config=config, extra_labels=sandboxes.container_labels(self.service, placed),
@@ -150,6 +164,13 @@ class OnDocker:
 
         with contextlib.suppress(docker.errors.NotFound):
             self._docker.api.remove_container(container_id, force=True, v=True)
+
+
+def _make_workspace(path: Path, identity: Identity) -> None:
+    """An empty directory at ``path`` (beneath the service's private workspace directory),
+    writable by the command user ``identity``."""
+    path.mkdir(mode=0o700)
+    open_to(path, identity.uid, identity.gid, "the managed workspace")
 
 
 def _connect(placed: Placed) -> None:

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 
 import grpc
 
 from protolink.errors import SandboxError, SandboxNotReachedError, SandboxUnavailableError
 from protolink.wire._pb import sandbox_pb2
-from protolink.wire.roots import Root
 
 from ..egress.policy import parse_policy
 from ..egress.service import EgressService
@@ -86,14 +84,10 @@ class OnSwarm:
 
     async def start(self, placed: Placed, overrides: Overrides) -> None:
         """Start ``placed`` as a Swarm service and wait until its server answers through its node's
-        gateway. Its managed workspace, if any, is made on its node (:func:`.swarm.placement_spec`)
-        at the path the manager chose; the manager's empty host directory there is not used, so it
-        is removed."""
+        gateway. Its managed workspace, if any, is a volume made on its node
+        (:func:`.swarm.placement_spec`), mounted at ``placed.workspace``: nothing of it is on this host."""
         name = labels.swarm_name(self.service, placed.tenant, placed.id)
-        workspace = (Root(placed.workspace, writable=True),) if placed.workspace else ()
-        config = sandboxes.sandbox_config(self.service, placed, overrides.roots + workspace, name)
-        if placed.workspace:  # a configuration's roots are checked on the host: removed once it is made
-            await asyncio.to_thread(os.rmdir, placed.workspace)
+        config = sandboxes.sandbox_config(self.service, placed, overrides.roots, name)
         found = {**sandboxes.container_labels(self.service, placed), labels.TENANT: placed.tenant,
                  labels.SANDBOX: placed.id}
         placed.node, placed.container_id, placed.task_id = await self.swarm.start(

@@ -41,8 +41,9 @@ class Placement(Protocol):
         """ValueError when a sandbox of ``template`` with ``overrides`` cannot be placed here."""
 
     async def start(self, placed: Placed, overrides: Overrides) -> None:
-        """Start ``placed`` (mounting ``overrides.roots``) and wait until its server answers; on
-        failure nothing is left."""
+        """Start ``placed`` (mounting ``overrides.roots``, and a managed workspace made here, at
+        ``placed.workspace``, when that names one) and wait until its server answers; on failure
+        nothing is left."""
 
     async def reach(self, placed: Placed) -> None:
         """Connect running ``placed`` again when it was not reached before;
