@@ -161,23 +161,27 @@ class GatewayStreams:
         self._slots: list[asyncio.Task[None]] = []
         self._carrying: set[asyncio.Task[None]] = set()
         self._ready = asyncio.Event()
+        self._settled = asyncio.Event()  # ready, or refused for good (not UNAVAILABLE)
         self._refusal = ""
 
     async def start(self) -> None:
         """Open the standby streams and wait up to :data:`START_SECONDS` until the gateway has
-        reached the task's relay (ConnectionError, everything closed, when it has not)."""
+        reached the task's relay (ConnectionError, everything closed, when it has not, or at
+        once when the gateway refuses for good: a wrong token, an unknown or lost task)."""
         if self._slots:
             raise RuntimeError("GatewayStreams start once")
         self._slots = [asyncio.ensure_future(self._keep()) for _ in range(self._standby)]
         try:
-            await asyncio.wait_for(self._ready.wait(), START_SECONDS)
+            await asyncio.wait_for(self._settled.wait(), START_SECONDS)
         except TimeoutError:
-            await self.aclose()
-            raise ConnectionError(f"the gateway did not reach the sandbox's egress relay within "
-                                  f"{START_SECONDS:g} s: {self._refusal or 'no answer'}") from None
+            pass
         except BaseException:
             await self.aclose()
             raise
+        if not self._ready.is_set():
+            await self.aclose()
+            raise ConnectionError(f"the gateway did not reach the sandbox's egress relay: "
+                                  f"{self._refusal or f'no answer within {START_SECONDS:g} s'}")
 
     async def aclose(self) -> None:
         tasks = [*self._slots, *self._carrying]
@@ -193,12 +197,15 @@ class GatewayStreams:
             try:
                 if await call.read() == READY:
                     self._ready.set()
+                    self._settled.set()
                     pause = RETRY_SECONDS[0]
                     if await call.read() == STARTED:
                         self._carry(call)
                         continue
             except grpc.aio.AioRpcError as error:  # the gateway is down, restarting, or refuses
                 self._refusal = f"{error.code().name}: {error.details()}"
+                if error.code() != grpc.StatusCode.UNAVAILABLE:
+                    self._settled.set()
             call.cancel()
             await asyncio.sleep(pause)
             pause = min(pause * 2, RETRY_SECONDS[1])

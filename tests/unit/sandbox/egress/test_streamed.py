@@ -87,7 +87,22 @@ async def test_without_a_gateway_the_service_end_does_not_start(monkeypatch):
     monkeypatch.setattr(streamed, "START_SECONDS", 0.5)
     channel = grpc.aio.insecure_channel("127.0.0.1:1")
     try:
-        with pytest.raises(ConnectionError, match="did not reach the sandbox's egress relay"):
+        with pytest.raises(ConnectionError, match="did not reach the sandbox's egress relay: UNAVAILABLE"):
             await EgressService.through_gateway(channel, DENY_ALL, sandbox="box")
     finally:
         await channel.close()
+
+
+async def test_a_gateway_that_refuses_for_good_fails_the_start_at_once(monkeypatch):
+    """Not after START_SECONDS (an hour here): a server without the method answers UNIMPLEMENTED."""
+    monkeypatch.setattr(streamed, "START_SECONDS", 3600)
+    server = grpc.aio.server()
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(ConnectionError, match="UNIMPLEMENTED"):
+            await EgressService.through_gateway(channel, DENY_ALL, sandbox="box")
+    finally:
+        await channel.close()
+        await server.stop(0)
