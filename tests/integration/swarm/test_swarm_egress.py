@@ -72,6 +72,19 @@ async def test_a_swarm_sandbox_fetches_from_an_allowed_host_and_a_host_not_liste
     wait_until(lambda: not _containers_left(swarm_service.cluster), "every node to have no container left")
 
 
+async def test_a_restarted_service_serves_the_egress_of_the_swarm_sandbox_it_adopts(
+        swarm_service, run, server):  # noqa: F811
+    sandbox = await swarm_service.client.create(allow=[f"127.0.0.1/32:{server}"])
+    before = await run(sandbox.backend, [PYTHON, "-c", FETCH, f"http://127.0.0.1:{server}/"])
+    await sandbox.backend.aclose()
+    await swarm_service.stop()
+    client = await swarm_service.start()
+    again = await client.open(sandbox.id)
+    after = await run(again.backend, [PYTHON, "-c", FETCH, f"http://127.0.0.1:{server}/"])
+    assert [before.stdout, after.stdout] == ["hello through the proxy\n"] * 2, after.stderr
+    await again.delete()
+
+
 class _Recorded:
     def __init__(self) -> None:
         self.events: list[ServiceEvent] = []
