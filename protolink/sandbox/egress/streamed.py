@@ -202,13 +202,20 @@ class GatewayStreams:
                     if await call.read() == STARTED:
                         self._carry(call)
                         continue
+                else:  # the stream ended at once: the gateway refused it
+                    self._refused(await call.code(), await call.details())
             except grpc.aio.AioRpcError as error:  # the gateway is down, restarting, or refuses
-                self._refusal = f"{error.code().name}: {error.details()}"
-                if error.code() != grpc.StatusCode.UNAVAILABLE:
-                    self._settled.set()
+                self._refused(error.code(), error.details())
             call.cancel()
             await asyncio.sleep(pause)
             pause = min(pause * 2, RETRY_SECONDS[1])
+
+    def _refused(self, code: grpc.StatusCode, details: str | None) -> None:
+        """Note why the gateway ended a stream before it carried a connection; any status but
+        UNAVAILABLE (down, restarting, the relay not answering yet) is for good."""
+        self._refusal = f"{code.name}: {details}"
+        if code != grpc.StatusCode.UNAVAILABLE:
+            self._settled.set()
 
     def _carry(self, call: grpc.aio.StreamStreamCall) -> None:
         task = asyncio.ensure_future(self._serve(call))
