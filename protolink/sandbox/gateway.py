@@ -13,6 +13,11 @@ Only the product's containers are reachable: one without the labels of
 :func:`~.leftovers.labels` is NOT_FOUND, as a missing one is. One that stopped ends the call
 with :class:`~protolink.errors.SandboxLostError`.
 
+A sandbox with egress has its commands' connections carried to the service, which decides
+them (:mod:`.egress.streamed`): at the service's first egress stream naming a task, the gateway
+dials the task's relay (``/proc/PID/root/run/protolink/egress.sock``) and gives each command
+connection it accepts to one of the service's waiting streams.
+
 It also removes what gone sandboxes left on its node (:func:`~.leftovers.keep_reaping_node`):
 their workspace volumes, and on a manager the Swarm services whose lease expired.
 
@@ -39,14 +44,18 @@ from typing import Any
 
 import grpc
 
-from protolink.errors import SandboxAuthenticationError, SandboxError, SandboxLostError, SandboxNotFoundError
+from protolink.errors import (SandboxAuthenticationError, SandboxError, SandboxLostError, SandboxNotFoundError,
+                              SandboxUnavailableError)
+from protolink.wire.egress import SOCKET_NAME as EGRESS_SOCKET_NAME
 from protolink.wire.status import abort_with, to_status
 
 from . import engine
 from .client import channel_options
+from .egress import streamed
+from .egress.dialer import RelayDialer
 from .hostdirs import write_private
 from .leftovers import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL, SESSION_LABEL, keep_reaping_node
-from .placements.server import SOCKET_PATH
+from .placements.server import SOCKET_DIR, SOCKET_PATH
 from .service.events import Events
 from .service.forward import CONTAINER_KEY, Forwarder
 from .service.tls import ensure_certificate, server_credentials
@@ -64,7 +73,8 @@ _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 @dataclass
 class TaskTarget:
     """A task container's server, reached through its root (a :class:`~.service.forward.Target`);
-    ``pidfd`` holds its init (the container's ``State.Pid``), which :meth:`running` asks."""
+    ``pidfd`` holds its init (the container's ``State.Pid``), which :meth:`running` asks. Its
+    egress relay is dialed at the first egress stream (:meth:`egress`)."""
 
     id: str
     pid: int
@@ -73,6 +83,9 @@ class TaskTarget:
     active: int = 0
     last_used: float = 0.0
     _channel: grpc.aio.Channel | None = field(default=None, repr=False)
+    _relay: RelayDialer | None = field(default=None, repr=False)
+    _connections: streamed.StreamedConnections = field(default_factory=streamed.StreamedConnections, repr=False)
+    _dialing: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def channel(self) -> grpc.aio.Channel:
         if self._channel is None:
@@ -90,7 +103,19 @@ class TaskTarget:
         poller.register(self.pidfd, select.POLLIN)
         return not poller.poll(0)
 
+    async def egress(self) -> streamed.StreamedConnections:
+        """Where the service's egress streams wait for the task's command connections, its relay
+        dialed once; ConnectionError when the relay does not answer (a sandbox without egress)."""
+        async with self._dialing:
+            if self._relay is None:
+                relay = RelayDialer(Path(f"/proc/{self.pid}/root{SOCKET_DIR}/{EGRESS_SOCKET_NAME}"), self._connections)
+                await relay.start()
+                self._relay = relay
+        return self._connections
+
     async def close(self) -> None:
+        if self._relay is not None:
+            await self._relay.aclose()
         if self._channel is not None:
             await self._channel.close()
         os.close(self.pidfd)
@@ -136,6 +161,15 @@ class Gateway:
         except docker.errors.NotFound:
             return None
 
+    async def egress(self, requests: object, context: grpc.aio.ServicerContext) -> None:
+        """One egress stream of the service (:data:`.egress.streamed.METHOD`) for the task it names."""
+        _, target = await self.resolve(context, streamed.METHOD)
+        try:
+            connections = await target.egress()
+        except ConnectionError as error:
+            await abort_with(context, to_status(SandboxUnavailableError(str(error))))
+        await connections.stand_by(context)
+
     async def _keep(self, name: str, target: TaskTarget) -> TaskTarget:
         """Hold ``target`` for the calls naming ``name``, unless a call at the same time got there first."""
         held = self._targets.get(name)
@@ -169,6 +203,18 @@ def _held(container_id: str, pid: int) -> TaskTarget | None:
     return None if pidfd < 0 else TaskTarget(container_id, pid, pidfd)
 
 
+class EgressHandler(grpc.GenericRpcHandler):
+    """The generic handler of the gateway's egress streams (raw bytes both ways)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        if handler_call_details.method != streamed.METHOD:
+            return None
+        return grpc.stream_stream_rpc_method_handler(self._gateway.egress)
+
+
 class GatewayServer:
     """The gateway's TLS listener at ``listen`` (``HOST:PORT``; port 0 picks one: :attr:`port`)."""
 
@@ -176,7 +222,7 @@ class GatewayServer:
         self.gateway, self.listen = gateway, listen
         self.port: int | None = None
         self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        self._server.add_generic_rpc_handlers((Forwarder(gateway.resolve, Events()),))
+        self._server.add_generic_rpc_handlers((Forwarder(gateway.resolve, Events()), EgressHandler(gateway)))
         self._credentials = credentials
 
     async def start(self) -> None:

@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
@@ -120,57 +121,62 @@ def _reason(container_labels: dict[str, str], now: float) -> str | None:
     return None
 
 
-def reap(client: Any, *, now: float | None = None) -> list[Reaped]:
-    """Remove (force) every labelled container whose owner is gone or whose expiry passed.
+@dataclass(frozen=True)
+class Kind:
+    """What :func:`reap` removes: how to list the labelled ones on an engine (a docker SDK
+    client), read an entry's id, name and labels, remove one, and what to remove after it."""
+
+    listed: Callable[[Any], list[dict[str, Any]]]
+    id: Callable[[dict[str, Any]], str]
+    name: Callable[[dict[str, Any]], str]
+    labels: Callable[[dict[str, Any]], dict[str, str]]
+    remove: Callable[[Any, str], None]
+    after: Callable[[dict[str, str]], None] = lambda _labels: None
+
+
+#: Sandbox containers on an engine; their host directories go with them.
+CONTAINERS = Kind(
+    listed=lambda client: client.api.containers(all=True, filters={"label": OWNER_LABEL}),
+    id=lambda found: found["Id"], name=lambda found: (found.get("Names") or ["/"])[0].lstrip("/"),
+    labels=lambda found: found.get("Labels") or {},
+    remove=lambda client, found_id: client.api.remove_container(found_id, force=True), after=remove_host_dirs)
+#: Sandboxes' Swarm services on a manager's engine (their tasks' containers go with them, on
+#: their nodes). A sandbox service renews its Swarm services' expiry while it runs (a lease), so
+#: what one killed for good left expires.
+SWARM_SERVICES = Kind(
+    listed=lambda client: client.api.services(filters={"label": OWNER_LABEL}),
+    id=lambda found: found["ID"], name=lambda found: found["Spec"]["Name"],
+    labels=lambda found: found["Spec"].get("Labels") or {},
+    remove=lambda client, found_id: client.api.remove_service(found_id))
+
+
+def reap(client: Any, kind: Kind = CONTAINERS, *, now: float | None = None) -> list[Reaped]:
+    """Remove (force) every labelled one of ``kind`` whose owner is gone or whose expiry passed.
 
     ``client`` is a docker SDK client. Blocking: call it through ``asyncio.to_thread`` from
-    async code. A container that disappears meanwhile, or that the engine is already removing
-    (its owner's own cleanup, or another reaper), is skipped.
+    async code. One that disappears meanwhile, or that the engine is already removing (its
+    owner's own cleanup, or another reaper), is skipped.
     """
     import docker.errors
 
     now = time.time() if now is None else now
     removed = []
     # One listing (labels included), not an inspection per container: this runs at every start.
-    for container in client.api.containers(all=True, filters={"label": OWNER_LABEL}):
-        container_labels = container.get("Labels") or {}
-        reason = _reason(container_labels, now)
+    for found in kind.listed(client):
+        found_labels = kind.labels(found)
+        reason = _reason(found_labels, now)
         if reason is None:
             continue
         try:
-            client.api.remove_container(container["Id"], force=True)
+            kind.remove(client, kind.id(found))
         except docker.errors.NotFound:
             continue
         except docker.errors.APIError as error:
             if error.status_code == HTTPStatus.CONFLICT:  # "removal ... is already in progress"
                 continue
             raise
-        remove_host_dirs(container_labels)
-        name = (container.get("Names") or ["/"])[0].lstrip("/")
-        removed.append(Reaped(container["Id"][:12], name, container_labels.get(OWNER_LABEL, ""), reason))
-    return removed
-
-
-def reap_services(client: Any, *, now: float | None = None) -> list[Reaped]:
-    """Remove every labelled Swarm service whose owner is gone or whose expiry passed, as
-    :func:`reap` removes containers; ``client`` is a Swarm manager's engine. A sandbox service
-    renews its Swarm services' expiry while it runs (a lease), so what one killed for good left
-    expires. Blocking."""
-    import docker.errors
-
-    now = time.time() if now is None else now
-    removed = []
-    for service in client.api.services(filters={"label": OWNER_LABEL}):
-        service_labels = service["Spec"].get("Labels") or {}
-        reason = _reason(service_labels, now)
-        if reason is None:
-            continue
-        try:
-            client.api.remove_service(service["ID"])
-        except docker.errors.NotFound:
-            continue
-        removed.append(Reaped(service["ID"][:12], service["Spec"]["Name"], service_labels.get(OWNER_LABEL, ""),
-                              reason))
+        kind.after(found_labels)
+        removed.append(Reaped(kind.id(found)[:12], kind.name(found), found_labels.get(OWNER_LABEL, ""), reason))
     return removed
 
 
@@ -206,7 +212,7 @@ def reap_node(client: Any) -> None:
     for name in reap_workspaces(client):
         log.info("removed the workspace volume %s: its sandbox is gone", name)
     if client.info().get("Swarm", {}).get("ControlAvailable"):
-        for gone in reap_services(client):
+        for gone in reap(client, SWARM_SERVICES):
             log.warning("removed Swarm service %s of %s: %s", gone.name, gone.owner, gone.reason)
 
 

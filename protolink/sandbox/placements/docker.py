@@ -200,13 +200,14 @@ def _mounts(config: SandboxConfig, channel_dir: Path) -> tuple[Mount, ...]:
     return (*root_mounts(config), Mount(channel_mount(config), str(channel_dir), type="bind"))
 
 
-def ulimits(config: SandboxConfig, engine: EngineFacts) -> tuple[Ulimit, ...]:
-    """Open files, no core dumps, ``RLIMIT_NICE`` 0, with a writable root ``RLIMIT_FSIZE`` of the
-    disk budget, under gVisor ``RLIMIT_NPROC`` of what the memory holds."""
+def ulimits(config: SandboxConfig, engine: EngineFacts, *, more_writable: bool = False) -> tuple[Ulimit, ...]:
+    """Open files, no core dumps, ``RLIMIT_NICE`` 0, with a writable root (of ``config``, or one
+    the placement adds: ``more_writable``) ``RLIMIT_FSIZE`` of the disk budget, under gVisor
+    ``RLIMIT_NPROC`` of what the memory holds."""
     limits = config.limits
     ulimits = [Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile), Ulimit(name="core", soft=0, hard=0),
                Ulimit(name="nice", soft=0, hard=0)]
-    if config.writable_roots:
+    if config.writable_roots or more_writable:
         ulimits.append(Ulimit(name="fsize", soft=limits.disk_bytes, hard=limits.disk_bytes))
     if engine.gvisor:
         tasks = min(limits.pids, limits.memory // GVISOR_BYTES_PER_TASK)

@@ -20,9 +20,10 @@ sandbox is the same on both engines as far as Swarm (API 1.41, Docker 20.10) let
   reservation (the scheduler never overcommits a node's memory); one generic resource
   :data:`SLOT_RESOURCE` per sandbox, so a node takes as many sandboxes as it advertises slots;
 - roots bind-mounted at their own paths on the node, read-only unless writable (the node must
-  hold them at the same paths), but for the managed workspace (:attr:`PlacementFacts.workspace`):
-  a volume of the sandbox's own on its node, a tmpfs of ``disk_bytes`` owned by the command user
-  (:func:`workspace_mount`; a service's own tmpfs mounts are ``noexec`` and root's);
+  hold them at the same paths); the managed workspace (:attr:`PlacementFacts.workspace`), a
+  writable root besides them: a volume of the sandbox's own on its node, a tmpfs of
+  ``disk_bytes`` owned by the command user (:func:`workspace_mount`; a service's own tmpfs
+  mounts are ``noexec`` and root's);
 - placement constraints: the node labels of the sandbox's template, and for a configured
   runtime ``node.labels.io.protolink.runtime==RUNTIME`` (a service cannot pick a runtime: the
   nodes whose daemon's default runtime it is carry the label);
@@ -87,8 +88,9 @@ class SwarmFacts:
 class PlacementFacts:
     """What the service decided for one sandbox: the time it is created (Unix seconds, for its
     labels), the node labels its template requires, labels of its own for the service and its
-    container (what a restarted service adopts it by), and the path of its managed workspace
-    (one of the config's writable roots; empty: none)."""
+    container (what a restarted service adopts it by), and the path of its managed workspace (a
+    writable root of the task beside the config's, made on its node: nothing is at that path on
+    the service's host; empty: none)."""
 
     created: int
     node_labels: Mapping[str, str] = field(default_factory=dict)
@@ -120,8 +122,10 @@ def service_spec(config: SandboxConfig, swarm: SwarmFacts, placement: PlacementF
     """The service that runs ``config`` on the nodes ``swarm`` describes, as ``placement`` decided."""
     if not isinstance(config.network, NoNetwork):
         raise ValueError(f"swarm placement: network must be NoNetwork (a task has no network), got {config.network!r}")
-    if placement.workspace and placement.workspace not in config.writable_roots:
-        raise ValueError(f"swarm placement: the workspace {placement.workspace} must be one of the writable roots")
+    if placement.workspace and (not placement.workspace.startswith("/")
+                                or any(root.path == placement.workspace for root in config.roots)):
+        raise ValueError(f"swarm placement: the workspace {placement.workspace} must be an absolute path "
+                         f"that is not one of the roots")
     engine = EngineFacts(cpus=swarm.node_cpus, gvisor=swarm.gvisor, cpuset_allowed=False)
     labels = {**placement.labels, **leftovers.labels(config.lease.owner, config.lease.session,
                                                      config.lease.expiry_seconds, [], now=placement.created)}
@@ -175,14 +179,13 @@ def workspace_mount(config: SandboxConfig, path: str) -> Mount:
 
 def _container(config: SandboxConfig, engine: EngineFacts, labels: Mapping[str, str], workspace: str) -> ContainerSpec:
     limits = config.limits
-    roots = [mount for mount in root_mounts(config) if mount["Target"] != workspace]
     spec = ContainerSpec(
         config.image,
-        args=list(server_command(config, gvisor=engine.gvisor)),
+        args=[*server_command(config, gvisor=engine.gvisor), *(["--root", f"{workspace}:rw"] if workspace else [])],
         hostname="sandbox",
         user="0:0",
         labels=dict(labels),
-        mounts=[*roots, *([workspace_mount(config, workspace)] if workspace else []),
+        mounts=[*root_mounts(config), *([workspace_mount(config, workspace)] if workspace else []),
                 _tmpfs(SOCKET_DIR, CHANNEL_BYTES, 0o700),
                 _tmpfs("/tmp", limits.tmpfs_bytes, 0o1777), _tmpfs("/dev/shm", limits.shm_bytes, 0o1777)],
         read_only=True,
@@ -190,7 +193,8 @@ def _container(config: SandboxConfig, engine: EngineFacts, labels: Mapping[str, 
         cap_drop=["ALL"],
         cap_add=list(CAPABILITIES),
     )
-    spec["Ulimits"] = [dict(ulimit) for ulimit in ulimits(config, engine)]  # API 1.41; the SDK has no keyword
+    # API 1.41; the SDK has no keyword
+    spec["Ulimits"] = [dict(ulimit) for ulimit in ulimits(config, engine, more_writable=bool(workspace))]
     return spec
 
 

@@ -31,9 +31,9 @@ gateway``) the service reaches with TLS, pinned by fingerprint, and the token in
     fingerprint = "sha256:..."                      # what the gateway printed
 
 The ``[swarm]`` table may also come from a file of its own (``serve --swarm FILE``, ``up --swarm
-FILE``), which replaces the configuration file's. Swarm placement keeps warm pools and makes
-managed workspaces (on the task's node) as the local one does, but gives no egress (refused when
-configured or asked); a create's roots must exist at the same paths on every node.
+FILE``), which replaces the configuration file's. Swarm placement keeps warm pools, makes
+managed workspaces (on the task's node) and gives egress (decided at the service, carried through
+the node's gateway) as the local one does; a create's roots must exist at the same paths on every node.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class SwarmConfig:
     node by hostname, the file of the token the gateways take, how long a sandbox's task may
     take to run (it waits, pending, while no node has a slot), and how long a sandbox's Swarm
     service outlives the last renewal of its lease by the running service (then a manager's
-    gateway removes it: :func:`~protolink.sandbox.leftovers.reap_services`)."""
+    gateway removes it: :func:`~protolink.sandbox.leftovers.reap`)."""
 
     manager: str
     gateways: dict[str, NodeGateway]
@@ -193,8 +193,6 @@ class ServiceConfig:
             raise ValueError(f"the default template {self.default_template!r} is not among the templates "
                              f"({', '.join(sorted(self.templates))})")
         for template in self.templates.values():
-            if self.swarm is not None and template.allow is not None:
-                raise ValueError(f"template {template.name!r}: a Swarm placement gives no egress")
             if self.swarm is None and template.node_labels:
                 raise ValueError(f"template {template.name!r}: node_labels place sandboxes on Swarm nodes; this "
                                  f"service has no [swarm] table")

@@ -14,7 +14,8 @@ Kinds and their fields:
 - ``command.started`` (``argv``, ``cwd``), ``command.ended`` (``argv``, ``cwd``, ``exit_code``,
   ``duration_seconds``, ``output_bytes``, ``timed_out``, ``error``)
 - ``file.written`` (``path``, ``bytes``: None for a removal)
-- ``egress`` (the proxy's :class:`~protolink.sandbox.egress.events.EgressEvent` as a dict)
+- ``egress`` (the proxy's :class:`~protolink.sandbox.egress.events.EgressEvent` as a dict, its
+  ``kind`` as ``decision``)
 """
 
 from __future__ import annotations

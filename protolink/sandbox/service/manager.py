@@ -18,14 +18,12 @@ import asyncio
 import collections
 import json
 import logging
-import shutil
 import time
 from itertools import chain
 from typing import Any
 
 from protolink.errors import QuotaExceededError, SandboxError, SandboxLostError, SandboxNotFoundError
 
-from ..config import Identity
 from ..hostdirs import write_private
 from . import sandboxes
 from .config import Overrides, ServiceConfig, Template
@@ -63,7 +61,6 @@ class Manager:
         self.config = config
         self.files = files
         self.events = events
-        self.identity = Identity.of()
         self.sandboxes: dict[str, Placed] = {}
         self.ended: collections.deque[Placed] = collections.deque(maxlen=ENDED_KEPT)
         self.pools: dict[str, list[Placed]] = {name: [] for name in config.templates}
@@ -71,7 +68,7 @@ class Manager:
         self._refill = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._unrecorded: set[str] = set()  # ids of claimed pool members whose record still says "pool"
-        self.placement: Placement = OnSwarm(name, config.swarm) if config.swarm is not None else OnDocker(name, events)
+        self.placement: Placement = OnSwarm(name, config.swarm, events) if config.swarm is not None else OnDocker(name, events)
 
     async def start(self) -> None:
         """Adopt what a previous run left, then keep deadlines and pools."""
@@ -145,15 +142,12 @@ class Manager:
         placed = sandboxes.new_placed(sandboxes.new_id(), tenant.id, template, overrides)
         placed.hand_to(tenant.id, now, pooled=False)
         self.sandboxes[placed.id] = placed  # holds its share of the quota while it starts
+        if overrides.workspace:  # where it is; the placement makes it
+            placed.workspace = str(self.files.workspaces() / placed.id)
         try:
-            if overrides.workspace:
-                placed.workspace = await asyncio.to_thread(sandboxes.make_workspace, self.files.workspaces(),
-                                                           placed.id, self.identity)
             await self.placement.start(placed, Overrides(roots=roots))
         except BaseException:
             del self.sandboxes[placed.id]
-            if placed.workspace:
-                await asyncio.to_thread(shutil.rmtree, placed.workspace, True)
             raise
         placed.last_used = time.time()
         self.events.emit("sandbox.created", tenant.id, placed.id, template=base.name, image=template.image,

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import shutil
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +25,17 @@ from protolink.wire.roots import Root
 from .. import engine
 from ..appliance import ADDRESS_LABEL
 from ..client import channel_options
+from ..config import Identity
 from ..docker import DockerSandbox
 from ..egress.policy import parse_policy
 from ..egress.service import EgressService
 from ..leftovers import remove_host_dirs
 from ..placements.docker import ContainerSpec, EngineFacts, HostFacts, unix_address
+from ..writable_roots import open_to
 from . import labels, sandboxes
 from .config import Overrides, Template
 from .events import Events
-from .placement import Adopted
+from .placement import Adopted, egress_events
 from .sandboxes import INFO, INFO_SECONDS, Placed
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class OnDocker:
     def __init__(self, service: str, events: Events) -> None:
         self.service = service
         self.events = events
+        self.identity = Identity.of()
         self._docker: Any = None
 
     async def open(self) -> None:
@@ -70,11 +73,22 @@ class OnDocker:
         """Any sandbox may run on the host's engine."""
 
     async def start(self, placed: Placed, overrides: Overrides) -> None:
-        roots = overrides.roots + ((Root(placed.workspace, writable=True),) if placed.workspace else ())
+        """Start ``placed``'s container, its managed workspace (if any) a host directory at
+        ``placed.workspace``, open to the command user; on failure the directory is removed."""
+        if not placed.workspace:
+            return await self._start(placed, overrides.roots)
+        await asyncio.to_thread(_make_workspace, Path(placed.workspace), self.identity)
+        try:
+            await self._start(placed, overrides.roots + (Root(placed.workspace, writable=True),))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, placed.workspace, True)
+            raise
+
+    async def _start(self, placed: Placed, roots: tuple[Root, ...]) -> None:
         config = sandboxes.sandbox_config(self.service, placed, roots,
                                           labels.container_name(self.service, placed.tenant, placed.id))
         container = ServiceContainer(config=config, extra_labels=sandboxes.container_labels(self.service, placed),
-                                     on_egress_event=self._on_egress(placed))
+                                     on_egress_event=egress_events(self.events, placed))
         await container.start()
         placed.docker = container
         placed.address = container.address or ""
@@ -129,12 +143,6 @@ class OnDocker:
         return [(placed, f"its container {placed.container_id[:12]} stopped (killed, out of memory, or removed)")
                 for placed in watched if placed.container_id and placed.container_id not in running]
 
-    def _on_egress(self, placed: Placed) -> Any:
-        def on_egress(event: Any) -> None:
-            self.events.emit("egress", placed.tenant, placed.id, **asdict(event))
-
-        return on_egress
-
     async def _resume_egress(self, placed: Placed) -> None:
         """Serve the egress of an adopted sandbox again (its relay waits for a host to dial in)."""
         if placed.template.allow is None:
@@ -142,7 +150,7 @@ class OnDocker:
         try:
             placed.egress = await EgressService.start(Path(placed.address.removeprefix("unix://")).parent,
                                                       parse_policy(placed.template.allow), sandbox=placed.id,
-                                                      on_event=self._on_egress(placed))
+                                                      on_event=egress_events(self.events, placed))
         except ConnectionError as error:
             log.warning("sandbox %s: its egress could not be resumed: %s", placed.id, error)
 
@@ -156,6 +164,13 @@ class OnDocker:
 
         with contextlib.suppress(docker.errors.NotFound):
             self._docker.api.remove_container(container_id, force=True, v=True)
+
+
+def _make_workspace(path: Path, identity: Identity) -> None:
+    """An empty directory at ``path`` (beneath the service's private workspace directory),
+    writable by the command user ``identity``."""
+    path.mkdir(mode=0o700)
+    open_to(path, identity.uid, identity.gid, "the managed workspace")
 
 
 def _connect(placed: Placed) -> None:

@@ -4,28 +4,31 @@ Each sandbox is started by :class:`~.swarm.SwarmPlacement` on the configured man
 reached through the gateway of the node its task runs on; its service's labels record its
 owner and the rest (:func:`.sandboxes.adopted_service` reads them back). A managed workspace
 lives on the task's node, in a volume of the sandbox's own (nothing of it on the host; the
-node's gateway removes it after the task). A task that no longer runs is lost
+node's gateway removes it after the task). A sandbox's egress is decided here, by the service's
+own proxy, its commands' connections carried through the gateway
+(:meth:`~..egress.service.EgressService.through_gateway`). A task that no longer runs is lost
 (:meth:`OnSwarm.lost`). While the service runs it renews a lease on each of its Swarm services;
 what a service killed for good left expires and a manager's gateway removes it
-(:func:`~protolink.sandbox.leftovers.reap_services`).
+(:func:`~protolink.sandbox.leftovers.reap`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 
 import grpc
 
-from protolink.errors import SandboxError, SandboxNotReachedError
+from protolink.errors import SandboxError, SandboxNotReachedError, SandboxUnavailableError
 from protolink.wire._pb import sandbox_pb2
-from protolink.wire.roots import Root
 
+from ..egress.policy import parse_policy
+from ..egress.service import EgressService
 from . import labels, sandboxes
 from .config import Overrides, SwarmConfig, Template
-from .placement import Adopted
+from .events import Events
+from .placement import Adopted, egress_events
 from .sandboxes import INFO, INFO_SECONDS, Placed
 from .swarm import SwarmPlacement
 from .tokens import DIGEST_ID_CHARS
@@ -40,14 +43,15 @@ SWARM_SERVER_SECONDS = 60.0
 
 
 class OnSwarm:
-    """The sandboxes of service ``service`` on the Swarm of ``config``."""
+    """The sandboxes of service ``service`` on the Swarm of ``config``; ``events`` hears of their egress."""
 
-    def __init__(self, service: str, config: SwarmConfig) -> None:
+    def __init__(self, service: str, config: SwarmConfig, events: Events) -> None:
         longest = labels.swarm_name(service, "0" * DIGEST_ID_CHARS, "0" * sandboxes.ID_CHARS)
         if len(longest) > SWARM_NAME_CHARS:
             raise ValueError(f"service name {service!r} is too long for Swarm: its sandboxes' Swarm services "
                              f"({longest}) would pass {SWARM_NAME_CHARS} characters")
         self.service = service
+        self.events = events
         self.swarm = SwarmPlacement(config)
         self._leases: asyncio.Task[None] | None = None
 
@@ -76,19 +80,14 @@ class OnSwarm:
                 log.warning("could not renew the leases of the service's Swarm sandboxes: %s", error)
 
     def check(self, template: Template, overrides: Overrides) -> None:
-        if template.allow is not None:
-            raise ValueError("a sandbox on Swarm has no egress")
+        """Any sandbox may run on Swarm."""
 
     async def start(self, placed: Placed, overrides: Overrides) -> None:
         """Start ``placed`` as a Swarm service and wait until its server answers through its node's
-        gateway. Its managed workspace, if any, is made on its node (:func:`.swarm.placement_spec`)
-        at the path the manager chose; the manager's empty host directory there is not used, so it
-        is removed."""
+        gateway. Its managed workspace, if any, is a volume made on its node
+        (:func:`.swarm.placement_spec`), mounted at ``placed.workspace``: nothing of it is on this host."""
         name = labels.swarm_name(self.service, placed.tenant, placed.id)
-        workspace = (Root(placed.workspace, writable=True),) if placed.workspace else ()
-        config = sandboxes.sandbox_config(self.service, placed, overrides.roots + workspace, name)
-        if placed.workspace:  # a configuration's roots are checked on the host: removed once it is made
-            await asyncio.to_thread(os.rmdir, placed.workspace)
+        config = sandboxes.sandbox_config(self.service, placed, overrides.roots, name)
         found = {**sandboxes.container_labels(self.service, placed), labels.TENANT: placed.tenant,
                  labels.SANDBOX: placed.id}
         placed.node, placed.container_id, placed.task_id = await self.swarm.start(
@@ -96,22 +95,26 @@ class OnSwarm:
         placed.swarm_service, placed.container_labels = name, found
         try:
             await self._connect(placed)
+            await self._serve_egress(placed)
         except BaseException:
             await self.remove(placed)
             raise
 
     async def reach(self, placed: Placed) -> None:
         """Connect a running sandbox again when its gateway did not answer before (no channel,
-        or a channel that failed to connect)."""
+        or a channel that failed to connect), its egress served anew on the new channel."""
         if placed.state != "running":
             return
         async with placed.reaching:
             if placed._channel is not None:
                 if placed._channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
                     return
-                await placed._channel.close()
-                placed._channel = None
+                await sandboxes.disconnect(placed)
             await self._connect(placed, patience=0)
+            try:
+                await self._serve_egress(placed)
+            except SandboxUnavailableError as error:  # its commands get no egress; its calls still go
+                log.warning("%s", error)
 
     async def record_claim(self, placed: Placed) -> None:
         """Write the claim's owner into the service's labels, with the claim's time (from which
@@ -141,8 +144,9 @@ class OnSwarm:
             placed.node, placed.container_id, placed.task_id = where
             try:
                 await self._connect(placed, patience=0)
+                await self._serve_egress(placed)
             except SandboxError as error:
-                log.warning("could not reach adopted sandbox %s: %s", placed.id, error)
+                log.warning("could not reach adopted sandbox %s, or serve its egress: %s", placed.id, error)
             adopted.running.append(placed)
         return adopted
 
@@ -155,6 +159,19 @@ class OnSwarm:
         gone = await self.swarm.lost({name: placed.task_id for name, placed in named.items()})
         return [(named[name], "its task no longer runs (its node is down or left, or the task ended)")
                 for name in gone]
+
+    async def _serve_egress(self, placed: Placed) -> None:
+        """Decide ``placed``'s egress here, its connections carried through its node's gateway (a
+        sandbox with ``allow`` rules); SandboxUnavailableError when the gateway does not reach its relay."""
+        placed.egress = None
+        if placed.template.allow is None:
+            return
+        try:
+            placed.egress = await EgressService.through_gateway(
+                placed.channel(), parse_policy(placed.template.allow), sandbox=placed.id,
+                on_event=egress_events(self.events, placed))
+        except ConnectionError as error:
+            raise SandboxUnavailableError(f"sandbox {placed.id}: its egress is not served: {error}") from None
 
     async def _connect(self, placed: Placed, *, patience: float = SWARM_SERVER_SECONDS) -> None:
         """Open ``placed``'s channel through its node's gateway and keep its server's Info, waiting up

@@ -8,10 +8,13 @@ pools, claims, quotas, loss rule and audit events are the manager's, one for bot
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from ..egress.events import EgressEvent
 from .config import Overrides, Template
+from .events import Events
 from .sandboxes import Placed
 
 
@@ -38,8 +41,9 @@ class Placement(Protocol):
         """ValueError when a sandbox of ``template`` with ``overrides`` cannot be placed here."""
 
     async def start(self, placed: Placed, overrides: Overrides) -> None:
-        """Start ``placed`` (mounting ``overrides.roots``) and wait until its server answers; on
-        failure nothing is left."""
+        """Start ``placed`` (mounting ``overrides.roots``, and a managed workspace made here, at
+        ``placed.workspace``, when that names one) and wait until its server answers; on failure
+        nothing is left."""
 
     async def reach(self, placed: Placed) -> None:
         """Connect running ``placed`` again when it was not reached before;
@@ -61,3 +65,16 @@ class Placement(Protocol):
     async def lost(self, watched: list[Placed]) -> list[tuple[Placed, str]]:
         """Of the running ``watched``, those whose container or task is gone, each with why.
         Any error when the engine did not answer this time."""
+
+
+def egress_events(events: Events, placed: Placed) -> Callable[[EgressEvent], None]:
+    """What hands ``placed``'s egress decisions to ``events``: kind ``egress``, the event's
+    ``kind`` as ``decision``, the sandbox's id as the sandbox (not the proxy's name for it)."""
+
+    def on_egress(event: EgressEvent) -> None:
+        fields = asdict(event)
+        del fields["sandbox"]
+        fields["decision"] = fields.pop("kind")
+        events.emit("egress", placed.tenant, placed.id, **fields)
+
+    return on_egress

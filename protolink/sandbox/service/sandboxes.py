@@ -14,7 +14,6 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -26,12 +25,11 @@ from protolink.wire.roots import Root
 
 from ..appliance import ADDRESS_LABEL
 from ..client import attach
-from ..config import Identity, Lease, Limits, SandboxConfig
+from ..config import Lease, Limits, SandboxConfig
 from ..docker import DockerSandbox
 from ..egress.policy import parse_policy
 from ..egress.service import EgressService
 from ..leftovers import CREATED_LABEL
-from ..writable_roots import open_to
 from . import labels
 from .config import Overrides, Template
 from .forward import HeldCall
@@ -195,14 +193,6 @@ def _from_labels(found: dict[str, str], tenant: str, sandbox_id: str, now: float
 
 def new_placed(sandbox_id: str, tenant: str, template: Template, overrides: Overrides) -> Placed:
     return Placed(id=sandbox_id, tenant=tenant, template=template, labels=dict(overrides.labels))
-
-
-def make_workspace(base: Path, sandbox_id: str, identity: Identity) -> str:
-    """An empty directory for one sandbox beneath the private ``base``, writable by the command user."""
-    path = base / sandbox_id
-    path.mkdir(mode=0o700)
-    open_to(path, identity.uid, identity.gid, "the managed workspace")
-    return str(path)
 
 
 def sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: str) -> SandboxConfig:

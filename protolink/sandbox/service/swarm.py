@@ -9,7 +9,7 @@ node goes down, is lost (:meth:`SwarmPlacement.lost`): Swarm never restarts it (
 ``none``), and the service never recreates it. The service's labels record its template's
 runtime and node labels, which a restarted service reads back (:func:`adopted_template`), and
 its lease: an expiry the running service renews (:meth:`SwarmPlacement.renew_leases`), after
-which a manager's gateway removes it (:func:`~..leftovers.reap_services`).
+which a manager's gateway removes it (:func:`~..leftovers.reap`).
 The service's placement on Swarm, :class:`~.on_swarm.OnSwarm`, places its sandboxes through it.
 """
 

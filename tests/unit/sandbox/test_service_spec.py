@@ -68,22 +68,25 @@ def test_roots_are_bind_mounted_at_their_own_paths_read_only_unless_writable(ro,
     assert spec.container["Args"][6:10] == ["--root", f"{ro}:ro", "--root", f"{rw}:rw"]
 
 
-def test_the_workspace_is_a_tmpfs_volume_of_the_sandbox_own_owned_by_the_command_user(ro, rw):
-    cfg = config(Root(str(ro)), Root(str(rw), writable=True), limits=Limits(disk_bytes=64 * MiB),
-                 identity=Identity.of(1234))
-    spec = service_spec(cfg, SWARM, PlacementFacts(created=CREATED, workspace=str(rw)))
-    (workspace,) = [mount for mount in spec.container["Mounts"] if mount["Target"] == str(rw)]
-    assert workspace == Mount(str(rw), f"{NAME}-workspace", type="volume", labels={leftovers.WORKSPACE_LABEL: NAME},
-                              driver_config=DriverConfig("local", {
+def test_the_workspace_is_a_tmpfs_volume_of_the_sandbox_own_owned_by_the_command_user(ro):
+    cfg = config(Root(str(ro)), limits=Limits(disk_bytes=64 * MiB), identity=Identity.of(1234))
+    spec = service_spec(cfg, SWARM, PlacementFacts(created=CREATED, workspace="/srv/workspaces/box"))
+    (workspace,) = [mount for mount in spec.container["Mounts"] if mount["Target"] == "/srv/workspaces/box"]
+    assert workspace == Mount("/srv/workspaces/box", f"{NAME}-workspace", type="volume",
+                              labels={leftovers.WORKSPACE_LABEL: NAME}, driver_config=DriverConfig("local", {
                                   "type": "tmpfs", "device": "tmpfs",
                                   "o": f"size={64 * MiB},uid=1234,gid=1234,mode=0700,nosuid,nodev"}))
     assert spec.container["Mounts"][0] == Mount(str(ro), str(ro), type="bind", read_only=True)
-    assert spec.container["Args"][6:10] == ["--root", f"{ro}:ro", "--root", f"{rw}:rw"]  # writable to the server
+    assert spec.container["Args"][6:8] == ["--root", f"{ro}:ro"]
+    assert spec.container["Args"][-2:] == ["--root", "/srv/workspaces/box:rw"]  # writable to the server
+    assert spec.container["Ulimits"][-1] == Ulimit(name="fsize", soft=64 * MiB, hard=64 * MiB)  # bounded as a root
 
 
-def test_a_workspace_that_is_not_a_writable_root_is_refused(ro):
-    with pytest.raises(ValueError, match="must be one of the writable roots"):
-        service_spec(config(Root(str(ro))), SWARM, PlacementFacts(created=CREATED, workspace=str(ro)))
+@pytest.mark.parametrize("workspace", ["relative/box", "ROOT"])
+def test_a_workspace_that_is_relative_or_one_of_the_roots_is_refused(ro, workspace):
+    with pytest.raises(ValueError, match="must be an absolute path that is not one of the roots"):
+        service_spec(config(Root(str(ro))), SWARM,
+                     PlacementFacts(created=CREATED, workspace=str(ro) if workspace == "ROOT" else workspace))
 
 
 def test_ulimits_are_the_docker_placements(rw):

@@ -85,7 +85,6 @@ fingerprint = "sha256:{'ab' * 32}"
     ('[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {n = {gateway = "a:1"}}\n',
      "needs exactly gateway and fingerprint"),
     ('[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\nnetwork = "x"\n', "unknown keys"),
-    ('[templates.default]\nallow = []\n[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\n', "no egress"),
     ('[swarm]\nmanager = "m"\ngateway_token_file = "t"\nnodes = {}\nlease_seconds = 1\n', "3 or more"),
 ])
 def test_a_swarm_table_that_cannot_be_used_is_refused(tmp_path, table, refusal):

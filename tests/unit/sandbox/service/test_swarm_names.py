@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from protolink.sandbox.service.config import SwarmConfig
+from protolink.sandbox.service.events import Events
 from protolink.sandbox.service.on_swarm import SWARM_NAME_CHARS, OnSwarm
 
 
@@ -15,10 +16,10 @@ def swarm(tmp_path: Path) -> SwarmConfig:
 
 
 def test_a_service_name_that_leaves_room_for_its_sandboxes_is_taken(tmp_path: Path) -> None:
-    assert OnSwarm("protolink-appliance", swarm(tmp_path)).service == "protolink-appliance"
-    assert OnSwarm("s" * (SWARM_NAME_CHARS - 34), swarm(tmp_path))  # a dash, a tenant id, a dash, a sandbox id
+    assert OnSwarm("protolink-appliance", swarm(tmp_path), Events()).service == "protolink-appliance"
+    assert OnSwarm("s" * (SWARM_NAME_CHARS - 34), swarm(tmp_path), Events())  # a dash, a tenant id, a dash, a sandbox id
 
 
 def test_a_service_name_too_long_for_its_sandboxes_swarm_services_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="too long for Swarm"):
-        OnSwarm("s" * (SWARM_NAME_CHARS - 33), swarm(tmp_path))
+        OnSwarm("s" * (SWARM_NAME_CHARS - 33), swarm(tmp_path), Events())
