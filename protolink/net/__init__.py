@@ -5,5 +5,6 @@ egress proxy and the sandbox server's egress relay share.
 ``rules``: :class:`~protolink.net.rules.AddressRules`, the one address deny-list;
 ``network``: name resolution and pinned connections behind a replaceable
 :class:`~protolink.net.network.Network`; ``tunnel``: :class:`~protolink.net.tunnel.Tunnel`, two
-sockets joined (``splice``: one direction of it inside the kernel). Standard library only.
+sockets joined (``splice``: one direction of it inside the kernel); ``descriptors``: messages
+with descriptors attached, as the host receives them. Standard library only.
 """

@@ -11,7 +11,6 @@ much and for how long is :mod:`.process_stream`'s to bound.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import fcntl
 import os
@@ -20,6 +19,7 @@ import stat
 from collections.abc import Callable
 from typing import NamedTuple
 
+from protolink.net.descriptors import receive, receive_next
 from protolink.wire.pipe_passing import HANDED_FDS, HANDOFF, KEY_BYTES
 
 #: How long a connection may take to be greeted.
@@ -27,7 +27,6 @@ GREETING_SECONDS = 5.0
 #: The most hand-offs taken in one go: a server that floods the connection cannot hold this
 #: side's event loop (an honest one sends one per process, at most max_concurrency at once).
 MAX_AT_ONCE = 256
-_INT = array.array("i")
 
 
 class PassedPipes(NamedTuple):
@@ -63,7 +62,7 @@ class PipeConnection:
         try:
             async with asyncio.timeout(GREETING_SECONDS):
                 await asyncio.get_running_loop().sock_connect(sock, path)
-                key, fds = await _greeting(sock)
+                key, fds, _ = await receive_next(sock, KEY_BYTES + 1, 1)
         except (OSError, TimeoutError):
             sock.close()
             return None
@@ -85,7 +84,7 @@ class PipeConnection:
             if self.closed.done():
                 return
             try:
-                data, fds, flags = _receive(self._sock, HANDOFF.size + 1, HANDED_FDS)
+                data, fds, flags = receive(self._sock, HANDOFF.size + 1, HANDED_FDS)
             except BlockingIOError:
                 return
             except OSError:
@@ -103,33 +102,6 @@ class PipeConnection:
             self._loop.remove_reader(self._sock.fileno())
             self._sock.close()
             self.closed.set_result(None)
-
-
-async def _greeting(sock: socket.socket) -> tuple[bytes, list[int]]:
-    loop = asyncio.get_running_loop()
-    while True:
-        try:
-            data, fds, _ = _receive(sock, KEY_BYTES + 1, 1)
-            return data, fds
-        except BlockingIOError:
-            pass
-        readable = loop.create_future()
-        loop.add_reader(sock.fileno(), lambda: readable.done() or readable.set_result(None))
-        try:
-            await readable
-        finally:
-            loop.remove_reader(sock.fileno())
-
-
-def _receive(sock: socket.socket, size: int, max_fds: int) -> tuple[bytes, list[int], int]:
-    """One message of at most ``size`` bytes and the descriptors attached (room for ``max_fds``;
-    the kernel closes any beyond), close-on-exec."""
-    data, ancillary, flags, _ = sock.recvmsg(size, socket.CMSG_SPACE(max_fds * _INT.itemsize), socket.MSG_CMSG_CLOEXEC)
-    fds = array.array("i")
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    return data, list(fds), flags
 
 
 def _is_read_end(fd: int) -> bool:

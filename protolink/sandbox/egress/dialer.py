@@ -19,7 +19,6 @@ at once. The host never listens: the container cannot reach anything the host ma
 
 from __future__ import annotations
 
-import array
 import asyncio
 import logging
 import os
@@ -27,6 +26,7 @@ import socket
 from pathlib import Path
 from typing import Literal, Protocol
 
+from protolink.net.descriptors import receive_next
 from protolink.wire.egress import HANDOVER
 
 log = logging.getLogger(__name__)
@@ -207,26 +207,10 @@ async def _dial(path: Path) -> socket.socket:
 async def _receive(standby: socket.socket) -> tuple[bytes, list[socket.socket]]:
     """The next byte the relay writes on ``standby`` (b"": it closed, or failed) and the sockets
     that came with it (at most :data:`MAX_HANDED`; any others, and what is not a socket, are closed)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        try:
-            data, ancillary, flags, _ = standby.recvmsg(
-                1, socket.CMSG_SPACE(MAX_HANDED * _INT.itemsize), socket.MSG_CMSG_CLOEXEC)
-            break
-        except BlockingIOError:
-            pass
-        except OSError:
-            return b"", []
-        ready = loop.create_future()
-        loop.add_reader(standby.fileno(), lambda: ready.done() or ready.set_result(None))
-        try:
-            await ready
-        finally:
-            loop.remove_reader(standby.fileno())
-    descriptors = array.array("i")
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            descriptors.frombytes(payload[:len(payload) - len(payload) % _INT.itemsize])
+    try:
+        data, descriptors, flags = await receive_next(standby, 1, MAX_HANDED)
+    except OSError:
+        return b"", []
     handed = []
     for descriptor in descriptors:
         if not flags & socket.MSG_CTRUNC:
@@ -257,6 +241,3 @@ def _tcp_kind(sock: socket.socket) -> Literal["connection", "listener"] | None:
 def _close_all(socks: list[socket.socket]) -> None:
     for sock in socks:
         sock.close()
-
-
-_INT = array.array("i")

@@ -1,0 +1,39 @@
+"""Messages with descriptors attached (``SCM_RIGHTS``) on a Unix socket, as the host receives
+them from a sandbox's server: the egress relay's sockets and a command's output pipes."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import socket
+
+_INT = array.array("i")
+
+
+def receive(sock: socket.socket, size: int, max_fds: int) -> tuple[bytes, list[int], int]:
+    """One message of at most ``size`` bytes, the descriptors attached (room for ``max_fds``; the
+    kernel closes any beyond and sets ``MSG_CTRUNC``), close-on-exec, and ``recvmsg``'s flags.
+    BlockingIOError when no message waits on the non-blocking ``sock``."""
+    data, ancillary, flags, _ = sock.recvmsg(size, socket.CMSG_SPACE(max_fds * _INT.itemsize),
+                                             socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % _INT.itemsize])
+    return data, list(fds), flags
+
+
+async def receive_next(sock: socket.socket, size: int, max_fds: int) -> tuple[bytes, list[int], int]:
+    """:func:`receive`, once a message waits (or the socket has closed: ``b""``)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            return receive(sock, size, max_fds)
+        except BlockingIOError:
+            pass
+        readable = loop.create_future()
+        loop.add_reader(sock.fileno(), lambda: readable.done() or readable.set_result(None))
+        try:
+            await readable
+        finally:
+            loop.remove_reader(sock.fileno())
