@@ -15,4 +15,4 @@ def test_every_corpus_test_documents_its_attack_and_outcome():
 
 def test_security_md_lists_exactly_the_corpus():
     documented = documented_table(SECURITY_MD.read_text())
-    assert documented == table(), "regenerate the table: python -m tests.security.corpus"
+    assert documented == table(), "regenerate the table: python -m tests.security.corpus --write"
