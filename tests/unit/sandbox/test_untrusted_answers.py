@@ -255,7 +255,7 @@ async def test_a_call_that_could_not_be_sent_is_made_once_more(fake, monkeypatch
 
 async def test_a_backend_closed_as_soon_as_it_attached_leaves_no_failure_behind(fake):
     """Closing cancels the call opened at attach before its opening request is written; that
-    write fails quietly, not as a task whose error nobody retrieved (reported on the loop)."""
+    write ends with the close, not as a task whose error nobody retrieved (reported on the loop)."""
     script, address = fake
     reported: list[dict[str, Any]] = []
     asyncio.get_running_loop().set_exception_handler(lambda loop, context: reported.append(context))
@@ -263,9 +263,6 @@ async def test_a_backend_closed_as_soon_as_it_attached_leaves_no_failure_behind(
     try:
         backend = await attach(channel)
         await backend.aclose()
-        async with asyncio.timeout(60):  # a hang guard: the opening write ends
-            while backend._processes._tasks:
-                await asyncio.sleep(0.01)
         gc.collect()
         assert reported == []
     finally:
