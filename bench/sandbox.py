@@ -12,7 +12,9 @@ average, since figures move 2-3x with it:
   1. ``/bin/true`` through ``execute_command``: sandbox vs LocalExecutionBackend vs a bare asyncio
      spawn of the same program vs ``docker exec`` vs ``docker run --rm`` (targets: sandbox/bare
      median <= 1.5; sandbox/local <= 1.5; sandbox >= 30x faster than ``docker exec``), and the
-     sandbox's call with this client pinned to the sandbox's CPU and to another;
+     sandbox's call with this client pinned to the sandbox's CPU and to another, and what the
+     sandbox's processes spend per command (the server's and the spawner's CPU and sleeps, and
+     the CPU of the keepers and commands the spawner reaped);
   2. cold start, DockerSandbox entered -> first command's result, median of 10 (target <= 400 ms);
   3. 200 concurrent commands in one sandbox, and on the host backend: throughput and errors
      (target >= 400/s, 0 errors), and the CPU time the sandbox's server and this client spent
@@ -215,12 +217,48 @@ async def peak_growth(sandbox: DockerSandbox, call: Callable[[], Awaitable[Any]]
     return server_growth * 1024, (rss_kib("self", "VmHWM") - client_before) * 1024
 
 
+def sandbox_processes(sandbox: DockerSandbox) -> dict[str, str]:
+    """Host pids of the sandbox's long-lived processes by name (the server ``python``, the
+    spawner ``protolink-spawn``, the init ``tini``); the last of a name wins."""
+    with container_of(sandbox) as container:
+        top = container.top(ps_args="-eo pid,comm")
+    return {name: pid for pid, name in top["Processes"]}
+
+
+def process_use(pid: str) -> tuple[float, float, int]:
+    """Process ``pid``'s CPU seconds, its reaped children's CPU seconds (a spawner's keepers
+    and the commands they reaped), and how often its threads slept (voluntary context switches:
+    each is a wakeup; preemptions, which follow the machine's load, are left out)."""
+    fields = stat_fields(pid)
+    tick = os.sysconf("SC_CLK_TCK")
+    sleeps = sum(int(line.split()[1]) for task in Path(f"/proc/{pid}/task").iterdir()
+                 for line in (task / "status").read_text().splitlines()
+                 if line.startswith("voluntary_ctxt_switches"))
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick, sleeps
+
+
+async def use_per_call(count: int, call: Callable[[], Awaitable[Any]], pids: dict[str, str]) -> dict[str, list[float]]:
+    """What each process of ``pids`` spent per call of ``call``, over ``count`` calls in a row:
+    its CPU ms, its reaped children's CPU ms and its sleeps."""
+    before = {name: process_use(pid) for name, pid in pids.items()}
+    for _ in range(count):
+        await call()
+    return {name: [(after - earlier) * scale / count
+                   for after, earlier, scale in zip(process_use(pid), before[name], (1e3, 1e3, 1))]
+            for name, pid in pids.items()}
+
+
+def stat_fields(pid: str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command's name (``utime`` is index 11)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pids: list[str]) -> float:
     """The CPU time (user and system) the processes ``pids`` have used; one that has exited counts none."""
     ticks = 0
     for pid in pids:
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(pid)
             ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
 
@@ -333,6 +371,14 @@ async def main(sections: set[str], image: str | None = None) -> None:
                                                        other_cpus)
                     row("  this client on the sandbox's CPU, on another", f"{same * 1e3:.2f} ms",
                         f"{other * 1e3:.2f} ms")
+                processes = sandbox_processes(sandbox)
+                use = await use_per_call(ROUND_TRIPS, lambda: true_once(boxed, root),
+                                         {name: processes[name] for name in ("python", "protolink-spawn")})
+                server, _, server_sleeps = use["python"]
+                spawner, children, spawner_sleeps = use["protolink-spawn"]
+                row("  per command: server CPU, sleeps", f"{server:.2f} ms", f"{server_sleeps:.1f}")
+                row("  spawner CPU, sleeps; keepers+commands", f"{spawner:.2f} ms", f"{spawner_sleeps:.1f}",
+                    f"{children:.2f} ms")
 
             if "concurrent" in sections:
                 # 3. Concurrency, in turns with the host backend.

@@ -132,14 +132,18 @@ static void send_all(const unsigned char *data, size_t size) {
     }
 }
 
+/* An answer goes out in one send: the server then wakes once for it, not for its header and
+ * again for its payload. */
 static void answer(int kind, uint64_t request, const void *payload, uint32_t length) {
-    unsigned char header[HEADER_SIZE];
-    header[0] = (unsigned char)kind;
-    put_u32(header + 1, (uint32_t)(request >> 32));
-    put_u32(header + 5, (uint32_t)request);
-    put_u32(header + 9, length);
-    send_all(header, sizeof header);
-    if (length) send_all(payload, length);
+    unsigned char *frame = malloc(HEADER_SIZE + (size_t)length);
+    if (!frame) die("malloc");
+    frame[0] = (unsigned char)kind;
+    put_u32(frame + 1, (uint32_t)(request >> 32));
+    put_u32(frame + 5, (uint32_t)request);
+    put_u32(frame + 9, length);
+    if (length) memcpy(frame + HEADER_SIZE, payload, length);
+    send_all(frame, HEADER_SIZE + (size_t)length);
+    free(frame);
 }
 
 static void answer_number(int kind, uint64_t request, uint32_t number) {
