@@ -5,6 +5,10 @@ sandbox server to read requests and build answers. Decoding checks shapes and bo
 raises ValueError; the client reports that as a protocol error (the answer is untrusted), the
 server as ``INVALID_ARGUMENT`` (the request is malformed). The semantics themselves (path
 rules, limits, extraction) stay in :mod:`protolink.execution`.
+
+The document types load at the first document conversion: their module loads every format's
+extractor, which the sandbox server's start (a cold sandbox's first command waits for it) and a
+command never need.
 """
 
 from __future__ import annotations
@@ -12,20 +16,10 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from protolink.execution.documents import (
-    SNIPPET_CHARS,
-    DocumentExtraction,
-    DocumentLimits,
-    DocumentMatch,
-    DocumentMetadata,
-    DocumentSearchResult,
-    DocumentSection,
-)
-from protolink.execution.extract import MAX_COLUMNS
 from protolink.execution.fsread import MAX_READ_CHARS, TextChunk
 from protolink.execution.fssearch import (
     MAX_LINE_CHARS,
@@ -42,6 +36,15 @@ from protolink.revisions import ResourceRevision, ResourceSnapshot
 from ._pb import documents_pb2 as documents
 from ._pb import process_pb2 as process
 from ._pb import workspace_pb2 as workspace
+
+if TYPE_CHECKING:
+    from protolink.execution.documents import (
+        DocumentExtraction,
+        DocumentLimits,
+        DocumentMetadata,
+        DocumentSearchResult,
+        DocumentSection,
+    )
 
 M = TypeVar("M", bound=Message)
 
@@ -278,6 +281,8 @@ def limits_message(limits: DocumentLimits) -> documents.DocumentLimits:
 
 
 def document_limits(message: documents.DocumentLimits) -> DocumentLimits:
+    from protolink.execution.documents import DocumentLimits
+
     return DocumentLimits(
         max_file_bytes=message.max_file_bytes,
         max_output_chars=message.max_output_chars,
@@ -289,6 +294,8 @@ def document_limits(message: documents.DocumentLimits) -> DocumentLimits:
 
 def extraction(response: documents.ReadDocumentResponse, *, roots: Sequence[str],
                limits: DocumentLimits) -> DocumentExtraction:
+    from protolink.execution.documents import DocumentExtraction
+
     require(len(response.sections) <= limits.max_sections, "the answer holds more sections than the limit")
     sections = tuple(_section(item) for item in response.sections)
     chars = sum(len(s.text) if s.text is not None else sum(map(len, s.cells or ())) for s in sections)
@@ -306,6 +313,8 @@ def extraction_response(result: DocumentExtraction) -> documents.ReadDocumentRes
 
 def document_search(response: documents.SearchDocumentResponse, *, roots: Sequence[str], query: str,
                     limits: DocumentLimits, max_results: int) -> DocumentSearchResult:
+    from protolink.execution.documents import SNIPPET_CHARS, DocumentMatch, DocumentSearchResult
+
     require(response.query == query, "the answer is for another query")
     require(len(response.matches) <= max_results, "the answer holds more matches than asked")
     matches = []
@@ -326,6 +335,8 @@ def document_search_response(result: DocumentSearchResult) -> documents.SearchDo
 
 
 def _metadata(message: documents.DocumentMetadata, roots: Sequence[str], limits: DocumentLimits) -> DocumentMetadata:
+    from protolink.execution.documents import DocumentMetadata
+
     require(beneath(message.path, roots), "the answer names a path outside the roots")
     require(0 <= message.input_bytes <= limits.max_file_bytes, "input_bytes is out of range")
     return DocumentMetadata(message.path, message.format, message.input_bytes)
@@ -336,6 +347,9 @@ def _metadata_message(metadata: DocumentMetadata) -> documents.DocumentMetadata:
 
 
 def _section(message: documents.DocumentSection) -> DocumentSection:
+    from protolink.execution.documents import DocumentSection
+    from protolink.execution.extract import MAX_COLUMNS
+
     content = message.WhichOneof("content")
     require(content is not None, "a section holds neither text nor cells")
     if content == "text":
