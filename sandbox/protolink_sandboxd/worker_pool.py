@@ -265,7 +265,7 @@ class WorkerPool:
         The server has threads (gRPC's) by now; the child has only this one, and runs none of
         their code: it leaves the event loop's signal handling, closes every descriptor but its
         pipes, as exec would, and serves requests with the modules the server has loaded."""
-        from .worker import main as serve_requests  # loaded here, as root: the child can no longer load it
+        from .worker import main as serve_requests  # loaded once, here: each forked child finds it loaded
 
         to_worker, from_worker = os.pipe(), os.pipe()
         try:
