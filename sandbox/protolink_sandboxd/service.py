@@ -7,6 +7,11 @@ document operations run in worker processes (:mod:`protolink_sandboxd.worker_poo
 are checked against the mounted ones. Requests arrive as bytes and are parsed here, so a
 malformed one is answered with ``INVALID_ARGUMENT``; any failure becomes a status plus a typed
 wire error (:mod:`protolink.wire.status`), never a traceback.
+
+Every RPC of the contract that this service does not implement itself is an operation; the
+operations' table loads at the first one, in this process, before any worker is forked (a forked
+worker finds it loaded). A cold sandbox's first command waits for the server's start, which
+needs neither the table nor the document extractors that it loads.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from google.protobuf.message import Message
 import protolink
 from protolink.wire import convert
 from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
-from protolink.wire.operations import WIRE_OPERATIONS
 from protolink.wire.status import KINDS, abort_with, to_status
 
 from . import frames
@@ -34,12 +38,13 @@ from .pipe_listener import PipeListener
 from .send_buffers import LARGE_EVENT_BYTES, enlarge_send_buffers
 from .spawner_client import SpawnerClient
 from .strays import StraySweeper
-from .worker_pool import OperationFailed, WorkerPool
+from .worker_pool import OperationFailed, WorkerPool, operations
 
 if TYPE_CHECKING:
     from .transfers import Transfer, TransferProcesses
 
-SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].full_name
+CONTRACT = sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"]
+SERVICE = CONTRACT.full_name
 
 log = logging.getLogger("sandbox")
 
@@ -81,7 +86,7 @@ class SandboxService:
             "Upload": grpc.stream_unary_rpc_method_handler(self._guarded(self.upload)),
             "Download": grpc.unary_stream_rpc_method_handler(self._guarded_stream(self.download)),
         }
-        for name in WIRE_OPERATIONS:
+        for name in (method.name for method in CONTRACT.methods if method.name not in methods):
             methods[name] = grpc.unary_unary_rpc_method_handler(self._guarded(functools.partial(self.perform, name)))
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
@@ -119,7 +124,7 @@ class SandboxService:
             yield event
 
     async def perform(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        row = WIRE_OPERATIONS[method]
+        row = operations()[method]
         message = convert.parse(row.request_type, request)
         self._check_roots(message)
         seconds = self._config.operation_seconds

@@ -22,17 +22,20 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxError, SandboxLimitError
 from protolink.wire._pb import errors_pb2
-from protolink.wire.operations import WIRE_OPERATIONS
 from protolink.wire.status import KINDS
 
 from . import frames
 from .command_line import show_command_line
-from .worker import main as worker_main
+
+if TYPE_CHECKING:
+    from protolink.wire.operations import WireOperation
 
 #: How often a killed worker is checked for its exit until it is reaped.
 REAP_POLL_SECONDS = 0.01
@@ -152,7 +155,7 @@ class WorkerPool:
         """The response payload of ``method``; OperationFailed with the operation's own error,
         TimeoutError past ``seconds`` of wall time, SandboxLimitError when the worker died."""
         frame = frames.request_frame(method, payload, seconds)
-        row = WIRE_OPERATIONS.get(method)
+        row = operations().get(method)
         worker = await self._take(parsers=row is not None and row.operation.document)
         self._busy[worker] = time.monotonic()
         healthy = False
@@ -262,6 +265,8 @@ class WorkerPool:
         The server has threads (gRPC's) by now; the child has only this one, and runs none of
         their code: it leaves the event loop's signal handling, closes every descriptor but its
         pipes, as exec would, and serves requests with the modules the server has loaded."""
+        from .worker import main as serve_requests  # loaded once, here: each forked child finds it loaded
+
         to_worker, from_worker = os.pipe(), os.pipe()
         try:
             pid = os.fork()
@@ -283,7 +288,7 @@ class WorkerPool:
                 os.environ.clear()
                 os.environ["PATH"] = os.defpath
                 show_command_line(self._command)
-                code = worker_main(self._command[4:], parsers=False)
+                code = serve_requests(self._command[4:], parsers=False)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -292,6 +297,15 @@ class WorkerPool:
         os.close(to_worker[0])
         os.close(from_worker[1])
         return pid, to_worker[1], from_worker[0]
+
+
+def operations() -> Mapping[str, WireOperation[Any]]:
+    """The operations' table. It loads at the first operation, in the server, before the first
+    worker is forked (a worker drops its ids before it serves: it must find every module loaded);
+    the server's start, which a cold sandbox's first command waits for, does without it."""
+    from protolink.wire.operations import WIRE_OPERATIONS
+
+    return WIRE_OPERATIONS
 
 
 def _reaped(pid: int) -> int | None:

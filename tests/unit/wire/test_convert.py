@@ -20,7 +20,7 @@ from protolink.execution.fssearch import FileEntry, Listing, SearchMatch, Search
 from protolink.execution.process_types import ProcessSpec
 from protolink.execution.resolve import Resolved
 from protolink.revisions import ResourceRevision, ResourceSnapshot
-from protolink.wire import convert
+from protolink.wire import convert, operation_convert
 from protolink.wire._pb import documents_pb2, process_pb2, workspace_pb2
 
 ROOTS = ["/ws"]
@@ -73,12 +73,12 @@ def test_a_resolved_command_may_change_only_the_executable():
 
 
 def test_revision_and_snapshot_roundtrip_with_unknown_fields_left_unknown():
-    assert convert.revision(convert.revision_message(REVISION)) == REVISION
+    assert operation_convert.revision(operation_convert.revision_message(REVISION)) == REVISION
     absent = ResourceRevision("/ws/new", False, parent_identity=(1, 2))
-    assert convert.revision(convert.revision_message(absent)) == absent
+    assert operation_convert.revision(operation_convert.revision_message(absent)) == absent
     for snapshot in (ResourceSnapshot(REVISION, DATA), ResourceSnapshot(absent, None)):
-        wire = convert.snapshot_response(snapshot)
-        assert convert.snapshot(wire, roots=ROOTS, max_file_bytes=100) == snapshot
+        wire = operation_convert.snapshot_response(snapshot)
+        assert operation_convert.snapshot(wire, roots=ROOTS, max_file_bytes=100) == snapshot
 
 
 @pytest.mark.parametrize("lie", [
@@ -89,7 +89,7 @@ def test_revision_and_snapshot_roundtrip_with_unknown_fields_left_unknown():
 ])
 def test_a_snapshot_must_be_lossless_and_inside_the_roots(lie):
     with pytest.raises(ValueError):
-        convert.snapshot(convert.snapshot_response(lie), roots=ROOTS, max_file_bytes=100)
+        operation_convert.snapshot(operation_convert.snapshot_response(lie), roots=ROOTS, max_file_bytes=100)
 
 
 def test_an_invalid_revision_is_refused():
@@ -98,41 +98,41 @@ def test_an_invalid_revision_is_refused():
                 workspace_pb2.Revision(resource_id="/ws/a", exists=True, mode=0o170000),
                 workspace_pb2.Revision(resource_id="/ws/a", exists=True, size=-1)):
         with pytest.raises(ValueError):
-            convert.revision(lie)
+            operation_convert.revision(lie)
 
 
 def test_listing_and_search_roundtrip():
     listing = Listing((FileEntry("/ws/a", "file", 3), FileEntry("/ws/d", "directory"), FileEntry("/ws/l", "other")),
                       scanned=3, skipped=1, truncated=True)
-    assert convert.listing(convert.listing_response(listing), roots=ROOTS, max_results=3) == listing
+    assert operation_convert.listing(operation_convert.listing_response(listing), roots=ROOTS, max_results=3) == listing
     found = SearchResult((SearchMatch("/ws/a", 2, "needle", False),), scanned=9, skipped=0, truncated=False)
-    assert convert.search_result(convert.search_response(found), roots=ROOTS, max_results=1) == found
+    assert operation_convert.search_result(operation_convert.search_response(found), roots=ROOTS, max_results=1) == found
 
 
 def test_listing_and_search_answers_are_bounded_by_the_request():
     listing = Listing((FileEntry("/ws/a", "file", 3), FileEntry("/ws/b", "file", 3)), 2, 0, False)
     with pytest.raises(ValueError, match="more entries"):
-        convert.listing(convert.listing_response(listing), roots=ROOTS, max_results=1)
+        operation_convert.listing(operation_convert.listing_response(listing), roots=ROOTS, max_results=1)
     with pytest.raises(ValueError, match="outside the roots"):
-        convert.listing(convert.listing_response(listing), roots=["/other"], max_results=5)
+        operation_convert.listing(operation_convert.listing_response(listing), roots=["/other"], max_results=5)
     with pytest.raises(ValueError, match="entry type"):
-        convert.listing(workspace_pb2.ListFilesResponse(items=[workspace_pb2.FileEntry(path="/ws/a")]),
+        operation_convert.listing(workspace_pb2.ListFilesResponse(items=[workspace_pb2.FileEntry(path="/ws/a")]),
                          roots=ROOTS, max_results=5)
     long_line = workspace_pb2.SearchFilesResponse(items=[workspace_pb2.SearchMatch(path="/ws/a", line=1, text="x" * 501)])
     with pytest.raises(ValueError, match="longer"):
-        convert.search_result(long_line, roots=ROOTS, max_results=5)
+        operation_convert.search_result(long_line, roots=ROOTS, max_results=5)
     line_zero = workspace_pb2.SearchFilesResponse(items=[workspace_pb2.SearchMatch(path="/ws/a", line=0, text="x")])
     with pytest.raises(ValueError, match="one-based"):
-        convert.search_result(line_zero, roots=ROOTS, max_results=5)
+        operation_convert.search_result(line_zero, roots=ROOTS, max_results=5)
 
 
 def test_text_chunks_are_bounded_by_the_request():
     chunk = TextChunk("/ws/a", "abc", 3)
-    assert convert.text_chunk(convert.text_chunk_response(chunk), roots=ROOTS, max_chars=3) == chunk
+    assert operation_convert.text_chunk(operation_convert.text_chunk_response(chunk), roots=ROOTS, max_chars=3) == chunk
     with pytest.raises(ValueError, match="more characters"):
-        convert.text_chunk(convert.text_chunk_response(chunk), roots=ROOTS, max_chars=2)
+        operation_convert.text_chunk(operation_convert.text_chunk_response(chunk), roots=ROOTS, max_chars=2)
     with pytest.raises(ValueError, match="outside"):
-        convert.text_chunk(convert.text_chunk_response(TextChunk("/etc/passwd", "", None)), roots=ROOTS, max_chars=2)
+        operation_convert.text_chunk(operation_convert.text_chunk_response(TextChunk("/etc/passwd", "", None)), roots=ROOTS, max_chars=2)
 
 
 def test_document_results_roundtrip():
@@ -142,30 +142,30 @@ def test_document_results_roundtrip():
         DocumentSection({"page": 2}, text="two\nlines"),
         DocumentSection({"row": 1}, cells=()),
     ), truncated=True)
-    wire = convert.extraction_response(extraction)
-    assert convert.extraction(wire, roots=ROOTS, limits=LIMITS) == extraction
-    assert list(convert.extraction(wire, roots=ROOTS, limits=LIMITS).sections[0].location) == ["sheet", "row"]
+    wire = operation_convert.extraction_response(extraction)
+    assert operation_convert.extraction(wire, roots=ROOTS, limits=LIMITS) == extraction
+    assert list(operation_convert.extraction(wire, roots=ROOTS, limits=LIMITS).sections[0].location) == ["sheet", "row"]
     found = DocumentSearchResult(metadata, "two", (DocumentMatch({"page": 2, "line": 1}, "two"),), False)
-    wire_search = convert.document_search_response(found)
-    assert convert.document_search(wire_search, roots=ROOTS, query="two", limits=LIMITS, max_results=1) == found
+    wire_search = operation_convert.document_search_response(found)
+    assert operation_convert.document_search(wire_search, roots=ROOTS, query="two", limits=LIMITS, max_results=1) == found
 
 
 def test_document_answers_are_bounded_by_the_limits():
     metadata = documents_pb2.DocumentMetadata(path="/ws/a.txt", format="txt", input_bytes=10)
     text = documents_pb2.DocumentSection(text="x")
     with pytest.raises(ValueError, match="sections"):
-        convert.extraction(documents_pb2.ReadDocumentResponse(metadata=metadata, sections=[text] * 4),
+        operation_convert.extraction(documents_pb2.ReadDocumentResponse(metadata=metadata, sections=[text] * 4),
                             roots=ROOTS, limits=LIMITS)
     with pytest.raises(ValueError, match="characters"):
-        convert.extraction(documents_pb2.ReadDocumentResponse(
+        operation_convert.extraction(documents_pb2.ReadDocumentResponse(
             metadata=metadata, sections=[documents_pb2.DocumentSection(text="x" * 51)]), roots=ROOTS, limits=LIMITS)
     with pytest.raises(ValueError, match="neither"):
-        convert.extraction(documents_pb2.ReadDocumentResponse(metadata=metadata, sections=[documents_pb2.DocumentSection()]),
+        operation_convert.extraction(documents_pb2.ReadDocumentResponse(metadata=metadata, sections=[documents_pb2.DocumentSection()]),
                             roots=ROOTS, limits=LIMITS)
     repeated = documents_pb2.DocumentSection(text="x", location=[documents_pb2.LocationPart(name="row", number=1)] * 2)
     with pytest.raises(ValueError, match="repeated"):
-        convert.extraction(documents_pb2.ReadDocumentResponse(metadata=metadata, sections=[repeated]),
+        operation_convert.extraction(documents_pb2.ReadDocumentResponse(metadata=metadata, sections=[repeated]),
                             roots=ROOTS, limits=LIMITS)
     with pytest.raises(ValueError, match="another query"):
-        convert.document_search(documents_pb2.SearchDocumentResponse(metadata=metadata, query="other"),
+        operation_convert.document_search(documents_pb2.SearchDocumentResponse(metadata=metadata, query="other"),
                                  roots=ROOTS, query="mine", limits=LIMITS, max_results=1)

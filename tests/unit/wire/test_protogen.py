@@ -26,3 +26,12 @@ def test_every_rpc_of_the_contract_is_served():
     for method in sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].methods:
         details = SimpleNamespace(method=f"/{SERVICE}/{method.name}", invocation_metadata=())
         assert handler.service(details) is not None, method.name
+
+
+def test_every_rpc_but_the_services_own_is_an_operation_of_the_table():
+    from protolink.wire._pb import sandbox_pb2
+    from protolink.wire.operations import WIRE_OPERATIONS
+
+    contract = {method.name for method in sandbox_pb2.DESCRIPTOR.services_by_name["Sandbox"].methods}
+    assert set(WIRE_OPERATIONS) <= contract
+    assert contract - set(WIRE_OPERATIONS) == {"Info", "Execute", "ResolveCommand", "Upload", "Download"}
