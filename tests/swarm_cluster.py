@@ -18,7 +18,10 @@
 - each daemon runs with ``--bridge none`` (a task without networks gets only ``lo``) and
   advertises :data:`~protolink.sandbox.placements.swarm.SLOT_RESOURCE` slots; node 1 is the
   manager, the others join it as workers; the host reaches each engine on a Unix socket in a host
-  directory (:meth:`Node.client`).
+  directory (:meth:`Node.client`);
+- ``gvisor_nodes`` more workers whose daemon's default runtime is the host's ``runsc``
+  (:data:`GVISOR_DAEMON`), labelled ``io.protolink.runtime=runsc`` as an operator labels them: only
+  sandboxes configured with that runtime go there.
 
 The host's own engine never enters swarm mode and its configuration is not changed. Everything
 made (containers, network, veth pair, image, cgroups, work directory) carries the cluster's
@@ -33,6 +36,7 @@ import asyncio
 import contextlib
 import errno
 import io
+import json
 import os
 import secrets
 import shutil
@@ -53,7 +57,7 @@ import docker
 import docker.errors
 
 from protolink.sandbox.leftovers import owner_gone, process_owner
-from protolink.sandbox.placements.swarm import SLOT_RESOURCE
+from protolink.sandbox.placements.swarm import GVISOR_RUNTIME, RUNTIME_LABEL, SLOT_RESOURCE
 from protolink.sandbox.service.config import NodeGateway
 from protolink.sandbox.service.tls import CERTIFICATE_FILE, fingerprint_of
 
@@ -74,6 +78,12 @@ OWNER_LABEL = "io.protolink.swarm.owner"
 #: A node's data root: a tmpfs of its own (overlay2 works on it, unlike on the node's overlay
 #: root), gone with the node: removing a data root of extracted images from disk took 40 s.
 DATA_ROOT_OPTIONS = "size=4g,mode=0711,exec,dev,suid"
+#: A gVisor node's daemon configuration: the host's ``runsc`` as its default runtime, with the
+#: arguments the host's engine gives it (scripts/gvisor-up.sh): only ``lo`` in the sandbox, and
+#: the server's sockets made on the node (where its gateway reaches them).
+GVISOR_DAEMON = {"runtimes": {GVISOR_RUNTIME: {"path": "/usr/bin/runsc",
+                                               "runtimeArgs": ["--network=none", "--host-uds=create"]}},
+                 "default-runtime": GVISOR_RUNTIME}
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,12 @@ class Node:
     address: str
     socket: Path
     cgroup_parent: str
+    gvisor: bool = False
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The node labels it always carries: a gVisor node's runtime."""
+        return {RUNTIME_LABEL: GVISOR_RUNTIME} if self.gvisor else {}
 
     def client(self, timeout: int = 60) -> docker.DockerClient:
         """A docker SDK client of this node's engine."""
@@ -119,15 +135,17 @@ class Figures:
 
 
 class SwarmCluster:
-    """``with SwarmCluster(host_client, prefix) as cluster:`` a swarm of ``nodes`` engines, each
-    advertising ``slots`` sandbox slots; ``shared`` host directories appear at their own paths on
-    every node (a sandbox's roots). Names start with ``prefix``."""
+    """``with SwarmCluster(host_client, prefix) as cluster:`` a swarm of ``nodes`` engines and
+    ``gvisor_nodes`` more whose default runtime is ``runsc``, each advertising ``slots`` sandbox
+    slots; ``shared`` host directories appear at their own paths on every node (a sandbox's
+    roots). Names start with ``prefix``."""
 
-    def __init__(self, host: docker.DockerClient, prefix: str, *, nodes: int = 3, slots: int = 2,
-                 shared: Iterable[Path] = (), readonly: Iterable[Path] = ()) -> None:
+    def __init__(self, host: docker.DockerClient, prefix: str, *, nodes: int = 3, gvisor_nodes: int = 0,
+                 slots: int = 2, shared: Iterable[Path] = (), readonly: Iterable[Path] = ()) -> None:
         self.host = host
         self.name = f"{prefix}swarm-{secrets.token_hex(3)}"
-        self.size = nodes
+        self.size = nodes + gvisor_nodes
+        self.gvisor_size = gvisor_nodes
         self.slots = slots
         self.shared = tuple(shared)
         self.readonly = tuple(readonly)
@@ -152,6 +170,16 @@ class SwarmCluster:
     def manager(self) -> Node:
         return self.nodes[0]
 
+    @property
+    def runc_nodes(self) -> list[Node]:
+        """The nodes whose daemon's default runtime is runc: those sandboxes without a runtime go to."""
+        return [node for node in self.nodes if not node.gvisor]
+
+    @property
+    def gvisor_nodes(self) -> list[Node]:
+        """The nodes whose daemon's default runtime is ``runsc``, labelled for it."""
+        return [node for node in self.nodes if node.gvisor]
+
     def start(self) -> None:
         """Make the image, the network and the nodes; form the swarm."""
         started = time.monotonic()
@@ -159,7 +187,7 @@ class SwarmCluster:
         image = self._image()
         network = self._network()
         for index in range(1, self.size + 1):
-            self.nodes.append(self._node(index, image, network))
+            self.nodes.append(self._node(index, image, network, gvisor=index > self.size - self.gvisor_size))
         for node in self.nodes:
             wait_until(lambda node=node: _answers(node), f"the engine of {node.container}")
         manager = self.manager.client()
@@ -175,6 +203,8 @@ class SwarmCluster:
             wait_until(lambda: _ready_nodes(manager) == self.size, f"{self.size} ready nodes in {self.name}")
         finally:
             manager.close()
+        for node in self.gvisor_nodes:
+            self.label(node, {})
         self.figures.build_seconds = time.monotonic() - started
         self.figures.node_memory = [self._memory(node) for node in self.nodes]
 
@@ -241,17 +271,19 @@ class SwarmCluster:
         return self.start_gateway(node, token, python)
 
     def label(self, node: Node, labels: dict[str, str]) -> None:
-        """Give ``node`` exactly ``labels`` (``docker node update --label-add``)."""
+        """Give ``node`` exactly its own labels (:attr:`Node.labels`) and ``labels``
+        (``docker node update --label-add``)."""
         with closing(self.manager.client()) as manager:
             found = next(each for each in manager.api.nodes() if each["Description"]["Hostname"] == node.container)
-            manager.api.update_node(found["ID"], found["Version"]["Index"], {**found["Spec"], "Labels": labels})
+            manager.api.update_node(found["ID"], found["Version"]["Index"],
+                                    {**found["Spec"], "Labels": {**labels, **node.labels}})
 
     def ready_workers(self) -> list[Node]:
-        """The nodes other than the manager that the manager sees ready (a killed one is down)."""
+        """The runc nodes other than the manager that the manager sees ready (a killed one is down)."""
         with closing(self.manager.client()) as manager:
             ready = {each["Description"]["Hostname"] for each in manager.api.nodes()
                      if each["Status"]["State"] == "ready"}
-        return [node for node in self.nodes[1:] if node.container in ready]
+        return [node for node in self.runc_nodes[1:] if node.container in ready]
 
     def node_of_task(self, task: dict[str, Any]) -> Node:
         """The node a task (as the manager lists it) runs on."""
@@ -278,11 +310,13 @@ class SwarmCluster:
         subprocess.run(["ip", "addr", "add", f"{ipam['Gateway']}/{prefix}", "dev", f"{veth[:-1]}b"], check=True)
         return network.name
 
-    def _node(self, index: int, image: str, network: str) -> Node:
+    def _node(self, index: int, image: str, network: str, *, gvisor: bool) -> Node:
         assert self._workdir is not None
         name = f"{self.name}-{index}"
         sockets = self._workdir / f"socket-{index}"
         sockets.mkdir()
+        daemon = sockets / "daemon.json"
+        daemon.write_text(json.dumps(GVISOR_DAEMON if gvisor else {}))
         cgroup_parent = f"/{name}"
         binds = {"/usr": "/usr:ro", str(CGROUP_ROOT): f"{CGROUP_ROOT}:rw", str(sockets): f"{NODE_SOCKET_DIR}:rw", **{str(path): f"{path}:rw" for path in self.shared},
                  **{str(path): f"{path}:ro" for path in self.readonly}}
@@ -295,12 +329,13 @@ class SwarmCluster:
             image, name=name, hostname=name, host_config=host_config, labels=self._labels,
             command=["dockerd", "--host", "unix:///var/run/docker.sock", "--host",
                      f"unix://{NODE_SOCKET_DIR}/docker.sock", "--bridge", "none", "--cgroup-parent", cgroup_parent,
-                     "--node-generic-resource", f"{SLOT_RESOURCE}={self.slots}"])
+                     "--node-generic-resource", f"{SLOT_RESOURCE}={self.slots}",
+                     "--config-file", f"{NODE_SOCKET_DIR}/{daemon.name}"])
         container = self.host.containers.get(created["Id"])
         container.start()
         container.reload()
         address = container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
-        return Node(name, address, sockets / "docker.sock", cgroup_parent)
+        return Node(name, address, sockets / "docker.sock", cgroup_parent, gvisor)
 
     def _memory(self, node: Node) -> int:
         stats = self.host.api.stats(node.container, stream=False)["memory_stats"]

@@ -1,6 +1,7 @@
-"""One three-node Swarm cluster for a whole test run (:mod:`tests.swarm_cluster`), shared by
-tests/integration/swarm and the behaviour suites' ``swarm`` backend; the product's gateway on
-each node; and a sandbox service on the host placing sandboxes on the cluster through them.
+"""One Swarm cluster (three runc nodes and a gVisor node) for a whole test run
+(:mod:`tests.swarm_cluster`), shared by tests/integration/swarm and the behaviour suites' ``swarm``
+backend; the product's gateway on each node; and a sandbox service on the host placing sandboxes
+on the cluster through them.
 
 A pytest plugin, which the conftests that need it load (:func:`load`): session-scoped fixtures of
 a conftest would be made once per conftest. The cluster holds about 1.5 GB while up, so the tests
@@ -38,6 +39,9 @@ CHECKOUT = Path(protolink.__file__).resolve().parents[1]
 
 #: Sandbox slots each node advertises: one, so that where sandboxes go shows the slots at work.
 SLOTS = 1
+#: Nodes whose daemon's default runtime is runc, and nodes whose is gVisor's runsc (one more
+#: node, not one of the three: the tests spread runc sandboxes over three nodes).
+RUNC_NODES, GVISOR_NODES = 3, 1
 
 
 def load(config: pytest.Config) -> None:
@@ -71,8 +75,8 @@ def swarm(docker_client, sandbox_image: str, shared_dir: Path) -> Iterator[Swarm
     """The cluster, with this checkout's sandbox image on every node; removed at the end, as are
     the clusters of test runs that were killed."""
     remove_orphans(docker_client)
-    with SwarmCluster(docker_client, TEST_NAME_PREFIX, nodes=3, slots=SLOTS, shared=[shared_dir],
-                      readonly=[CHECKOUT, Path(sys.base_prefix)]) as cluster:
+    with SwarmCluster(docker_client, TEST_NAME_PREFIX, nodes=RUNC_NODES, gvisor_nodes=GVISOR_NODES, slots=SLOTS,
+                      shared=[shared_dir], readonly=[CHECKOUT, Path(sys.base_prefix)]) as cluster:
         loading = time.monotonic()
         cluster.load_image(sandbox_image)
         figures = cluster.figures
@@ -146,7 +150,8 @@ class SwarmService:
 async def swarm_service(cluster: SwarmCluster, gateways: tuple[str, dict[str, NodeGateway]], image_id: str,
                         *, allowed_roots: tuple[Path, ...] = ()) -> AsyncIterator[SwarmService]:
     """A started service whose ``[swarm]`` names the cluster's manager and gateways, with templates
-    ``default`` and ``zoned`` (only a node labelled ``zone=labelled`` runs it) of ``image_id``;
+    ``default``, ``zoned`` (only a node labelled ``zone=labelled`` runs it) and ``isolated`` (runtime
+    ``runsc``: only a gVisor node runs it) of ``image_id``;
     stopped at the end, the Swarm services it left removed. Its files are beneath a fresh
     directory, which ``PROTOLINK_RUNTIME_DIR`` names until then."""
     runtime = Path(tempfile.mkdtemp(prefix="pl-sw-"))
@@ -160,7 +165,8 @@ async def swarm_service(cluster: SwarmCluster, gateways: tuple[str, dict[str, No
         template = f'image = "{image_id}"\nttl_seconds = 0\nidle_seconds = 0\n'
         allowed = f"allowed_roots = {json.dumps([str(root) for root in allowed_roots])}\n"
         (runtime / "service.toml").write_text(f'{allowed}[templates.default]\n{template}\n[templates.zoned]\n{template}'
-                                              f'node_labels = {{ zone = "labelled" }}\n')  # only such a node runs it
+                                              f'node_labels = {{ zone = "labelled" }}\n'  # only such a node runs it
+                                              f'\n[templates.isolated]\n{template}runtime = "runsc"\n')
         (runtime / "swarm.toml").write_text(f'[swarm]\nmanager = "unix://{cluster.manager.socket}"\n'
                                             f'gateway_token_file = "{runtime / "gateway-token"}"\n{nodes}')
         name = f"{TEST_NAME_PREFIX}sw-{secrets.token_hex(4)}"

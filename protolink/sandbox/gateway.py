@@ -7,7 +7,9 @@ only with its token (``authorization: Bearer TOKEN``, compared in constant time)
 ``/protolink.sandbox.v1.Sandbox/*`` call names a task container
 (:data:`~.service.forward.CONTAINER_KEY`); the gateway asks its node's engine for it and
 forwards the call's bytes unchanged (:class:`~.service.forward.Forwarder`, the service's own) to
-the server's socket through the task's root, ``/proc/PID/root/run/protolink/sandbox.sock``.
+the server's socket through the task's root, ``/proc/PID/root/run/protolink/sandbox.sock``, or,
+for a task whose socket directory is a volume (a gVisor node's: gVisor's ``State.Pid`` has a root
+of its own), in that volume's directory on the node (:func:`socket_dir`).
 
 Only the product's containers are reachable: one without the labels of
 :func:`~.leftovers.labels` is NOT_FOUND, as a missing one is. One that stopped ends the call
@@ -15,7 +17,7 @@ with :class:`~protolink.errors.SandboxLostError`.
 
 A sandbox with egress has its commands' connections carried to the service, which decides
 them (:mod:`.egress.streamed`): at the service's first egress stream naming a task, the gateway
-dials the task's relay (``/proc/PID/root/run/protolink/egress.sock``) and gives each command
+dials the task's relay (``egress.sock`` beside the server's socket) and gives each command
 connection it accepts to one of the service's waiting streams.
 
 It also removes what gone sandboxes left on its node (:func:`~.leftovers.keep_reaping_node`):
@@ -55,7 +57,7 @@ from .egress import streamed
 from .egress.dialer import RelayDialer
 from .hostdirs import write_private
 from .leftovers import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL, SESSION_LABEL, keep_reaping_node
-from .placements.server import SOCKET_DIR, SOCKET_PATH
+from .placements.server import SOCKET_DIR, SOCKET_NAME
 from .service.events import Events
 from .service.forward import CONTAINER_KEY, Forwarder
 from .service.tls import ensure_certificate, server_credentials
@@ -72,12 +74,14 @@ _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 @dataclass
 class TaskTarget:
-    """A task container's server, reached through its root (a :class:`~.service.forward.Target`);
+    """A task container's server, reached in its socket directory on this node (a
+    :class:`~.service.forward.Target`), which ``sockets`` holds (an ``O_PATH`` descriptor: named
+    ``/proc/self/fd/N``, as a volume's long path could not be in a socket address's 108 bytes);
     ``pidfd`` holds its init (the container's ``State.Pid``), which :meth:`running` asks. Its
     egress relay is dialed at the first egress stream (:meth:`egress`)."""
 
     id: str
-    pid: int
+    sockets: int
     pidfd: int
     state: str = "running"
     active: int = 0
@@ -89,9 +93,11 @@ class TaskTarget:
 
     def channel(self) -> grpc.aio.Channel:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(f"unix:///proc/{self.pid}/root{SOCKET_PATH}",
-                                                      options=channel_options())
+            self._channel = grpc.aio.insecure_channel(f"unix://{self._socket(SOCKET_NAME)}", options=channel_options())
         return self._channel
+
+    def _socket(self, name: str) -> Path:
+        return Path(f"/proc/self/fd/{self.sockets}/{name}")
 
     def held_call(self) -> None:
         """None: a gateway opens no call ahead (the service holds a pooled sandbox's)."""
@@ -108,7 +114,7 @@ class TaskTarget:
         dialed once; ConnectionError when the relay does not answer (a sandbox without egress)."""
         async with self._dialing:
             if self._relay is None:
-                relay = RelayDialer(Path(f"/proc/{self.pid}/root{SOCKET_DIR}/{EGRESS_SOCKET_NAME}"), self._connections)
+                relay = RelayDialer(self._socket(EGRESS_SOCKET_NAME), self._connections)
                 await relay.start()
                 self._relay = relay
         return self._connections
@@ -118,6 +124,7 @@ class TaskTarget:
             await self._relay.aclose()
         if self._channel is not None:
             await self._channel.close()
+        os.close(self.sockets)
         os.close(self.pidfd)
 
 
@@ -147,7 +154,7 @@ class Gateway:
         if container is None or not all(key in labels for key in PRODUCT_LABELS):
             await abort_with(context, to_status(SandboxNotFoundError(f"no sandbox container {name!r} on this node")))
         state = container.get("State") or {}
-        target = _held(container["Id"], int(state.get("Pid") or 0)) if state.get("Running") else None
+        target = _held(container, int(state.get("Pid") or 0)) if state.get("Running") else None
         if target is None:
             await abort_with(context, to_status(SandboxLostError(
                 f"the sandbox container {name} on this node is gone ({state.get('Status', 'unknown')})")))
@@ -194,13 +201,31 @@ class Gateway:
             await target.close()
 
 
-def _held(container_id: str, pid: int) -> TaskTarget | None:
-    """The target of a running container whose init is ``pid``, holding it; None when it has exited."""
+def _held(container: dict[str, Any], pid: int) -> TaskTarget | None:
+    """The target of a running container (as the engine inspects it) whose init is ``pid``,
+    holding it and its socket directory; None when it has exited."""
     try:
         pidfd = os.pidfd_open(pid) if pid else -1
     except ProcessLookupError:
         return None
-    return None if pidfd < 0 else TaskTarget(container_id, pid, pidfd)
+    if pidfd < 0:
+        return None
+    try:
+        sockets = os.open(socket_dir(container, pid), os.O_PATH | os.O_DIRECTORY)
+    except FileNotFoundError:  # the init exited meanwhile, its root with it
+        os.close(pidfd)
+        return None
+    return TaskTarget(container["Id"], sockets, pidfd)
+
+
+def socket_dir(container: dict[str, Any], pid: int) -> Path:
+    """Where this node holds the server's socket directory of ``container`` (as the engine inspects
+    it; ``pid`` its init): the source of a volume mounted there (a gVisor task's, whose sockets
+    its runtime makes on the node), else the directory through the init's root."""
+    for mount in container.get("Mounts") or ():
+        if mount.get("Type") == "volume" and mount.get("Destination") == SOCKET_DIR:
+            return Path(mount["Source"])
+    return Path(f"/proc/{pid}/root{SOCKET_DIR}")
 
 
 class EgressHandler(grpc.GenericRpcHandler):

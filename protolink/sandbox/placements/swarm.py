@@ -26,7 +26,13 @@ sandbox is the same on both engines as far as Swarm (API 1.41, Docker 20.10) let
   mounts are ``noexec`` and root's);
 - placement constraints: the node labels of the sandbox's template, and for a configured
   runtime ``node.labels.io.protolink.runtime==RUNTIME`` (a service cannot pick a runtime: the
-  nodes whose daemon's default runtime it is carry the label);
+  nodes whose daemon's default runtime it is carry the label); without one
+  ``node.labels.io.protolink.runtime!=runsc``, which keeps it off gVisor nodes (a node without
+  the label satisfies it);
+- on a gVisor node (:attr:`SwarmFacts.gvisor`) the socket directory is a volume of the task's own
+  (:func:`channel_mount`), not a tmpfs: gVisor keeps a tmpfs inside its sandbox, and the
+  container's ``State.Pid`` is gVisor's, whose root is not the task's; the daemon's ``runsc``
+  runs with ``--host-uds=create``, so the server's sockets are the node's, in that volume;
 - no network attachment: Swarm refuses ``network none`` ("network none not found"), so the
   task joins its node's default bridge, and sandbox nodes run their daemon with
   ``"bridge": "none"``, which leaves the task only ``lo``. Only :class:`NoNetwork` is placed;
@@ -71,6 +77,8 @@ from .server import CAPABILITIES, SOCKET_DIR, server_command
 SLOT_RESOURCE = "protolink-slot"
 #: The node label naming the default runtime of a node's daemon, which a service cannot choose.
 RUNTIME_LABEL = "io.protolink.runtime"
+#: gVisor's runtime: only sandboxes configured with it run on nodes labelled with it.
+GVISOR_RUNTIME = "runsc"
 #: The size of the task's own socket directory.
 CHANNEL_BYTES = 1 * MiB
 
@@ -142,8 +150,10 @@ def service_spec(config: SandboxConfig, swarm: SwarmFacts, placement: PlacementF
 
 
 def constraints(config: SandboxConfig, node_labels: Mapping[str, str]) -> list[str]:
-    """The nodes that may run ``config``, as placement constraints (:func:`wanted_labels`)."""
-    return [f"node.labels.{key}=={value}" for key, value in sorted(wanted_labels(config, node_labels).items())]
+    """The nodes that may run ``config``, as placement constraints: those carrying its
+    :func:`wanted_labels` and none of its :func:`avoided_labels`."""
+    return [*(f"node.labels.{key}=={value}" for key, value in sorted(wanted_labels(config, node_labels).items())),
+            *(f"node.labels.{key}!={value}" for key, value in sorted(avoided_labels(config).items()))]
 
 
 def wanted_labels(config: SandboxConfig, node_labels: Mapping[str, str]) -> dict[str, str]:
@@ -154,15 +164,22 @@ def wanted_labels(config: SandboxConfig, node_labels: Mapping[str, str]) -> dict
     return wanted
 
 
+def avoided_labels(config: SandboxConfig) -> dict[str, str]:
+    """The labels a node must not carry to run ``config``: gVisor's runtime label when ``config``
+    names no runtime (a node daemon's default runtime is its own: runc's sandboxes never land on
+    a gVisor node)."""
+    return {RUNTIME_LABEL: GVISOR_RUNTIME} if config.runtime is None else {}
+
+
 def hosting_cpus(nodes: Iterable[Mapping[str, Any]], config: SandboxConfig,
                  node_labels: Mapping[str, str]) -> int | None:
     """The fewest CPUs of a node in ``nodes`` (a manager's node listing) that may take
-    ``config``'s task now: ready, active, and carrying its :func:`wanted_labels`; None when
+    ``config``'s task now: ready, active, and satisfying its :func:`constraints`; None when
     none may. Only those count: a node the constraints exclude never runs it."""
-    wanted = wanted_labels(config, node_labels).items()
+    wanted, avoided = wanted_labels(config, node_labels).items(), avoided_labels(config).items()
     cpus = [node["Description"]["Resources"]["NanoCPUs"] // 10**9 for node in nodes
             if node["Status"]["State"] == "ready" and node["Spec"].get("Availability") == "active"
-            and wanted <= (node["Spec"].get("Labels") or {}).items()]
+            and wanted <= (labels := (node["Spec"].get("Labels") or {}).items()) and not avoided & labels]
     return min(cpus, default=None)
 
 
@@ -173,7 +190,21 @@ def workspace_mount(config: SandboxConfig, path: str) -> Mount:
     (:func:`~..leftovers.reap_workspaces`). Its files count against the sandbox's memory too."""
     identity = config.identity
     options = f"size={config.limits.disk_bytes},uid={identity.uid},gid={identity.gid},mode=0700,nosuid,nodev"
-    return Mount(path, f"{config.name}-workspace", type="volume", labels={leftovers.WORKSPACE_LABEL: config.name},
+    return _node_tmpfs(path, config, "workspace", options)
+
+
+def channel_mount(config: SandboxConfig) -> Mount:
+    """The server's socket directory on a gVisor node: the volume ``NAME-channel`` of the local
+    driver on the task's node, a root-only tmpfs of :data:`CHANNEL_BYTES`, labelled as a
+    workspace (:data:`~..leftovers.WORKSPACE_LABEL`) for the node's gateway to remove once no
+    container uses it. The node's gateway reaches the server's socket at the volume's source."""
+    return _node_tmpfs(SOCKET_DIR, config, "channel", f"size={CHANNEL_BYTES},mode=0700,nosuid,nodev,noexec")
+
+
+def _node_tmpfs(path: str, config: SandboxConfig, part: str, options: str) -> Mount:
+    """The volume ``NAME-PART`` of the local driver on the task's node at ``path``: a tmpfs mounted
+    with ``options``, labelled for the node's gateway to remove once no container uses it."""
+    return Mount(path, f"{config.name}-{part}", type="volume", labels={leftovers.WORKSPACE_LABEL: config.name},
                  driver_config=DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": options}))
 
 
@@ -186,7 +217,7 @@ def _container(config: SandboxConfig, engine: EngineFacts, labels: Mapping[str, 
         user="0:0",
         labels=dict(labels),
         mounts=[*root_mounts(config), *([workspace_mount(config, workspace)] if workspace else []),
-                _tmpfs(SOCKET_DIR, CHANNEL_BYTES, 0o700),
+                channel_mount(config) if engine.gvisor else _tmpfs(SOCKET_DIR, CHANNEL_BYTES, 0o700),
                 _tmpfs("/tmp", limits.tmpfs_bytes, 0o1777), _tmpfs("/dev/shm", limits.shm_bytes, 0o1777)],
         read_only=True,
         init=False,

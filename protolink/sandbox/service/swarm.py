@@ -30,15 +30,21 @@ from protolink.errors import SandboxUnavailableError
 from ..client import channel_options
 from ..config import SandboxConfig
 from ..leftovers import EXPIRY_LABEL, OWNER_LABEL
-from ..placements.swarm import PlacementFacts, ServiceSpec, SwarmFacts, hosting_cpus, service_spec, wanted_labels
+from ..placements.swarm import (
+    GVISOR_RUNTIME,
+    PlacementFacts,
+    ServiceSpec,
+    SwarmFacts,
+    constraints,
+    hosting_cpus,
+    service_spec,
+)
 from .config import SwarmConfig, Template
 from .forward import CONTAINER_KEY
 from .tls import pinned_channel
 
 log = logging.getLogger(__name__)
 
-#: The runtime whose nodes run gVisor (a node's daemon defaults to it; the node carries its label).
-GVISOR_RUNTIME = "runsc"
 #: How often a starting task is looked at.
 POLL_SECONDS = 0.1
 #: Task states after which a task never runs again.
@@ -196,7 +202,7 @@ class SwarmPlacement:
         cpus = hosting_cpus(self._docker.api.nodes(), config, node_labels)
         if cpus is None:
             raise SandboxUnavailableError(f"no ready Swarm node may run sandbox {config.name} "
-                                          f"(it needs the node labels {wanted_labels(config, node_labels)})")
+                                          f"(its constraints: {constraints(config, node_labels)})")
         return cpus
 
     def _down_nodes(self) -> dict[str, str]:

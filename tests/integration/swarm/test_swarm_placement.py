@@ -1,5 +1,6 @@
-"""Sandboxes as Swarm services on a real three-node cluster: where they go, how they run, what
-they leave. The services are made from :func:`~protolink.sandbox.placements.swarm.service_spec`."""
+"""Sandboxes as Swarm services on a real Swarm cluster (three runc nodes, one gVisor node): where
+they go, how they run, what they leave. The services are made from
+:func:`~protolink.sandbox.placements.swarm.service_spec`."""
 
 from __future__ import annotations
 
@@ -107,13 +108,14 @@ def _exec(container: Any, *argv: str) -> str:
     return output.decode()
 
 
-def test_sandboxes_spread_over_the_nodes_by_their_slots(services):
-    first = [services.create() for _ in services.cluster.nodes]
+def test_sandboxes_spread_over_the_nodes_by_their_slots_never_on_a_gvisor_node(services):
+    first = [services.create() for _ in services.cluster.runc_nodes]
     nodes = {services.running(name)["NodeID"] for name in first}
     assert len(nodes) == 3  # one slot a node: one sandbox a node
-    waiting = services.create()  # no node has a slot left
-    wait_until(lambda: "insufficient resources" in services.task(waiting)["Status"].get("Err", ""),
+    waiting = services.create()  # no runc node has a slot left; the gVisor node's is never its
+    wait_until(lambda: "insufficient resources on 3 nodes" in services.task(waiting)["Status"].get("Err", ""),
                "the fourth sandbox to wait for a slot")
+    assert "scheduling constraints not satisfied on 1 node" in services.task(waiting)["Status"]["Err"]
     assert services.task(waiting)["Status"]["State"] == "pending"
     freed = services.running(first[0])["NodeID"]
     services.remove(first[0])
@@ -180,7 +182,7 @@ def test_removing_a_sandbox_leaves_nothing_on_any_node(services):
 
 
 async def test_one_look_at_the_tasks_finds_every_lost_sandbox(services, tmp_path: Path, caplog):
-    names = [services.create() for _ in services.cluster.nodes]
+    names = [services.create() for _ in services.cluster.runc_nodes]
     tasks = {name: services.running(name)["ID"] for name in names}
     (tmp_path / "token").write_text("unused")  # no gateway is called
     placement = SwarmPlacement(SwarmConfig(f"unix://{services.cluster.manager.socket}", {}, tmp_path / "token"))

@@ -1,6 +1,7 @@
-"""The sandbox service placing sandboxes on a real three-node Swarm: a client on the host asks the
-service only; the service creates a Swarm service per sandbox and reaches its task through the
-node's gateway (TLS, token). A node that dies loses its sandbox, typed and audited.
+"""The sandbox service placing sandboxes on a real Swarm (three runc nodes, one gVisor node): a
+client on the host asks the service only; the service creates a Swarm service per sandbox and
+reaches its task through the node's gateway (TLS, token). A node that dies loses its sandbox,
+typed and audited.
 
 The node-loss test kills a node of the session's cluster, so it comes last in this module, and the
 behaviour suites' ``swarm`` backend, which runs after it, takes a node still ready."""
@@ -31,6 +32,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.timeout(900)]
 #: How long a gone sandbox's workspace volume may stay on its node: it settles for
 #: WORKSPACE_SETTLE_SECONDS before a gateway's turn removes it; generous for a loaded machine.
 VOLUMES_GONE_SECONDS = 300
+#: The kernel gVisor's Sentry says it is (``dmesg``, which says "Starting gVisor...", is refused to
+#: commands by the server's seccomp filter).
+GVISOR_KERNEL = "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016\n"
 
 
 def _containers(nodes: list[Node]) -> list[str]:
@@ -149,12 +153,12 @@ async def test_a_sandbox_whose_gateway_does_not_answer_fails_typed_and_is_reache
 
 async def test_a_templates_node_labels_choose_the_node_its_sandboxes_run_on(swarm_service, run):
     cluster = swarm_service.cluster
-    chosen = cluster.nodes[-1]
+    chosen = cluster.runc_nodes[-1]
     cluster.label(chosen, {"zone": "labelled"})
     try:
         zoned = await swarm_service.client.create("zoned")
         placement = swarm_service.swarm_service(zoned.id)["Spec"]["TaskTemplate"]["Placement"]
-        assert placement["Constraints"] == ["node.labels.zone==labelled"]
+        assert placement["Constraints"] == ["node.labels.zone==labelled", "node.labels.io.protolink.runtime!=runsc"]
         recorded = adopted_template(Template("zoned", ""), swarm_service.swarm_service(zoned.id))
         assert recorded.node_labels == (("zone", "labelled"),)  # what a restarted service reads back
         assert _node_of(swarm_service, zoned.id) == chosen
@@ -166,9 +170,25 @@ async def test_a_templates_node_labels_choose_the_node_its_sandboxes_run_on(swar
 
 
 async def test_a_template_whose_node_labels_no_ready_node_carries_is_refused_at_once(swarm_service):
-    with pytest.raises(SandboxUnavailableError, match=r"needs the node labels \{'zone': 'labelled'\}"):
+    with pytest.raises(SandboxUnavailableError, match=r"its constraints: \['node\.labels\.zone==labelled'"):
         await swarm_service.client.create("zoned")  # no node is labelled: none could ever run it
     assert _swarm_services(swarm_service) == []
+
+
+async def test_a_gvisor_templates_sandbox_runs_under_gvisor_on_the_gvisor_node(swarm_service, run):
+    (gvisor,) = swarm_service.cluster.gvisor_nodes
+    sandbox = await swarm_service.client.create("isolated")
+    placement = swarm_service.swarm_service(sandbox.id)["Spec"]["TaskTemplate"]["Placement"]
+    assert placement["Constraints"] == ["node.labels.io.protolink.runtime==runsc"]
+    assert _node_of(swarm_service, sandbox.id) == gvisor
+    kernel = await run(sandbox.backend, ["/bin/cat", "/proc/version"])  # through the service and the node's gateway
+    assert kernel.stdout == GVISOR_KERNEL != Path("/proc/version").read_text()  # gVisor's, not the host's
+    assert (await run(sandbox.backend, ["/usr/bin/id", "-u"])).stdout == "65534\n"
+    channel = f"{swarm_service.swarm_service(sandbox.id)['Spec']['Name']}-channel"
+    assert _volumes([gvisor]) == [f"{gvisor.container}: {channel}"]  # the server's sockets, on the node
+    await sandbox.delete()
+    wait_until(lambda: not _containers([gvisor]) and not _volumes([gvisor]),
+               "the gVisor node to have no container and no volume left", timeout=VOLUMES_GONE_SECONDS)
 
 
 def _swarm_services(service) -> list[str]:

@@ -124,11 +124,30 @@ def test_gvisor_nodes_get_the_docker_placements_tuning():
 
 
 def test_templates_and_runtimes_become_node_label_constraints():
-    assert service_spec(config(), SWARM, PLACED).placement == {"Constraints": []}
     placed = PlacementFacts(created=CREATED, node_labels={"pool": "gpu", "zone": "a"})
     spec = service_spec(config(runtime="runsc"), SWARM, placed)
     assert spec.placement == {"Constraints": ["node.labels.io.protolink.runtime==runsc", "node.labels.pool==gpu",
                                               "node.labels.zone==a"]}
+    other = service_spec(config(runtime="kata"), SWARM, PLACED)
+    assert other.placement == {"Constraints": ["node.labels.io.protolink.runtime==kata"]}
+
+
+def test_a_sandbox_without_a_runtime_is_kept_off_gvisor_nodes():
+    assert service_spec(config(), SWARM, PLACED).placement == {"Constraints": [
+        "node.labels.io.protolink.runtime!=runsc"]}  # a node without the label satisfies it
+    zoned = service_spec(config(), SWARM, PlacementFacts(created=CREATED, node_labels={"zone": "a"}))
+    assert zoned.placement == {"Constraints": ["node.labels.zone==a", "node.labels.io.protolink.runtime!=runsc"]}
+
+
+def test_on_gvisor_nodes_the_socket_directory_is_a_volume_of_the_task_own():
+    spec = service_spec(config(runtime="runsc"), SwarmFacts(node_cpus=4, gvisor=True), PLACED)
+    (channel,) = [mount for mount in spec.container["Mounts"] if mount["Target"] == "/run/protolink"]
+    assert channel == Mount("/run/protolink", f"{NAME}-channel", type="volume",
+                            labels={leftovers.WORKSPACE_LABEL: NAME}, driver_config=DriverConfig("local", {
+                                "type": "tmpfs", "device": "tmpfs",
+                                "o": f"size={1 * MiB},mode=0700,nosuid,nodev,noexec"}))
+    assert [mount["Target"] for mount in spec.container["Mounts"]] == ["/run/protolink", "/tmp", "/dev/shm"]
+    assert spec.container["Args"][-2:] == ["--listen", "unix:///run/protolink/sandbox.sock"]
 
 
 def test_service_and_container_carry_the_reapers_labels():

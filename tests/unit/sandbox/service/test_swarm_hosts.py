@@ -34,6 +34,15 @@ def test_a_configured_runtime_counts_only_the_nodes_carrying_its_label():
     assert hosting_cpus([SMALL, BIG, gvisor], config, {"size": "small"}) is None
 
 
+def test_a_sandbox_without_a_runtime_never_counts_gvisor_nodes():
+    gvisor = node(1, {RUNTIME_LABEL: "runsc", "size": "big"})
+    config = SandboxConfig(roots=())
+    assert hosting_cpus([BIG, gvisor], config, {}) == 8
+    assert hosting_cpus([BIG, gvisor], config, {"size": "big"}) == 8
+    assert hosting_cpus([gvisor], config, {}) is None  # only a gVisor node is ready: none may run it
+    assert hosting_cpus([node(2, {RUNTIME_LABEL: "runc"})], config, {}) == 2  # another runtime's label is no bar
+
+
 def test_nodes_that_are_down_or_take_no_tasks_do_not_count():
     config = SandboxConfig(roots=())
     assert hosting_cpus([node(1, state="down"), node(1, availability="drain"), node(1, availability="pause"),

@@ -63,4 +63,5 @@ def test_node_labels_and_the_runtime_become_the_swarm_services_constraints_and_t
     plain = new_placed("0123456789abcdef", "tenant", config.template("default"), Overrides())
     spec = placement_spec(sandbox_config("svc", plain, (), "svc-tenant-0123456789abcdef"), {}, {}, node_cpus=4,
                           created=1_700_000_000)
-    assert spec.placement == {"Constraints": []} and spec.resources["Limits"]["Pids"] == 256  # the template's own
+    assert spec.placement == {"Constraints": ["node.labels.io.protolink.runtime!=runsc"]}  # never a gVisor node
+    assert spec.resources["Limits"]["Pids"] == 256  # the template's own
