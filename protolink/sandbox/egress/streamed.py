@@ -163,6 +163,7 @@ class GatewayStreams:
         self._ready = asyncio.Event()
         self._settled = asyncio.Event()  # ready, or refused for good (not UNAVAILABLE)
         self._refusal = ""
+        self._closing = False
 
     async def start(self) -> None:
         """Open the standby streams and wait up to :data:`START_SECONDS` until the gateway has
@@ -184,6 +185,7 @@ class GatewayStreams:
                                   f"{self._refusal or f'no answer within {START_SECONDS:g} s'}")
 
     async def aclose(self) -> None:
+        self._closing = True  # a slot whose cancellation grpcio turned into a status sees it
         tasks = [*self._slots, *self._carrying]
         for task in tasks:
             task.cancel()
@@ -192,7 +194,7 @@ class GatewayStreams:
     async def _keep(self) -> None:
         """One standby slot: a stream that waits; once it carries a connection, the next one."""
         pause = RETRY_SECONDS[0]
-        while True:
+        while not self._closing:
             call = self._channel.stream_stream(METHOD)()
             try:
                 if await call.read() == READY:
