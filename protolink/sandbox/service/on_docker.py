@@ -9,7 +9,6 @@ stops behind the service's back is lost (:meth:`OnDocker.lost`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import time
@@ -160,10 +159,7 @@ class OnDocker:
         return {container["Id"] for container in found}
 
     def _remove_container(self, container_id: str) -> None:
-        import docker.errors
-
-        with contextlib.suppress(docker.errors.NotFound):
-            self._docker.api.remove_container(container_id, force=True, v=True)
+        engine.remove_container(self._docker, container_id, volumes=True)
 
 
 def _make_workspace(path: Path, identity: Identity) -> None:

@@ -9,7 +9,6 @@ and its files.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
@@ -19,7 +18,7 @@ from typing import Any
 
 from protolink.errors import SandboxUnavailableError
 
-from .. import detached
+from .. import detached, engine
 from ..leftovers import remove_host_dirs
 from . import labels
 from .files import ServiceFiles
@@ -65,14 +64,11 @@ def remove_everything(name: str, docker_client: Any) -> int:
     its label, on the manager it recorded), its workspaces, socket, pid record and log (its
     tokens stay); how many sandboxes. SandboxUnavailableError when the manager does not answer:
     the rest is removed, the record of the manager kept for the next ``down``."""
-    import docker.errors
-
     files = ServiceFiles.of(name)
     on_swarm = _remove_swarm_services(name, files)
     found = docker_client.api.containers(all=True, filters={"label": f"{labels.SERVICE}={name}"})
     for container in found:
-        with contextlib.suppress(docker.errors.NotFound):
-            docker_client.api.remove_container(container["Id"], force=True, v=True)
+        engine.remove_container(docker_client, container["Id"], volumes=True)
         remove_host_dirs(container.get("Labels") or {})
     shutil.rmtree(files.base / f"{name}.workspaces", ignore_errors=True)
     for path in (files.socket, files.pid, files.log, files.renewals):
