@@ -12,6 +12,7 @@ engine and the host name, whose pids this process cannot see) is reaped only by 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -122,61 +123,67 @@ def _reason(container_labels: dict[str, str], now: float) -> str | None:
 
 
 @dataclass(frozen=True)
-class Kind:
-    """What :func:`reap` removes: how to list the labelled ones on an engine (a docker SDK
-    client), read an entry's id, name and labels, remove one, and what to remove after it."""
+class Labelled:
+    """One labelled sandbox part on an engine: its id, name and labels, and how to remove it
+    (by force; what goes with it, too)."""
 
-    listed: Callable[[Any], list[dict[str, Any]]]
-    id: Callable[[dict[str, Any]], str]
-    name: Callable[[dict[str, Any]], str]
-    labels: Callable[[dict[str, Any]], dict[str, str]]
-    remove: Callable[[Any, str], None]
-    after: Callable[[dict[str, str]], None] = lambda _labels: None
+    id: str
+    name: str
+    labels: dict[str, str]
+    remove: Callable[[], None]
 
 
-#: Sandbox containers on an engine; their host directories go with them.
-CONTAINERS = Kind(
-    listed=lambda client: client.api.containers(all=True, filters={"label": OWNER_LABEL}),
-    id=lambda found: found["Id"], name=lambda found: (found.get("Names") or ["/"])[0].lstrip("/"),
-    labels=lambda found: found.get("Labels") or {},
-    remove=lambda client, found_id: client.api.remove_container(found_id, force=True), after=remove_host_dirs)
-#: Sandboxes' Swarm services on a manager's engine (their tasks' containers go with them, on
-#: their nodes). A sandbox service renews its Swarm services' expiry while it runs (a lease), so
-#: what one killed for good left expires.
-SWARM_SERVICES = Kind(
-    listed=lambda client: client.api.services(filters={"label": OWNER_LABEL}),
-    id=lambda found: found["ID"], name=lambda found: found["Spec"]["Name"],
-    labels=lambda found: found["Spec"].get("Labels") or {},
-    remove=lambda client, found_id: client.api.remove_service(found_id))
+def containers(client: Any) -> list[Labelled]:
+    """The sandbox containers on ``client``'s engine (a docker SDK client); each one's host
+    directories go with it."""
+    found = client.api.containers(all=True, filters={"label": OWNER_LABEL})
+    return [Labelled(entry["Id"], (entry.get("Names") or ["/"])[0].lstrip("/"), entry.get("Labels") or {},
+                     functools.partial(_remove_container, client, entry["Id"], entry.get("Labels") or {}))
+            for entry in found]
 
 
-def reap(client: Any, kind: Kind = CONTAINERS, *, now: float | None = None) -> list[Reaped]:
-    """Remove (force) every labelled one of ``kind`` whose owner is gone or whose expiry passed.
+def _remove_container(client: Any, container_id: str, container_labels: dict[str, str]) -> None:
+    client.api.remove_container(container_id, force=True)
+    remove_host_dirs(container_labels)
 
-    ``client`` is a docker SDK client. Blocking: call it through ``asyncio.to_thread`` from
-    async code. One that disappears meanwhile, or that the engine is already removing (its
-    owner's own cleanup, or another reaper), is skipped.
+
+def swarm_services(client: Any) -> list[Labelled]:
+    """The sandboxes' Swarm services on a manager's engine ``client`` (their tasks' containers
+    go with them, on their nodes). A sandbox service renews its Swarm services' expiry while it
+    runs (a lease), so what one killed for good left expires."""
+    found = client.api.services(filters={"label": OWNER_LABEL})
+    return [Labelled(entry["ID"], entry["Spec"]["Name"], entry["Spec"].get("Labels") or {},
+                     functools.partial(client.api.remove_service, entry["ID"])) for entry in found]
+
+
+def reap(client: Any, listed: Callable[[Any], list[Labelled]] = containers, *,
+         now: float | None = None) -> list[Reaped]:
+    """Remove every one ``listed`` finds on ``client``'s engine (a docker SDK client) whose
+    owner is gone or whose expiry passed.
+
+    Blocking: call it through ``asyncio.to_thread`` from async code. One that disappears
+    meanwhile, or that the engine is already removing (its owner's own cleanup, or another
+    reaper), is skipped; one whose removal the engine does not finish in one read is taken up
+    at the next pass.
     """
     import docker.errors
 
     now = time.time() if now is None else now
     removed = []
-    # One listing (labels included), not an inspection per container: this runs at every start.
-    for found in kind.listed(client):
-        found_labels = kind.labels(found)
-        reason = _reason(found_labels, now)
+    # One listing (labels included), not an inspection each: this runs at every start.
+    for found in listed(client):
+        reason = _reason(found.labels, now)
         if reason is None:
             continue
         try:
-            kind.remove(client, kind.id(found))
+            found.remove()
         except docker.errors.NotFound:
             continue
         except docker.errors.APIError as error:
             if error.status_code == HTTPStatus.CONFLICT:  # "removal ... is already in progress"
                 continue
             raise
-        kind.after(found_labels)
-        removed.append(Reaped(kind.id(found)[:12], kind.name(found), found_labels.get(OWNER_LABEL, ""), reason))
+        removed.append(Reaped(found.id[:12], found.name, found.labels.get(OWNER_LABEL, ""), reason))
     return removed
 
 
@@ -212,7 +219,7 @@ def reap_node(client: Any) -> None:
     for name in reap_workspaces(client):
         log.info("removed the workspace volume %s: its sandbox is gone", name)
     if client.info().get("Swarm", {}).get("ControlAvailable"):
-        for gone in reap(client, SWARM_SERVICES):
+        for gone in reap(client, swarm_services):
             log.warning("removed Swarm service %s of %s: %s", gone.name, gone.owner, gone.reason)
 
 

@@ -110,6 +110,6 @@ class _Manager:
 
 def test_a_swarm_service_is_reaped_once_its_lease_expired_and_never_without_one():
     manager = _Manager()
-    reaped = leftovers.reap(manager, leftovers.SWARM_SERVICES, now=200)
+    reaped = leftovers.reap(manager, leftovers.swarm_services, now=200)
     assert [(gone.name, gone.owner, gone.reason) for gone in reaped] == [("gone", "service:svc", "expired")]
     assert manager.removed == ["gone" * 8]
