@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -277,48 +277,41 @@ async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerConte
 
 
 async def _one_answer(context: grpc.aio.ServicerContext, target: Target, open_call: Any, request: Any) -> bytes:
-    """The answer of a call that has one (``open_call(request)``), or its failure passed on."""
+    """The answer of a call that has one (``open_call(request)``), passed on."""
     call = open_call(request, metadata=_passed(context), timeout=context.time_remaining())
-    end = CallEnd(call)
-    with _in_flight(target, call):
-        try:
-            response = await call
-        except grpc.aio.AioRpcError as error:
-            await _abort_as(context, end.of(error))
-        except asyncio.CancelledError:
-            await _abort_if_ended(context, target)
-            raise
+    async with _relaying(context, target, call):
+        response: bytes = await call
     _pass_trailing(context, await call.trailing_metadata())
-    return response  # type: ignore[no-any-return]
+    return response
 
 
 async def _relayed_stream(context: grpc.aio.ServicerContext, target: Target, call: Any,
                           watch: Commands | None) -> AsyncIterator[bytes]:
     """``call``'s answers as they come, then its status and trailing metadata, passed on."""
+    async with _relaying(context, target, call):
+        async for response in call:
+            if watch is not None:
+                watch.event(response)
+            yield response
+        _pass_trailing(context, await call.trailing_metadata())
+
+
+@contextlib.asynccontextmanager
+async def _relaying(context: grpc.aio.ServicerContext, target: Target, call: Any) -> AsyncIterator[None]:
+    """While ``call`` is relayed: counted among ``target``'s calls in flight (its idle clock
+    stopped); its failure passed on as the caller's status and trailing metadata, and its end by
+    :meth:`InFlight.end` as that error; canceled at the end (the caller gone, say)."""
     end = CallEnd(call)
-    with _in_flight(target, call):
-        try:
-            async for response in call:
-                if watch is not None:
-                    watch.event(response)
-                yield response
-            _pass_trailing(context, await call.trailing_metadata())
-        except grpc.aio.AioRpcError as error:
-            await _abort_as(context, end.of(error))
-        except asyncio.CancelledError:
-            await _abort_if_ended(context, target)
-            raise
-        finally:
-            call.cancel()
-
-
-@contextlib.contextmanager
-def _in_flight(target: Target, call: Any) -> Iterator[None]:
-    """``call`` counted among ``target``'s calls in flight (its idle clock stopped) while it runs."""
     target.calls.add(call)
     try:
         yield
+    except grpc.aio.AioRpcError as error:
+        await _abort_as(context, end.of(error))
+    except asyncio.CancelledError:
+        await _abort_if_ended(context, target)
+        raise
     finally:
+        call.cancel()
         target.calls.discard(call)
         target.last_used = time.time()
 
