@@ -59,7 +59,7 @@ from .hostdirs import write_private
 from .leftovers import CREATED_LABEL, EXPIRY_LABEL, OWNER_LABEL, SESSION_LABEL, keep_reaping_node
 from .placements.server import SOCKET_DIR, SOCKET_NAME
 from .service.events import Events
-from .service.forward import CONTAINER_KEY, Forwarder
+from .service.forward import CONTAINER_KEY, Forwarder, InFlight
 from .service.tls import ensure_certificate, server_credentials
 
 log = logging.getLogger("protolink.sandbox.gateway")
@@ -84,7 +84,7 @@ class TaskTarget:
     sockets: int
     pidfd: int
     state: str = "running"
-    active: int = 0
+    calls: InFlight = field(default_factory=InFlight, repr=False)
     last_used: float = 0.0
     _channel: grpc.aio.Channel | None = field(default=None, repr=False)
     _relay: RelayDialer | None = field(default=None, repr=False)

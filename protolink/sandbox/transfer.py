@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from protolink.errors import SandboxProtocolError, TransferAbandonedError
+from protolink.errors import SandboxProtocolError
 from protolink.execution.paths import canonical_roots, resolve_under_roots
 from protolink.execution.transfer import DEFAULT_LIMITS, TransferLimits, TransferResult, open_source, receive
 from protolink.wire import transfer as wire
@@ -71,36 +71,14 @@ async def upload(backend: SandboxBackend, source: str | os.PathLike[str], destin
             yield transfer_pb2.UploadChunk(end=transfer_pb2.UploadEnd(bytes=sent))
 
         call = backend.stream_method("Upload")(messages(), timeout=timeout)
-        end = CallEnd(call)
+        end = CallEnd(call)  # a refusal while the data goes out comes typed, not as grpcio's INTERNAL
         try:
             response = await call
         except grpc.aio.AioRpcError as error:
             if failures:
                 raise failures[0] from None
-            if end.replaced(error):  # the sandbox refused while the data went out: ask it again
-                raise (await _start_refusal(backend, start, timeout) or end.error(error)) from None
             raise end.error(error) from None
     return checked_answer(wire.summary, parsed_answer(response), path=target, limits=limits)
-
-
-async def _start_refusal(backend: SandboxBackend, start: transfer_pb2.UploadStart,
-                         timeout: float | None) -> Exception | None:
-    """What the sandbox refuses ``start`` with, sent alone; None when it takes it.
-
-    Asked when grpcio lost the status of an upload the sandbox ended while its data was still
-    being written (:class:`~protolink.wire.status.CallEnd`): a refusal of the start (a read-only
-    root, a symlink, an existing destination) comes back whole here, since nothing is written
-    after the start. Without data and without its end, this upload is abandoned: nothing is kept.
-    """
-    async def only_start() -> AsyncIterator[transfer_pb2.UploadChunk]:
-        yield transfer_pb2.UploadChunk(start=start)
-
-    try:
-        await backend.stream_method("Upload")(only_start(), timeout=timeout)
-    except grpc.aio.AioRpcError as error:
-        refusal = from_rpc_error(error)
-        return None if isinstance(refusal, TransferAbandonedError) else refusal
-    return None
 
 
 async def download(backend: SandboxBackend, source: str, destination: str | os.PathLike[str], *,

@@ -216,13 +216,15 @@ class Status(NamedTuple):
 
 
 class CallEnd:
-    """The status ``call`` (a ``grpc.aio`` call that streams requests) ended with, kept as it came.
+    """The status ``call`` (a ``grpc.aio`` call that streams requests) ended with, as the other
+    side sent it.
 
-    grpcio (1.85; grpc/grpc#36066) replaces a call's status with INTERNAL "Internal error from
-    Core" when a write fails because the other side has just ended the call: a refusal that
-    arrives while requests are still being sent would reach the caller as INTERNAL. The status
-    is read here as it is set (a call's done callbacks run then), before a failed write can
-    replace it.
+    grpcio (1.85; grpc/grpc#36066) sets INTERNAL "Internal error from Core" as a call's status
+    when a write fails because the other side has just ended the call (a refusal that arrives
+    while requests are still being written), before or after it sets the status that came: that
+    one is then the call's first status or its last. The first is kept here (a call's done
+    callbacks run as it is set); the last is the one the call raises. Of the two, the one that
+    is not grpcio's INTERNAL of a failed write is the call's.
     """
 
     def __init__(self, call: grpc.aio.Call) -> None:
@@ -230,8 +232,9 @@ class CallEnd:
         call.add_done_callback(self._ended)
 
     def of(self, raised: grpc.aio.AioRpcError) -> Status:
-        """The call's status: as it came when it was kept, else as ``raised`` tells it."""
-        if self.status is not None:
+        """The call's status: the first one set, unless that was grpcio's INTERNAL of a failed
+        write, and then the one ``raised`` (the call's error) tells."""
+        if self.status is not None and not _write_failed(self.status):
             return self.status
         return Status(raised.code(), raised.details() or "", tuple(raised.trailing_metadata() or ()))
 
@@ -239,17 +242,16 @@ class CallEnd:
         """The exception to raise on the host for the call's end (:func:`from_status`)."""
         return from_status(*self.of(raised))
 
-    def replaced(self, raised: grpc.aio.AioRpcError) -> bool:
-        """Whether the call's status is grpcio's INTERNAL of a failed write, in place of the one
-        the other side sent (which is then lost)."""
-        status = self.of(raised)
-        return status.code == grpc.StatusCode.INTERNAL and status.details == WRITE_FAILED_DETAILS
-
     def _ended(self, call: grpc.aio.Call) -> None:
         if self.status is None:
             code, details, trailing = _at_once(call.code()), _at_once(call.details()), _at_once(call.trailing_metadata())
             if code is not None:
                 self.status = Status(code, details or "", tuple(trailing or ()))
+
+
+def _write_failed(status: Status) -> bool:
+    """Whether ``status`` is grpcio's INTERNAL of a failed write, not one the other side sent."""
+    return status.code == grpc.StatusCode.INTERNAL and status.details == WRITE_FAILED_DETAILS
 
 
 def _at_once(coroutine: Coroutine[Any, Any, T]) -> T | None:

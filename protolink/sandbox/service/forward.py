@@ -11,12 +11,15 @@ first Execute call is forwarded on it, without opening a stream to the sandbox t
 Nothing is parsed on the way but what the events need: each Execute request and event (argv,
 directory, exit, duration, output bytes), each ReplaceFile request and each Upload's summary (the
 path written). The
-other side's status and trailing metadata (the wire's typed errors) come back unchanged.
+other side's status and trailing metadata (the wire's typed errors) come back unchanged. A target's
+calls in flight (:class:`InFlight`) end at once, with the typed error it is given, when its
+sandbox is deleted or lost under them: never left to hang until their caller's deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -50,15 +53,42 @@ UPLOAD = f"/{_SANDBOX.full_name}/Upload"
 _HELD_BACK = frozenset({"authorization", SANDBOX_KEY, CONTAINER_KEY})
 
 
+class InFlight:
+    """The forwarded calls in flight to one target; :meth:`end` ends them all at once."""
+
+    def __init__(self) -> None:
+        self._calls: set[Any] = set()
+        self.ended: Exception | None = None
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def add(self, call: Any) -> None:
+        """Count ``call`` in; it is canceled at once when the calls have ended already."""
+        self._calls.add(call)
+        if self.ended is not None:
+            call.cancel()
+
+    def discard(self, call: Any) -> None:
+        self._calls.discard(call)
+
+    def end(self, error: Exception) -> None:
+        """Cancel every call in flight, and every one added later: each ends its caller's call
+        with ``error`` (a typed one: the target was deleted, say)."""
+        self.ended = error
+        for call in list(self._calls):
+            call.cancel()
+
+
 class Target(Protocol):
     """Where a forwarded call goes: a sandbox's ``id``, its ``state`` (``lost`` ends the call
-    with :class:`~protolink.errors.SandboxLostError`), its count of calls in flight and the
-    time of the last one (its idle clock), the channel to it, and the :class:`HeldCall` opened
-    to it ahead of its first Execute call, given out once (None when there is none, or it ended)."""
+    with :class:`~protolink.errors.SandboxLostError`), its calls in flight and the time of the
+    last one (its idle clock), the channel to it, and the :class:`HeldCall` opened to it ahead
+    of its first Execute call, given out once (None when there is none, or it ended)."""
 
     id: str
     state: str
-    active: int
+    calls: InFlight
     last_used: float
 
     def channel(self) -> grpc.aio.Channel: ...
@@ -247,33 +277,52 @@ async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerConte
 
 
 async def _one_answer(context: grpc.aio.ServicerContext, target: Target, open_call: Any, request: Any) -> bytes:
-    """The answer of a call that has one (``open_call(request)``), with the sandbox's use counted."""
-    target.active += 1
-    try:
-        call = open_call(request, metadata=_passed(context), timeout=context.time_remaining())
-        return await _relayed(context, call, CallEnd(call))
-    finally:
-        target.active -= 1
-        target.last_used = time.time()
+    """The answer of a call that has one (``open_call(request)``), passed on."""
+    call = open_call(request, metadata=_passed(context), timeout=context.time_remaining())
+    async with _relaying(context, target, call):
+        response: bytes = await call
+    _pass_trailing(context, await call.trailing_metadata())
+    return response
 
 
 async def _relayed_stream(context: grpc.aio.ServicerContext, target: Target, call: Any,
                           watch: Commands | None) -> AsyncIterator[bytes]:
     """``call``'s answers as they come, then its status and trailing metadata, passed on."""
-    target.active += 1
-    end = CallEnd(call)
-    try:
+    async with _relaying(context, target, call):
         async for response in call:
             if watch is not None:
                 watch.event(response)
             yield response
         _pass_trailing(context, await call.trailing_metadata())
+
+
+@contextlib.asynccontextmanager
+async def _relaying(context: grpc.aio.ServicerContext, target: Target, call: Any) -> AsyncIterator[None]:
+    """While ``call`` is relayed: counted among ``target``'s calls in flight (its idle clock
+    stopped); its failure passed on as the caller's status and trailing metadata, and its end by
+    :meth:`InFlight.end` as that error; canceled at the end (the caller gone, say)."""
+    end = CallEnd(call)
+    target.calls.add(call)
+    try:
+        yield
     except grpc.aio.AioRpcError as error:
         await _abort_as(context, end.of(error))
+    except asyncio.CancelledError:
+        await _abort_if_ended(context, target)
+        raise
     finally:
         call.cancel()
-        target.active -= 1
+        target.calls.discard(call)
         target.last_used = time.time()
+
+
+async def _abort_if_ended(context: grpc.aio.ServicerContext, target: Target) -> None:
+    """End the caller's call with the error ``target``'s calls in flight were ended with, when
+    that is why the call was canceled; returns when this handler itself is being canceled (its
+    caller went away), or the call was canceled otherwise."""
+    task = asyncio.current_task()
+    if target.calls.ended is not None and task is not None and not task.cancelling():
+        await abort_with(context, to_status(target.calls.ended))
 
 
 async def _watched(first: bytes, requests: AsyncIterator[bytes], watch: Commands | None) -> AsyncIterator[bytes]:
@@ -298,16 +347,6 @@ def _plain(metadata: tuple[tuple[str, Any], ...]) -> bool:
 
 def _passed(context: grpc.aio.ServicerContext) -> tuple[tuple[str, Any], ...]:
     return tuple((key, value) for key, value in context.invocation_metadata() or () if key not in _HELD_BACK)
-
-
-async def _relayed(context: grpc.aio.ServicerContext, call: Any, end: CallEnd) -> Any:
-    """``call``'s answer, or its failure passed on as the caller's status and trailing metadata."""
-    try:
-        response = await call
-    except grpc.aio.AioRpcError as error:
-        await _abort_as(context, end.of(error))
-    _pass_trailing(context, await call.trailing_metadata())
-    return response
 
 
 def _pass_trailing(context: grpc.aio.ServicerContext, trailing: Any) -> None:

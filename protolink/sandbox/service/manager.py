@@ -22,7 +22,13 @@ import time
 from itertools import chain
 from typing import Any
 
-from protolink.errors import QuotaExceededError, SandboxError, SandboxLostError, SandboxNotFoundError
+from protolink.errors import (
+    QuotaExceededError,
+    SandboxError,
+    SandboxLostError,
+    SandboxNotFoundError,
+    SandboxUnavailableError,
+)
 
 from ..hostdirs import write_private
 from . import sandboxes
@@ -92,6 +98,7 @@ class Manager:
             await asyncio.gather(*(self._record_claim(self.sandboxes[name]) for name in list(self._unrecorded)))
         await asyncio.gather(*(self._remove(placed, "down") for placed in doomed), return_exceptions=True)
         for placed in self.sandboxes.values():  # kept: drop the connections of this run
+            placed.calls.end(_end_of_calls(placed, "down"))
             await sandboxes.disconnect(placed)
         await self.placement.close()
 
@@ -191,6 +198,7 @@ class Manager:
         if placed.state in ("deleted", "expired", "idle", "down", "lost"):
             return
         placed.state = reason
+        placed.calls.end(_end_of_calls(placed, reason))
         self.sandboxes.pop(placed.id, None)
         self._unrecorded.discard(placed.id)
         for pool in self.pools.values():
@@ -310,3 +318,12 @@ class Manager:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("service task failed", exc_info=task.exception())
+
+
+def _end_of_calls(placed: Placed, reason: str) -> SandboxError:
+    """The error the calls in flight to ``placed`` end with when it ends for ``reason``."""
+    if reason == "lost":
+        return SandboxLostError(f"sandbox {placed.id} was lost during the call: its container or task is gone")
+    if reason == "down":
+        return SandboxUnavailableError(f"the sandbox service stopped during a call to sandbox {placed.id}")
+    return SandboxNotFoundError(f"sandbox {placed.id} ended during the call ({reason})")

@@ -32,7 +32,7 @@ from ..egress.service import EgressService
 from ..leftovers import CREATED_LABEL
 from . import labels
 from .config import Overrides, Template
-from .forward import HeldCall
+from .forward import HeldCall, InFlight
 from .swarm import adopted_template
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class Placed:
     created: float = field(default_factory=time.time)
     expires: float = 0.0
     last_used: float = field(default_factory=time.time)
-    active: int = 0
+    calls: InFlight = field(default_factory=InFlight)  # forwarded calls in flight
     renewed: bool = False
     state: str = "starting"
     address: str = ""
@@ -84,7 +84,7 @@ class Placed:
     @property
     def idle_expires(self) -> float:
         idle = self.template.idle_seconds
-        return 0.0 if idle is None or self.active else self.last_used + idle
+        return 0.0 if idle is None or len(self.calls) else self.last_used + idle
 
     def due(self, now: float) -> str | None:
         """Why the sandbox ends now (``expired``, ``idle``); None while it may run on."""

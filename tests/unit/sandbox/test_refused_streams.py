@@ -2,15 +2,14 @@
 refusal, not as grpcio's INTERNAL "Internal error from Core" (grpc/grpc#36066), on a sandbox
 reached through grpcio (a service's).
 
-The refusing server runs on a loop of its own, in a thread, so that the client's loop can be
-held while the refusal arrives: the client's next write is then sent on a stream its gRPC core
-has already closed, the case that replaced the status.
+The refusing server runs on a loop of its own, in a thread (:mod:`.threaded_server`), so that
+the client's loop can be held while the refusal arrives: the client's next write is then sent
+on a stream its gRPC core has already closed, the case that replaced the status.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -21,7 +20,9 @@ from protolink.errors import SandboxNotFoundError
 from protolink.execution.process_types import NO_EVENTS
 from protolink.sandbox.process_stream import Output, ProcessStream, grpc_calls
 from protolink.wire._pb import process_pb2
-from protolink.wire.status import ERROR_METADATA_KEY, to_status
+from protolink.wire.status import abort_with, to_status
+
+from .threaded_server import threaded_server
 
 #: How long the client's loop is held: ample for a loopback refusal to arrive.
 HELD_SECONDS = 0.3
@@ -31,8 +32,7 @@ REFUSAL = SandboxNotFoundError("no sandbox 'f00d'")
 async def refuse(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
     """Read the first request, then end the call with :data:`REFUSAL`, as the service does."""
     await anext(aiter(requests))
-    code, wire = to_status(REFUSAL)
-    await context.abort(code, str(REFUSAL), ((ERROR_METADATA_KEY, wire.SerializeToString()),))
+    await abort_with(context, to_status(REFUSAL))
 
 
 class Refusing(grpc.GenericRpcHandler):
@@ -43,24 +43,8 @@ class Refusing(grpc.GenericRpcHandler):
 @pytest.fixture(scope="module")
 def address() -> Iterator[str]:
     """A server that refuses every call, on its own loop in a thread."""
-    loop = asyncio.new_event_loop()
-    ready: list[int] = []
-
-    async def start() -> grpc.aio.Server:
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((Refusing(),))
-        ready.append(server.add_insecure_port("127.0.0.1:0"))
-        await server.start()
-        return server
-
-    server = loop.run_until_complete(start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{ready[0]}"
-    asyncio.run_coroutine_threadsafe(server.stop(None), loop).result(30)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(30)
-    loop.close()
+    with threaded_server(Refusing()) as server:
+        yield server.address
 
 
 async def test_a_process_on_a_refused_stream_gets_the_refusal(address):
