@@ -26,6 +26,10 @@ from tests.sandbox_server import RunningServer, sandbox_server
 
 #: Modules of document extraction alone: none is needed to listen or to run a command.
 DOCUMENT_MODULES = {"protolink.execution.documents", "protolink.execution.extract", "zipfile", "csv"}
+#: What the server's start does without: OpenSSL (asyncio loads with ``ssl`` blocked, whose
+#: attempt the log still names), ``shutil`` with its compressors (argparse's terminal width)
+#: and ``platform`` (the seccomp filter's machine name).
+NOT_AT_START = {"_ssl", "shutil", "bz2", "lzma", "platform"}
 
 
 class Silent:
@@ -63,6 +67,26 @@ async def test_the_start_and_a_first_command_load_no_document_extractor(server: 
     modules = loaded(server)
     assert "protolink_sandboxd.server" in modules  # the log is there
     assert not modules & DOCUMENT_MODULES
+
+
+@pytest.mark.root
+async def test_the_start_loads_no_openssl_shutil_or_platform(server: RunningServer, root: Path):
+    result = await server.backend.execute(ProcessSpec(("/bin/true",), str(root), {"PATH": "/usr/bin:/bin"}, 30, 1024),
+                                          Silent())
+    assert result.exit_code == 0
+    modules = loaded(server)
+    assert "protolink_sandboxd.server" in modules and "asyncio" in modules  # the log is there
+    assert not modules & NOT_AT_START
+
+
+@pytest.mark.docker
+def test_the_images_interpreter_starts_without_pip_or_setuptools(docker_client, sandbox_image: str):
+    found = docker_client.containers.run(
+        sandbox_image, ["-I", "-c", "import importlib.util as u, sys; print(sorted(sys.modules)); "
+                                    "print([m for m in ('pip', 'setuptools', 'pkg_resources') if u.find_spec(m)])"],
+        entrypoint=["/opt/protolink/bin/python"], network_mode="none", remove=True).decode().splitlines()
+    assert "_distutils_hack" not in found[0]  # setuptools' .pth hook, run at every start
+    assert found[1] == "[]"
 
 
 @pytest.mark.root
