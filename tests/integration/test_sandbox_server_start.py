@@ -1,6 +1,7 @@
 """What the real sandbox server loads: its start and a first command load no document
-extractor (a cold sandbox's first command waits for the start); file, document and upload calls
-load what they need at their first call and work as a cold sandbox's first call.
+extractor, no OpenSSL, ``shutil`` or ``platform`` (a cold sandbox's first command waits for the
+start), and the image's interpreter starts without setuptools' hook; file, document and upload
+calls load what they need at their first call and work as a cold sandbox's first call.
 
 A server on this host (:mod:`tests.sandbox_server`) runs with Python's import log
 (``PYTHONPROFILEIMPORTTIME``) on its stderr, which names every module as it loads; a
@@ -60,23 +61,13 @@ def loaded(server: RunningServer) -> set[str]:
 
 
 @pytest.mark.root
-async def test_the_start_and_a_first_command_load_no_document_extractor(server: RunningServer, root: Path):
-    result = await server.backend.execute(ProcessSpec(("/bin/true",), str(root), {"PATH": "/usr/bin:/bin"}, 30, 1024),
-                                          Silent())
-    assert result.exit_code == 0
-    modules = loaded(server)
-    assert "protolink_sandboxd.server" in modules  # the log is there
-    assert not modules & DOCUMENT_MODULES
-
-
-@pytest.mark.root
-async def test_the_start_loads_no_openssl_shutil_or_platform(server: RunningServer, root: Path):
+async def test_the_start_and_a_first_command_load_only_what_they_use(server: RunningServer, root: Path):
     result = await server.backend.execute(ProcessSpec(("/bin/true",), str(root), {"PATH": "/usr/bin:/bin"}, 30, 1024),
                                           Silent())
     assert result.exit_code == 0
     modules = loaded(server)
     assert "protolink_sandboxd.server" in modules and "asyncio" in modules  # the log is there
-    assert not modules & NOT_AT_START
+    assert not modules & DOCUMENT_MODULES and not modules & NOT_AT_START
 
 
 @pytest.mark.docker
