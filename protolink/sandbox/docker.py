@@ -377,7 +377,7 @@ class DockerSandbox:
         host = HostFacts(channel_dir=host_dir, created=int(time.time()), seccomp_profile=seccomp_profile())
         spec = self._spec(engine_facts, host)
         try:
-            container = self._docker.containers.create(**spec.create_kwargs())
+            container = engine.create_container(self._docker, **spec.create_kwargs())
         except docker.errors.APIError as error:
             # An engine confined to some of its CPUs refuses others ("Requested CPUs are not
             # available"): the limit falls back to a quota.
@@ -386,7 +386,7 @@ class DockerSandbox:
             log.warning("sandbox %s: the engine refused CPUs %s (%s); using a CPU quota instead",
                         self.name, spec.cpuset_cpus, error)
             spec = self._spec(replace(engine_facts, cpuset_allowed=False), host)
-            container = self._docker.containers.create(**spec.create_kwargs())
+            container = engine.create_container(self._docker, **spec.create_kwargs())
         self._container = container
         try:
             container.start()

@@ -36,6 +36,21 @@ def client() -> Any:
     return made
 
 
+def create_container(client: Any, **kwargs: Any) -> Any:
+    """Create a container as the SDK's ``client.containers.create(**kwargs)`` does (the same
+    request, the same errors), without the inspection the SDK makes of it afterwards (a round
+    trip on a cold sandbox's start). Blocking.
+
+    Returns the SDK's ``Container`` whose ``attrs`` hold only its ``Id``: ``reload()`` it to read
+    anything else. The request is built by ``_create_container_args``, the SDK's private function
+    that ``containers.create`` calls (tests/integration/test_engine.py compares the two).
+    """
+    from docker.models.containers import _create_container_args
+
+    created = client.api.create_container(**_create_container_args({**kwargs, "version": client.api.api_version}))
+    return client.containers.prepare_model({"Id": created["Id"]})
+
+
 #: How long removing a container may take in all. The engine answers a removal only once the
 #: container's processes are dead: gVisor killing a fork bomb on a loaded machine needs longer
 #: than one read of the SDK (60 s), and the engine goes on removing after the read gave up.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from types import ModuleType
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         return REFUSED
 
     def serve() -> int:
-        import asyncio
+        asyncio = import_asyncio_without_ssl()
 
         # gRPC's fork handlers crash children that fail to exec after a setuid (SIGSEGV instead
         # of an error); commands and workers never use gRPC, so they are not needed.
@@ -60,6 +61,25 @@ def main(argv: list[str] | None = None) -> int:
 
     code = run_under_reaper(serve)
     return code if code >= 0 else 128 - code
+
+
+def import_asyncio_without_ssl() -> ModuleType:
+    """``asyncio``, imported while ``ssl`` cannot be: asyncio's own TLS is then off in this process.
+
+    asyncio imports ``ssl`` (and OpenSSL with it: 6-8 ms of a cold start) as it loads, for
+    connections that ask for TLS, and does without it when it is missing. No connection of the
+    server asks: gRPC has a TLS of its own, and the server listens on a Unix socket or, with a
+    token, on plain TCP. The block is lifted at once: a later ``import ssl`` gets the module.
+    """
+    blocked = "ssl" not in sys.modules
+    if blocked:
+        sys.modules["ssl"] = None  # type: ignore[assignment]  # `import ssl` raises ImportError
+    try:
+        import asyncio
+    finally:
+        if blocked:
+            del sys.modules["ssl"]
+    return asyncio
 
 
 if __name__ == "__main__":

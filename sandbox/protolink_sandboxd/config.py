@@ -17,6 +17,9 @@ from .spawner import PROGRAM
 
 MiB = 1024 * 1024
 NOBODY = 65534
+#: The width ``--help`` is formatted to. argparse asks ``shutil.get_terminal_size`` when given none,
+#: for every argument added: importing ``shutil`` (and ``bz2``, ``lzma``) would delay every start.
+HELP_WIDTH = 100
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,8 @@ class ServerConfig:
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
     """Parse and check the command line; reads, then deletes, the token file."""
-    parser = argparse.ArgumentParser(prog="python3 -m protolink_sandboxd", description="The ProtoLink sandbox server.")
+    parser = argparse.ArgumentParser(prog="python3 -m protolink_sandboxd", description="The ProtoLink sandbox server.",
+                                     formatter_class=_FixedWidthHelp)
     parser.add_argument("--listen", required=True, help="unix:///abs/path.sock or tcp://HOST:PORT")
     parser.add_argument("--root", action="append", default=[], type=_root, metavar="PATH:rw|ro",
                         help="a mounted root; repeat for several")
@@ -132,6 +136,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         serve_unprotected=args.serve_unprotected,
         held_elsewhere=frozenset(args.held_elsewhere),
     )
+
+
+class _FixedWidthHelp(argparse.HelpFormatter):
+    """argparse's formatter at :data:`HELP_WIDTH` columns, whatever the terminal's."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=HELP_WIDTH)
 
 
 def _root(text: str) -> Root:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,7 +29,8 @@ _ATTR_ACT_BADARCH, _ATTR_CTL_NNP, _ATTR_CTL_OPTIMIZE = 2, 3, 8
 #: Docker's names of the machines' architectures, as ``includes.arches`` writes them.
 _DOCKER_ARCHES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x",
                   "riscv64": "riscv64"}
-_ARCH = _DOCKER_ARCHES.get(platform.machine(), platform.machine())
+_MACHINE = os.uname().machine  # what platform.machine() says, without importing platform at the server's start
+_ARCH = _DOCKER_ARCHES.get(_MACHINE, _MACHINE)
 _RULE_KEYS = {"names", "action", "errnoRet", "args", "includes", "excludes", "comment"}
 _CONDITION_KEYS = {"arches"}
 

@@ -1,6 +1,7 @@
 """What the real sandbox server loads: its start and a first command load no document
-extractor (a cold sandbox's first command waits for the start); file, document and upload calls
-load what they need at their first call and work as a cold sandbox's first call.
+extractor, no OpenSSL, ``shutil`` or ``platform`` (a cold sandbox's first command waits for the
+start), and the image's interpreter starts without setuptools' hook; file, document and upload
+calls load what they need at their first call and work as a cold sandbox's first call.
 
 A server on this host (:mod:`tests.sandbox_server`) runs with Python's import log
 (``PYTHONPROFILEIMPORTTIME``) on its stderr, which names every module as it loads; a
@@ -26,6 +27,10 @@ from tests.sandbox_server import RunningServer, sandbox_server
 
 #: Modules of document extraction alone: none is needed to listen or to run a command.
 DOCUMENT_MODULES = {"protolink.execution.documents", "protolink.execution.extract", "zipfile", "csv"}
+#: What the server's start does without: OpenSSL (asyncio loads with ``ssl`` blocked, whose
+#: attempt the log still names), ``shutil`` with its compressors (argparse's terminal width)
+#: and ``platform`` (the seccomp filter's machine name).
+NOT_AT_START = {"_ssl", "shutil", "bz2", "lzma", "platform"}
 
 
 class Silent:
@@ -56,13 +61,23 @@ def loaded(server: RunningServer) -> set[str]:
 
 
 @pytest.mark.root
-async def test_the_start_and_a_first_command_load_no_document_extractor(server: RunningServer, root: Path):
+async def test_the_start_and_a_first_command_load_only_what_they_use(server: RunningServer, root: Path):
     result = await server.backend.execute(ProcessSpec(("/bin/true",), str(root), {"PATH": "/usr/bin:/bin"}, 30, 1024),
                                           Silent())
     assert result.exit_code == 0
     modules = loaded(server)
-    assert "protolink_sandboxd.server" in modules  # the log is there
-    assert not modules & DOCUMENT_MODULES
+    assert "protolink_sandboxd.server" in modules and "asyncio" in modules  # the log is there
+    assert not modules & DOCUMENT_MODULES and not modules & NOT_AT_START
+
+
+@pytest.mark.docker
+def test_the_images_interpreter_starts_without_pip_or_setuptools(docker_client, sandbox_image: str):
+    found = docker_client.containers.run(
+        sandbox_image, ["-I", "-c", "import importlib.util as u, sys; print(sorted(sys.modules)); "
+                                    "print([m for m in ('pip', 'setuptools', 'pkg_resources') if u.find_spec(m)])"],
+        entrypoint=["/opt/protolink/bin/python"], network_mode="none", remove=True).decode().splitlines()
+    assert "_distutils_hack" not in found[0]  # setuptools' .pth hook, run at every start
+    assert found[1] == "[]"
 
 
 @pytest.mark.root

@@ -383,6 +383,7 @@ print(json.dumps({'env': dict(os.environ), 'environ': readable}))
     answers = await attacker.probe(code)
     assert CANARY_VARIABLE not in answers["env"]
     assert not any(CANARY in environ for environ in answers["environ"].values())
+    sandbox._container.reload()  # the sandbox's container knows its id alone until it is reloaded
     docker_env = sandbox._container.attrs["Config"]["Env"] or []
     assert not any(CANARY in item for item in docker_env)
     await still_serves(attacker)
