@@ -227,7 +227,7 @@ async def test_kill_loop_during_launches(attacker):
 
 @pytest.mark.docker
 async def test_reach_or_replace_the_server(attacker):
-    """A command tries to open, unlink or shadow the server's Unix socket and to overwrite the server's code.
+    """A command tries to open, unlink or shadow the server's Unix socket, to open its command channel (pipes.sock), and to overwrite the server's code.
 
     The socket directory is the host user's, mode 0700 (EACCES; gVisor answers EPERM for the socket's own name); the server's code belongs to root, on the read-only root file system.
     """
@@ -263,9 +263,10 @@ print(json.dumps(answers))
 
 @pytest.mark.docker
 async def test_the_command_channel_is_the_host_users_and_refuses_a_forged_request(sandbox, attacker):
-    """The command channel's socket is the runtime directory owner's, owner-only (gVisor refuses
-    the chmod; the directory keeps others out); a connection whose first datagram is a request,
-    not the authorization, is refused with a typed error and runs nothing."""
+    """A client on the host sends the command channel (pipes.sock) an Execute request as its first datagram, without the authorization, to run a command.
+
+    Refused with a typed SandboxAuthenticationError and the connection closed; the command never runs. The socket belongs to the runtime directory's owner, mode 0600 (gVisor refuses the chmod; the directory keeps others out; and its kernel passes no descriptors, so no channel is offered there).
+    """
     path = os.path.join(os.path.dirname(sandbox.address.removeprefix("unix://")), SOCKET_NAME)
     info = os.stat(path)
     assert info.st_uid == os.stat(os.path.dirname(path)).st_uid
