@@ -118,6 +118,7 @@ class ChannelCall:
         self._done = False
         self._broken = False
         self._readable: asyncio.Future[None] | None = None  # while the reader waits for a datagram
+        self._writable: asyncio.Future[None] | None = None  # while a request waits for room to be sent
         self._waiting_since = 0.0  # when the reader began to wait, or this loop last had time to ping
         self._pinging: asyncio.TimerHandle | None = None
         self._failure: Exception | None = None
@@ -125,7 +126,9 @@ class ChannelCall:
 
     async def write(self, request: process_pb2.ExecuteRequest) -> None:
         """Send ``request``, naming this connection for its pipes when its output may be large
-        (:class:`Unsent` when the channel is not, or no longer, there)."""
+        (:class:`Unsent` when the channel is not, or no longer, there); one write at a time, as
+        :class:`~.process_stream.ProcessStream` writes. A burst the server has not read yet waits
+        here for room."""
         if not await asyncio.shield(self._greeted) or self._done:
             raise Unsent(SandboxUnavailableError("the sandbox offers no command channel"))
         if self._pipes_above is not None and request.max_output_bytes > self._pipes_above:
@@ -134,11 +137,30 @@ class ChannelCall:
         if len(data) > DATAGRAM_BYTES:
             raise ValueError(f"a request of {len(data)} bytes does not fit the command channel")
         try:
-            self._sock.send(data)  # a datagram this size is taken at once, or refused
+            await self._send(data)
         except OSError as error:
             request.ClearField("pipe_connection")
             self._broken = True  # the reader learns why from the connection; a new call is made
             raise Unsent(SandboxUnavailableError(f"the sandbox's command channel has closed: {error}")) from None
+
+    async def _send(self, data: bytes) -> None:
+        """Send one datagram, waiting while the socket's send buffer is full (a burst of requests
+        the server has not read yet); OSError once the connection is gone."""
+        while True:
+            try:
+                self._sock.send(data)
+                return
+            except BlockingIOError:
+                pass
+            self._writable = writable = self._loop.create_future()
+            self._loop.add_writer(self._sock.fileno(), lambda: writable.done() or writable.set_result(None))
+            try:
+                await writable
+            finally:
+                if not self._done:
+                    self._loop.remove_writer(self._sock.fileno())
+            if self._done:
+                raise ConnectionResetError("the call was cancelled")
 
     def __aiter__(self) -> ChannelCall:
         return self
@@ -181,6 +203,9 @@ class ChannelCall:
         if self._readable is not None and not self._readable.done():
             self._loop.remove_reader(self._sock.fileno())
             self._readable.set_result(None)
+        if self._writable is not None and not self._writable.done():
+            self._loop.remove_writer(self._sock.fileno())
+            self._writable.set_result(None)
         self._sock.close()
 
     async def _greeting(self, path: str, authorization: bytes, refused: Callable[[], None]) -> bool:
