@@ -265,7 +265,7 @@ print(json.dumps(answers))
 async def test_the_command_channel_is_the_host_users_and_refuses_a_forged_request(sandbox, attacker):
     """A client on the host sends the command channel (pipes.sock) an Execute request as its first datagram, without the authorization, to run a command.
 
-    Refused with a typed SandboxAuthenticationError and the connection closed; the command never runs. The socket belongs to the runtime directory's owner, mode 0600 (gVisor refuses the chmod; the directory keeps others out; and its kernel passes no descriptors, so no channel is offered there).
+    Refused with a typed SandboxAuthenticationError and the connection closed; the command never runs. The socket belongs to the runtime directory's owner, mode 0600 (gVisor refuses the chmod; the directory keeps others out). Under gVisor, whose kernel passes no descriptors to the host, the server closes every connection without a greeting: no channel is offered, and the host's commands run over gRPC.
     """
     path = os.path.join(os.path.dirname(sandbox.address.removeprefix("unix://")), SOCKET_NAME)
     info = os.stat(path)
@@ -283,6 +283,7 @@ async def test_the_command_channel_is_the_host_users_and_refuses_a_forged_reques
                 os.close(fd)
             if not greeting:
                 assert GVISOR  # its kernel passes no descriptors: no channel is offered
+                assert (await attacker.run(["/bin/echo", "on gRPC"])).stdout == "on gRPC\n"  # the fallback
                 return
             sock.send(forged.SerializeToString())
             refusal, _, _ = await receive_next(sock, DATAGRAM_BYTES, 0)
