@@ -32,6 +32,7 @@ import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from protolink.errors import SandboxAuthenticationError
+from protolink.wire._pb import errors_pb2
 from protolink.wire.output_events import MAX_HEAD_BYTES, output_event, read_output_event
 from protolink.wire.pipe_passing import (
     AUTHORIZATION,
@@ -197,8 +198,11 @@ class _Channel:
         except OSError:
             pass  # the host has gone: the call is canceled
         except Exception as error:  # a request that does not parse, a broken protocol, a refusal
+            wire = to_status(error)[1]
+            if wire.kind == errors_pb2.ERROR_KIND_INTERNAL:
+                log.error("internal error", exc_info=error)  # as the gRPC method logs it
             with contextlib.suppress(OSError):
-                self._sock.sendmsg([FAILURE, to_status(error)[1].SerializeToString()], [], socket.MSG_DONTWAIT)
+                self._sock.sendmsg([FAILURE, wire.SerializeToString()], [], socket.MSG_DONTWAIT)
 
     async def _incoming(self) -> AsyncIterator[bytes]:
         """The call's requests: it has no end of its own (the host's close cancels it)."""
