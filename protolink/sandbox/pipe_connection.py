@@ -117,8 +117,8 @@ class ChannelCall:
         self._key = b""
         self._done = False
         self._broken = False
-        self._readable: asyncio.Future[None] | None = None  # while the reader waits for a datagram
-        self._writable: asyncio.Future[None] | None = None  # while a request waits for room to be sent
+        #: While the reader waits for a datagram ("read"), or a request for room to be sent ("write").
+        self._waits: dict[str, asyncio.Future[None]] = {}
         self._waiting_since = 0.0  # when the reader began to wait, or this loop last had time to ping
         self._pinging: asyncio.TimerHandle | None = None
         self._failure: Exception | None = None
@@ -152,13 +152,7 @@ class ChannelCall:
                 return
             except BlockingIOError:
                 pass
-            self._writable = writable = self._loop.create_future()
-            self._loop.add_writer(self._sock.fileno(), lambda: writable.done() or writable.set_result(None))
-            try:
-                await writable
-            finally:
-                if not self._done:
-                    self._loop.remove_writer(self._sock.fileno())
+            await self._ready("write")
             if self._done:
                 raise ConnectionResetError("the call was cancelled")
 
@@ -173,7 +167,8 @@ class ChannelCall:
                 size, ancillary, flags, _ = self._sock.recvmsg_into([self._buffer], self._ancillary,
                                                                     socket.MSG_CMSG_CLOEXEC)
             except BlockingIOError:
-                await self._wait_readable()
+                self._waiting_since = self._loop.time()
+                await self._ready("read")
                 continue
             except OSError as error:
                 self.cancel()
@@ -200,12 +195,10 @@ class ChannelCall:
     def _close(self) -> None:
         if self._pinging is not None:
             self._pinging.cancel()
-        if self._readable is not None and not self._readable.done():
-            self._loop.remove_reader(self._sock.fileno())
-            self._readable.set_result(None)
-        if self._writable is not None and not self._writable.done():
-            self._loop.remove_writer(self._sock.fileno())
-            self._writable.set_result(None)
+        for direction, ready in self._waits.items():
+            if not ready.done():
+                getattr(self._loop, _WATCHES[direction][1])(self._sock.fileno())
+                ready.set_result(None)
         self._sock.close()
 
     async def _greeting(self, path: str, authorization: bytes, refused: Callable[[], None]) -> bool:
@@ -239,7 +232,7 @@ class ChannelCall:
         now = self._loop.time()
         if now - due > PING_SECONDS / 2:
             self._waiting_since = now  # late: this loop was busy, and an answer may wait unread
-        elif self._readable is not None and not self._readable.done() and (
+        elif "read" in self._waits and not self._waits["read"].done() and (
                 now - self._waiting_since >= PING_TIMEOUT_SECONDS + PING_SECONDS):
             self._failure = SandboxUnavailableError(
                 f"the sandbox did not answer a ping within {PING_TIMEOUT_SECONDS:g} s")
@@ -283,16 +276,21 @@ class ChannelCall:
                 for fd in fds:
                     os.close(fd)
 
-    async def _wait_readable(self) -> None:
-        """Wait until a datagram (or the connection's end) is there, or the call is canceled."""
-        self._readable = readable = self._loop.create_future()
-        self._waiting_since = self._loop.time()
-        self._loop.add_reader(self._sock.fileno(), lambda: readable.done() or readable.set_result(None))
+    async def _ready(self, direction: str) -> None:
+        """Wait until the socket is readable (``direction`` "read") or writable ("write"), or the
+        call is canceled."""
+        watch, unwatch = (getattr(self._loop, name) for name in _WATCHES[direction])
+        self._waits[direction] = ready = self._loop.create_future()
+        watch(self._sock.fileno(), lambda: ready.done() or ready.set_result(None))
         try:
-            await readable
+            await ready
         finally:
             if not self._done:
-                self._loop.remove_reader(self._sock.fileno())
+                unwatch(self._sock.fileno())
+
+
+#: The loop's methods that watch a socket, by direction: the callback's registration and its removal.
+_WATCHES = {"read": ("add_reader", "remove_reader"), "write": ("add_writer", "remove_writer")}
 
 
 def channel_socket(address: str) -> str | None:
