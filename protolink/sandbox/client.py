@@ -53,7 +53,7 @@ __all__ = ["SandboxBackend", "SandboxInfo", "attach", "connect"]
 MiB = 1024 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 32 * MiB
 #: The largest request that goes on the command channel: room for the id it gets and its
-#: pipe connection's key (a larger one, with a large stdin say, goes on gRPC).
+#: pipe connection's key (a larger one, with a long argv or environment, goes on gRPC).
 CHANNEL_REQUEST_BYTES = DATAGRAM_BYTES - 64
 #: Processes run at once when the server does not say how many it runs.
 DEFAULT_MAX_CONCURRENCY = 64
@@ -189,7 +189,7 @@ class SandboxBackend(Operations):
         calls = (grpc_calls(channel, self._metadata) if address is None
                  else own_calls(address, self._metadata, max_message_bytes=max_message_bytes))
         in_flight = asyncio.Semaphore(int(info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
-        #: Requests too large for a datagram of the command channel (a large stdin) keep to gRPC.
+        #: Requests too large for a datagram of the command channel (a long argv or environment) keep to gRPC.
         self._large_processes = ProcessStream(calls, in_flight=in_flight)
         local = channel_socket(address) if address is not None and command_channel else None
         if local is not None:
