@@ -11,14 +11,16 @@ prints, side by side (sandbox, local and bare calls are timed in turns), with th
 average, since figures move 2-3x with it:
   1. ``/bin/true`` through ``execute_command``: sandbox vs LocalExecutionBackend vs a bare asyncio
      spawn of the same program vs ``docker exec`` vs ``docker run --rm`` (targets: sandbox/bare
-     median <= 1.5; sandbox/local <= 1.5; sandbox >= 30x faster than ``docker exec``), and the
+     median <= 1.5; sandbox/local <= 1.5; sandbox >= 30x faster than ``docker exec``), the same
+     sandbox's call without the command channel (``connect(..., command_channel=False)``: gRPC, what
+     TCP, a service's forwarding and gVisor get) in the same turns, and the
      sandbox's call with this client pinned to the sandbox's CPU and to another, and what the
      sandbox's processes spend per command (the server's and the spawner's CPU and sleeps, and
      the CPU of the keepers and commands the spawner reaped);
   2. cold start, DockerSandbox entered -> first command's result, median of 10 (target <= 400 ms);
-  3. 200 concurrent commands in one sandbox, and on the host backend: throughput and errors
-     (target >= 400/s, 0 errors), and the CPU time the sandbox's server and this client spent
-     per command;
+  3. 200 concurrent commands in one sandbox, on gRPC in the same sandbox, and on the host backend:
+     throughput and errors (target >= 400/s, 0 errors), and the CPU time the sandbox's server and
+     this client spent per command (on the command channel);
   4. 10 MB and 100 MB of stdout, all of it kept, through ``execute_command``: sandbox vs local
      (target: the sandbox's throughput >= 0.8x local's; the sandbox passes the command's pipes to
      this host), and beside them the same output on the Execute stream (a backend that takes no
@@ -338,14 +340,16 @@ async def main(sections: set[str], image: str | None = None) -> None:
 
         print(f"sandbox image {image}; {os.cpu_count()} CPUs\n")
         sandbox = DockerSandbox([root], image=image)
-        async with sandbox as backend:
+        async with sandbox as backend, await connect(sandbox.address, command_channel=False) as grpc_backend:
             boxed = agent_for(backend, root)
+            on_grpc = agent_for(grpc_backend, root)  # the same sandbox without the command channel
 
             if "roundtrip" in sections:
                 # 1. Round trip.
                 print(load())
-                box_true, local_true, bare = await medians_of(ROUND_TRIPS, lambda: true_once(boxed, root),
-                                                              lambda: true_once(local, root), bare_true)
+                box_true, grpc_true, local_true, bare = await medians_of(
+                    ROUND_TRIPS, lambda: true_once(boxed, root), lambda: true_once(on_grpc, root),
+                    lambda: true_once(local, root), bare_true)
                 docker_exec = await asyncio.to_thread(median_blocking, DOCKER_EXECS,
                                                       ["docker", "exec", sandbox.name, "/bin/true"])
                 docker_run = await asyncio.to_thread(median_blocking, DOCKER_RUNS,
@@ -356,6 +360,7 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 row("", f"{box_true * 1e3:.2f} ms", f"{local_true * 1e3:.2f} ms", f"{bare * 1e3:.2f} ms",
                     f"{docker_exec * 1e3:.1f} ms", f"{docker_run * 1e3:.0f} ms")
                 row("  sandbox/bare (target <= 1.5)", f"{box_true / bare:.2f}")
+                row("  the same sandbox on gRPC, its /bare", f"{grpc_true * 1e3:.2f} ms", f"{grpc_true / bare:.2f}")
                 row("  sandbox/local (target <= 1.5), local/bare", f"{box_true / local_true:.2f}",
                     f"{local_true / bare:.2f}")
                 row("  docker exec/sandbox (target >= 30)", f"{docker_exec / box_true:.0f}x")
@@ -383,21 +388,24 @@ async def main(sections: set[str], image: str | None = None) -> None:
             if "concurrent" in sections:
                 # 3. Concurrency, in turns with the host backend.
                 await concurrent_rate(boxed, root)  # warm
-                rates: dict[str, list[float]] = {"sandbox": [], "local": []}
+                await concurrent_rate(on_grpc, root)
+                rates: dict[str, list[float]] = {"sandbox": [], "gRPC": [], "local": []}
                 errors = 0
                 meter = CpuMeter(server_pids(sandbox))
                 bursts = (("sandbox", meter.of(lambda: concurrent_rate(boxed, root))),
+                          ("gRPC", lambda: concurrent_rate(on_grpc, root)),
                           ("local", lambda: concurrent_rate(local, root)))
                 for _ in range(REPEATS):
                     for name, burst in bursts:
                         rate, failed = await burst()
                         rates[name].append(rate)
                         errors += failed
-                box_rate, local_rate = (statistics.median(rates[name]) for name in ("sandbox", "local"))
+                box_rate, grpc_rate, local_rate = (statistics.median(rates[name]) for name in ("sandbox", "gRPC", "local"))
                 print()
                 print(load())
                 row(f"{CONCURRENT} concurrent /bin/true (median of {REPEATS})", "sandbox", "local", "sandbox/local")
                 row("", f"{box_rate:.0f}/s", f"{local_rate:.0f}/s", f"{box_rate / local_rate:.2f}")
+                row("  the same sandbox on gRPC", f"{grpc_rate:.0f}/s", "", f"{grpc_rate / local_rate:.2f}")
                 row("  errors (target 0); target", f"{errors}", "", ">= 400/s")
                 commands = CONCURRENT * REPEATS
                 row("  CPU per command: server, this client", f"{meter.server / commands * 1e3:.2f} ms",

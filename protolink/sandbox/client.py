@@ -39,17 +39,22 @@ from protolink.execution.resolve import Resolved
 from protolink.wire import convert
 from protolink.wire._pb import sandbox_pb2, sandbox_pb2_grpc
 from protolink.wire.operations import WIRE_OPERATIONS
+from protolink.wire.pipe_passing import DATAGRAM_BYTES
 from protolink.wire.keepalive import CLIENT_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
-from .process_stream import Output, ProcessStream, grpc_calls, own_calls, pipe_socket
+from .pipe_connection import ChannelCalls, channel_socket
+from .process_stream import PIPES_ABOVE_BYTES, Output, ProcessStream, grpc_calls, own_calls
 from .resolutions import Resolutions
 
 __all__ = ["SandboxBackend", "SandboxInfo", "attach", "connect"]
 
 MiB = 1024 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 32 * MiB
+#: The largest request that goes on the command channel: room for the id it gets and its
+#: pipe connection's key (a larger one, with a long argv or environment, goes on gRPC).
+CHANNEL_REQUEST_BYTES = DATAGRAM_BYTES - 64
 #: Processes run at once when the server does not say how many it runs.
 DEFAULT_MAX_CONCURRENCY = 64
 #: Extra time a process call may take beyond its timeout: group kill, reap and drain.
@@ -95,19 +100,22 @@ async def connect(
     timeout: float = 5.0,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     output_pipes: bool = True,
+    command_channel: bool = True,
 ) -> SandboxBackend:
     """Connect to a sandbox server at ``unix:///path`` or ``host:port``.
 
     Waits up to ``timeout`` seconds for the server to answer (it may still be starting), then
     returns a backend named after the server's boundary. ``token`` is sent with every call
     (required for TCP). Raises SandboxUnavailableError when no server answers in time.
-    ``output_pipes=False`` keeps every process's output on the Execute stream (see :func:`attach`).
+    ``output_pipes=False`` keeps every process's output on the Execute stream, ``command_channel=False``
+    every process on gRPC (see :func:`attach`).
     """
     channel = grpc.aio.insecure_channel(address.removeprefix("tcp://"), options=channel_options(max_message_bytes))
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     try:
         return await attach(channel, metadata, timeout=timeout, max_message_bytes=max_message_bytes, owns_channel=True,
-                            address=address if _own_connection_reaches(address) else None, output_pipes=output_pipes)
+                            address=address if _own_connection_reaches(address) else None, output_pipes=output_pipes,
+                            command_channel=command_channel)
     except BaseException:
         await channel.close()
         raise
@@ -123,22 +131,25 @@ async def attach(
     info: sandbox_pb2.InfoResponse | None = None,
     address: str | None = None,
     output_pipes: bool = True,
+    command_channel: bool = True,
 ) -> SandboxBackend:
     """A backend over an open ``channel`` whose every call carries ``metadata`` (a sandbox
     service's channel, say), once the server answers ``Info`` within ``timeout`` seconds (or
     at once with its ``info``, already at hand). Closing the backend closes the channel only
     when it ``owns_channel``. With the server's plaintext ``address`` (``unix:///path`` or
     ``[tcp://]host:port``), processes run on connections of their own to it, without grpcio's
-    receive (:func:`.process_stream.own_calls`), and a Unix socket's server may pass their
-    output's pipes to this host (:mod:`.pipe_connection`; unless ``output_pipes`` is False);
-    without it, on the channel. The
+    receive (:func:`.process_stream.own_calls`); a Unix socket's server runs them on its command
+    channel, where it offers one (:mod:`.pipe_connection`; unless ``command_channel`` is False), and
+    may pass their output's pipes to this host there (unless ``output_pipes`` is False); without
+    ``address``, on the gRPC channel. The
     processes' call is opened at once (:meth:`.process_stream.ProcessStream.open`)."""
     response = info if info is not None else await _call(
         sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
         metadata=tuple(metadata), timeout=timeout, wait_for_ready=True,
     )
     backend = SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
-                             owns_channel=owns_channel, address=address, output_pipes=output_pipes)
+                             owns_channel=owns_channel, address=address, output_pipes=output_pipes,
+                             command_channel=command_channel)
     backend._processes.open()  # the first command's connection and stream, set up meanwhile
     return backend
 
@@ -151,7 +162,8 @@ class SandboxBackend(Operations):
     server reported when the connection was made; ``boundary`` names the sandbox in previews.
     Closing it closes ``channel`` unless ``owns_channel`` is False (a channel shared with others).
     Processes run on connections of their own to ``address`` when it is given, their output's
-    pipes passed to this host where the server can and ``output_pipes`` allows (see :func:`attach`).
+    pipes passed to this host where the server can and ``output_pipes`` allows, on the command
+    channel unless ``command_channel`` is False (see :func:`attach`).
     """
 
     def __init__(
@@ -164,6 +176,7 @@ class SandboxBackend(Operations):
         owns_channel: bool = True,
         address: str | None = None,
         output_pipes: bool = True,
+        command_channel: bool = True,
     ) -> None:
         self._channel = channel
         self._owns_channel = owns_channel
@@ -175,9 +188,13 @@ class SandboxBackend(Operations):
         self._resolutions = Resolutions()
         calls = (grpc_calls(channel, self._metadata) if address is None
                  else own_calls(address, self._metadata, max_message_bytes=max_message_bytes))
-        self._processes = ProcessStream(calls, max_in_flight=int(
-            info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)),
-            pipe_socket=pipe_socket(address) if address is not None and output_pipes else None)
+        in_flight = asyncio.Semaphore(int(info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
+        #: Requests too large for a datagram of the command channel (a long argv or environment) keep to gRPC.
+        self._large_processes = ProcessStream(calls, in_flight=in_flight)
+        local = channel_socket(address) if address is not None and command_channel else None
+        if local is not None:
+            calls = ChannelCalls(local, self._metadata, calls, pipes_above=PIPES_ABOVE_BYTES if output_pipes else None)
+        self._processes = ProcessStream(calls, in_flight=in_flight)
         self.info_at_connect = info
         self.boundary = info.boundary
 
@@ -193,6 +210,7 @@ class SandboxBackend(Operations):
         if not self._closed:
             self._closed = True
             await self._processes.aclose()
+            await self._large_processes.aclose()
             if self._owns_channel:
                 await self._channel.close()
 
@@ -241,7 +259,8 @@ class SandboxBackend(Operations):
         text = output.collector
         deadline_seconds = spec.timeout_seconds + EXECUTE_GRACE_SECONDS
         try:
-            facts = await self._connected(lambda: self._processes.run(request, output, deadline_seconds))
+            processes = self._processes if request.ByteSize() <= CHANNEL_REQUEST_BYTES else self._large_processes
+            facts = await self._connected(lambda: processes.run(request, output, deadline_seconds))
         except asyncio.CancelledError:
             text.close()
             partial = ProcessResult(None, text.stdout, text.stderr, truncated=output.cap.truncated, canceled=True,

@@ -1,32 +1,61 @@
-"""The host's side of the pipe connection (:mod:`protolink.wire.pipe_passing`): the output pipes
-of commands in a sandbox on this host, received to be read here as the host backend reads its own.
+"""The host's side of the command channel (:mod:`protolink.wire.pipe_passing`): the Execute call
+of a sandbox on this host as datagrams on a local socket, without gRPC, and the output pipes of
+its commands received to be read here as the host backend reads its own.
 
-Everything the server sends is untrusted. The greeting must be a key with exactly one pipe's
-read end attached, else the connection is not used (the output stays on gRPC). A hand-off must
-be one request id with exactly two descriptors, each the read end of a pipe or FIFO (``fstat``,
-``O_RDONLY``), received close-on-exec; anything else is closed at once and ends the connection.
-Descriptors for a request that is not waiting for them are closed. What is read from them, how
-much and for how long is :mod:`.process_stream`'s to bound.
+:class:`ChannelCalls` makes :class:`ChannelCall` s while the server offers the channel, and the
+``fallback``'s gRPC calls once it does not (TCP has no channel; a server whose kernel cannot pass
+descriptors, gVisor's, greets without the proof): a request written on a channel that was never
+greeted is :class:`~.process_stream.Unsent`, and goes once more on the call the fallback makes.
+
+While a call is open it pings every :data:`~protolink.wire.keepalive.PING_SECONDS`; a server that
+sends nothing, its answer included, for :data:`~protolink.wire.keepalive.PING_TIMEOUT_SECONDS` while
+the call's reader waits fails the call, as :mod:`.aio_call`'s keepalives do, unless this loop was
+too busy to read.
+
+Everything the server sends is untrusted. The greeting must be :data:`~protolink.wire.pipe_passing.GREETING` and a key
+with exactly one pipe's read end attached (an older server's, a bare key, is no offer). Each datagram after it must be whole and of a known kind: an event (no
+descriptor attached), a hand-off (one request id, exactly two descriptors, each the read end of
+a pipe or FIFO, ``fstat`` and ``O_RDONLY``, received close-on-exec) or the call's failure (a wire
+error). Anything else closes every descriptor it carried and fails the call. What the events say
+and what is read from the pipes is :mod:`.process_stream`'s to check and bound, as on gRPC. The
+datagrams are read only as the call's reader asks: a server that floods the channel waits in the
+kernel's bounded queue.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import fcntl
 import os
 import socket
 import stat
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
-from protolink.net.descriptors import receive, receive_next
-from protolink.wire.pipe_passing import HANDED_FDS, HANDOFF, KEY_BYTES
+from protolink.errors import SandboxProtocolError, SandboxUnavailableError
+from protolink.net.descriptors import receive_next
+from protolink.wire import convert
+from protolink.wire._pb import errors_pb2, process_pb2
+from protolink.wire.pipe_passing import (
+    AUTHORIZATION,
+    DATAGRAM_BYTES,
+    EVENT,
+    FAILURE,
+    GREETING,
+    HANDED_FDS,
+    HANDOFF,
+    HANDOFF_KIND,
+    KEY_BYTES,
+    PING,
+    PONG,
+    SOCKET_NAME,
+)
+from protolink.wire.keepalive import PING_SECONDS, PING_TIMEOUT_SECONDS
+from protolink.wire.status import checked_answer, from_wire
 
 #: How long a connection may take to be greeted.
 GREETING_SECONDS = 5.0
-#: The most hand-offs taken in one go: a server that floods the connection cannot hold this
-#: side's event loop (an honest one sends one per process, at most max_concurrency at once).
-MAX_AT_ONCE = 256
 
 
 class PassedPipes(NamedTuple):
@@ -41,67 +70,244 @@ class PassedPipes(NamedTuple):
         os.close(self.stderr)
 
 
-class PipeConnection:
-    """An open pipe connection: ``key`` names it in requests; each hand-off goes to ``handed``
-    (which closes what it does not take); ``closed`` completes once the connection has ended."""
+class Unsent(Exception):
+    """A request written on a call that had ended, or never began: it never reached the server.
+    ``error`` is what the call's end says."""
 
-    def __init__(self, sock: socket.socket, key: bytes, handed: Callable[[PassedPipes], None]) -> None:
-        self.key = key
-        self._sock = sock
-        self._handed = handed
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class ChannelCalls:
+    """Execute calls on the command channel at ``path`` (each call a connection of its own), or
+    ``fallback()``'s once the server has not offered it. ``pipes_above``: a process that may keep
+    more output than this asks for its pipes (None: never)."""
+
+    def __init__(self, path: str, metadata: Sequence[tuple[str, str]], fallback: Callable[[], Any], *,
+                 pipes_above: int | None) -> None:
+        self._path = path
+        self._authorization = AUTHORIZATION + dict(metadata).get("authorization", "").encode()
+        self._fallback = fallback
+        self._pipes_above = pipes_above
+        #: False once a server has not greeted a connection: every later call is the fallback's.
+        self.offered = True
+
+    def __call__(self) -> Any:
+        if not self.offered:
+            return self._fallback()
+        return ChannelCall(self._path, self._authorization, self._pipes_above, self._refused)
+
+    def _refused(self) -> None:
+        self.offered = False
+
+
+class ChannelCall:
+    """An Execute call on one channel connection, with :class:`~.aio_call.AsyncCall`'s ways:
+    :meth:`write` requests, iterate over what comes (each event's bytes, or the
+    :class:`PassedPipes` of a hand-off; the call's failure raises), :meth:`cancel`."""
+
+    def __init__(self, path: str, authorization: bytes, pipes_above: int | None, refused: Callable[[], None]) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock.setblocking(False)
+        self._pipes_above = pipes_above
         self._loop = asyncio.get_running_loop()
-        self.closed: asyncio.Future[None] = self._loop.create_future()
-        self._loop.add_reader(sock.fileno(), self.receive_queued)
+        self._buffer = bytearray(DATAGRAM_BYTES)
+        self._ancillary = socket.CMSG_SPACE(HANDED_FDS * array.array("i").itemsize)
+        self._key = b""
+        self._done = False
+        self._broken = False
+        #: While the reader waits for a datagram ("read"), or a request for room to be sent ("write").
+        self._waits: dict[str, asyncio.Future[None]] = {}
+        self._waiting_since = 0.0  # when the reader began to wait, or this loop last had time to ping
+        self._pinging: asyncio.TimerHandle | None = None
+        self._failure: Exception | None = None
+        self._greeted = asyncio.ensure_future(self._greeting(path, authorization, refused))
 
-    @classmethod
-    async def open(cls, path: str, handed: Callable[[PassedPipes], None]) -> PipeConnection | None:
-        """A connection to the pipe socket at ``path``, once greeted; None when the server offers
-        none there (no socket: a server that passes no pipes; a refusal: its kernel cannot)."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sock.setblocking(False)
+    async def write(self, request: process_pb2.ExecuteRequest) -> None:
+        """Send ``request``, naming this connection for its pipes when its output may be large
+        (:class:`Unsent` when the channel is not, or no longer, there); one write at a time, as
+        :class:`~.process_stream.ProcessStream` writes. A burst the server has not read yet waits
+        here for room."""
+        if not await asyncio.shield(self._greeted) or self._done:
+            raise Unsent(SandboxUnavailableError("the sandbox offers no command channel"))
+        if self._pipes_above is not None and request.max_output_bytes > self._pipes_above:
+            request.pipe_connection = self._key
+        data = request.SerializeToString()
+        if len(data) > DATAGRAM_BYTES:
+            raise ValueError(f"a request of {len(data)} bytes does not fit the command channel")
+        try:
+            await self._send(data)
+        except OSError as error:
+            request.ClearField("pipe_connection")
+            self._broken = True  # the reader learns why from the connection; a new call is made
+            raise Unsent(SandboxUnavailableError(f"the sandbox's command channel has closed: {error}")) from None
+
+    async def _send(self, data: bytes) -> None:
+        """Send one datagram, waiting while the socket's send buffer is full (a burst of requests
+        the server has not read yet); OSError once the connection is gone."""
+        while True:
+            try:
+                self._sock.send(data)
+                return
+            except BlockingIOError:
+                pass
+            await self._ready("write")
+            if self._done:
+                raise ConnectionResetError("the call was cancelled")
+
+    def __aiter__(self) -> ChannelCall:
+        return self
+
+    async def __anext__(self) -> bytes | PassedPipes:
+        if not await asyncio.shield(self._greeted):
+            raise SandboxUnavailableError("the sandbox offers no command channel")
+        while not self._done:
+            try:
+                size, ancillary, flags, _ = self._sock.recvmsg_into([self._buffer], self._ancillary,
+                                                                    socket.MSG_CMSG_CLOEXEC)
+            except BlockingIOError:
+                self._waiting_since = self._loop.time()
+                await self._ready("read")
+                continue
+            except OSError as error:
+                self.cancel()
+                raise SandboxUnavailableError(f"the sandbox's command channel failed: {error}") from None
+            if (item := self._datagram(size, _descriptors(ancillary), flags)) is not None:
+                return item
+        raise self._failure or SandboxUnavailableError("the sandbox's process stream was cancelled")
+
+    def done(self) -> bool:
+        return self._done or self._broken
+
+    def cancel(self) -> bool:
+        """Close the connection (the server kills and reaps what the call ran), at once or when
+        the greeting has ended (within GREETING_SECONDS); False if over already."""
+        if self._done:
+            return False
+        self._done = True
+        if self._greeted.done():
+            self._close()
+        else:
+            self._greeted.add_done_callback(lambda _: self._close())
+        return True
+
+    def _close(self) -> None:
+        if self._pinging is not None:
+            self._pinging.cancel()
+        for direction, ready in self._waits.items():
+            if not ready.done():
+                getattr(self._loop, _WATCHES[direction][1])(self._sock.fileno())
+                ready.set_result(None)
+        self._sock.close()
+
+    async def _greeting(self, path: str, authorization: bytes, refused: Callable[[], None]) -> bool:
+        """Connect and take the greeting: True once the channel is proven and authorization sent."""
         try:
             async with asyncio.timeout(GREETING_SECONDS):
-                await asyncio.get_running_loop().sock_connect(sock, path)
-                key, fds, _ = await receive_next(sock, KEY_BYTES + 1, 1)
+                await self._loop.sock_connect(self._sock, path)
+                greeting, fds, _ = await receive_next(self._sock, len(GREETING) + KEY_BYTES + 1, 1)
         except (OSError, TimeoutError):
-            sock.close()
-            return None
-        except BaseException:  # canceled
-            sock.close()
-            raise
-        proven = len(key) == KEY_BYTES and len(fds) == 1 and _is_read_end(fds[0])
+            greeting, fds = b"", []
+        key = greeting.removeprefix(GREETING)
+        proven = (greeting.startswith(GREETING) and len(key) == KEY_BYTES and len(fds) == 1
+                  and _is_read_end(fds[0]))
         for fd in fds:
             os.close(fd)
-        if not proven:
-            sock.close()
-            return None
-        return cls(sock, key, handed)
-
-    def receive_queued(self) -> None:
-        """Take the hand-offs the server has sent so far, at most :data:`MAX_AT_ONCE` (it sends a
-        process's before that process's Finished: once that has come, its hand-off is here)."""
-        for _ in range(MAX_AT_ONCE):
-            if self.closed.done():
-                return
+        if proven:
             try:
-                data, fds, flags = receive(self._sock, HANDOFF.size + 1, HANDED_FDS)
-            except BlockingIOError:
-                return
+                self._sock.send(authorization)
             except OSError:
-                data, fds, flags = b"", [], 0
-            if (len(data) != HANDOFF.size or len(fds) != HANDED_FDS or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)
-                    or not all(_is_read_end(fd) for fd in fds)):
+                proven = False
+        if not proven:
+            refused()
+            self.cancel()
+            return False
+        self._key = key
+        self._pinging = self._loop.call_later(PING_SECONDS, self._ping, self._loop.time() + PING_SECONDS)
+        return True
+
+    def _ping(self, due: float) -> None:
+        """Ping; fail the call when the reader has waited, pinging, PING_TIMEOUT_SECONDS for nothing."""
+        now = self._loop.time()
+        if now - due > PING_SECONDS / 2:
+            self._waiting_since = now  # late: this loop was busy, and an answer may wait unread
+        elif "read" in self._waits and not self._waits["read"].done() and (
+                now - self._waiting_since >= PING_TIMEOUT_SECONDS + PING_SECONDS):
+            self._failure = SandboxUnavailableError(
+                f"the sandbox did not answer a ping within {PING_TIMEOUT_SECONDS:g} s")
+            self.cancel()
+            return
+        try:
+            self._sock.send(PING)
+        except OSError:
+            pass  # full (the server is behind: its answers tell), or closed (the reader learns it)
+        self._pinging = self._loop.call_later(PING_SECONDS, self._ping, now + PING_SECONDS)
+
+    def _datagram(self, size: int, fds: list[int], flags: int) -> bytes | PassedPipes | None:
+        """What one datagram says, checked (None: a pong); every descriptor it carried is closed
+        unless taken."""
+        kind = bytes(self._buffer[:1]) if size else b""
+        taken = False
+        try:
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise SandboxProtocolError("the sandbox sent a datagram too long for its command channel")
+            if not size:
+                raise SandboxUnavailableError("the sandbox closed its command channel")
+            if kind == HANDOFF_KIND:
+                if size != HANDOFF.size or len(fds) != HANDED_FDS or not all(_is_read_end(fd) for fd in fds):
+                    raise SandboxProtocolError("the sandbox passed something other than a process's two pipes")
+                taken = True
+                return PassedPipes(HANDOFF.unpack_from(self._buffer)[1], *fds)
+            if fds:
+                raise SandboxProtocolError("the sandbox attached descriptors to a message of its command channel")
+            if kind == EVENT:
+                return bytes(memoryview(self._buffer)[1:size])
+            if kind == PONG and size == len(PONG):
+                return None
+            if kind == FAILURE:
+                raise from_wire(checked_answer(convert.parse, errors_pb2.Error, bytes(memoryview(self._buffer)[1:size])))
+            raise SandboxProtocolError(f"the sandbox sent a datagram of unknown kind {kind!r}")
+        except Exception:
+            self.cancel()
+            raise
+        finally:
+            if not taken:
                 for fd in fds:
                     os.close(fd)
-                self.close()  # the server closed it, or broke the protocol
-                return
-            self._handed(PassedPipes(HANDOFF.unpack(data)[0], *fds))
 
-    def close(self) -> None:
-        if not self.closed.done():
-            self._loop.remove_reader(self._sock.fileno())
-            self._sock.close()
-            self.closed.set_result(None)
+    async def _ready(self, direction: str) -> None:
+        """Wait until the socket is readable (``direction`` "read") or writable ("write"), or the
+        call is canceled."""
+        watch, unwatch = (getattr(self._loop, name) for name in _WATCHES[direction])
+        self._waits[direction] = ready = self._loop.create_future()
+        watch(self._sock.fileno(), lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            if not self._done:
+                unwatch(self._sock.fileno())
+
+
+#: The loop's methods that watch a socket, by direction: the callback's registration and its removal.
+_WATCHES = {"read": ("add_reader", "remove_reader"), "write": ("add_writer", "remove_writer")}
+
+
+def channel_socket(address: str) -> str | None:
+    """Where the server at ``address`` offers its command channel: beside a Unix socket (a
+    sandbox on this host); None for TCP."""
+    if not address.startswith("unix://"):
+        return None
+    return os.path.join(os.path.dirname(address.removeprefix("unix://")), SOCKET_NAME)
+
+
+def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors ``SCM_RIGHTS`` attached."""
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return list(fds)
 
 
 def _is_read_end(fd: int) -> bool:

@@ -9,12 +9,12 @@ first command does not pay for the connection and the stream on each hop), on fi
 it ended, and again after it fails; a failure of the
 call fails every process waiting on it (:class:`~protolink.wire.status.SandboxUnavailableError`
 and friends).
-A server on a Unix socket (a sandbox on this host, not a service's forwarding, not TCP) may
-pass the output pipes of a process that may keep more than :data:`PIPES_ABOVE_BYTES` to this
-host instead of sending its output (:mod:`.pipe_connection`): they are then read here with the
-host backend's own reader (:class:`~protolink.execution.output_pipes.OutputPipes`), within the
-same cap, drained for the same grace once the process has finished; its exit status and other
-events still come on the call.
+A server on a Unix socket (a sandbox on this host, not a service's forwarding, not TCP) offers
+the call as datagrams on a local socket instead (:mod:`.pipe_connection`), and may pass there the
+output pipes of a process that may keep more than :data:`PIPES_ABOVE_BYTES` instead of sending
+its output: they are then read here with the host backend's own reader
+(:class:`~protolink.execution.output_pipes.OutputPipes`), within the same cap, drained for the
+same grace once the process has finished; its exit status and other events still come on the call.
 Everything the server sends is untrusted: events are parsed and checked in order (an output
 event's bytes are read where they arrived, :mod:`protolink.wire.output_events`), output is
 capped at the process's ``max_output_bytes`` whatever the server claims (then decoded, kept and
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
@@ -43,11 +42,10 @@ from protolink.execution.process_types import Emitter
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2, sandbox_pb2
 from protolink.wire.output_events import OutputEvent, read_output_event
-from protolink.wire.pipe_passing import SOCKET_NAME
 from protolink.wire.status import CallEnd, checked_answer, from_status, from_wire
 
 from .aio_call import AsyncCall
-from .pipe_connection import PassedPipes, PipeConnection
+from .pipe_connection import PassedPipes, Unsent
 
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0
@@ -79,13 +77,13 @@ _Item = _Event | PassedPipes | BaseException
 
 class ProcessStream:
     """Processes over the Execute calls ``calls()`` opens (see the module; :func:`grpc_calls`,
-    :func:`own_calls`)."""
+    :func:`own_calls`, :class:`~.pipe_connection.ChannelCalls`). ``in_flight``, when given, is
+    shared with another stream to the same server (in place of one of ``max_in_flight``)."""
 
-    def __init__(self, calls: Callable[[], Any], *, max_in_flight: int, pipe_socket: str | None = None) -> None:
+    def __init__(self, calls: Callable[[], Any], *, max_in_flight: int = 1,
+                 in_flight: asyncio.Semaphore | None = None) -> None:
         self._calls = calls
-        self._pipe_socket = pipe_socket
-        self._pipes: asyncio.Task[PipeConnection | None] | None = None
-        self._in_flight = asyncio.Semaphore(max_in_flight)
+        self._in_flight = in_flight if in_flight is not None else asyncio.Semaphore(max_in_flight)
         self._call: Any = None
         self._waiting: dict[int, tuple[Any, asyncio.Queue[_Item]]] = {}  # by request id: its call, its events
         self._next_id = 1
@@ -111,11 +109,8 @@ class ProcessStream:
         finished = False
         try:
             async with asyncio.timeout(deadline_seconds) as deadline:
-                pipes = await self._pipe_connection() if request.max_output_bytes > PIPES_ABOVE_BYTES else None
-                if pipes is not None:
-                    request.pipe_connection = pipes.key
                 events = await self._send(request)
-                facts = await _follow(events, output, pipes)
+                facts = await _follow(events, output, asked_for_pipes=bool(request.pipe_connection))
             finished = True
             return facts
         except TimeoutError:
@@ -133,7 +128,8 @@ class ProcessStream:
                 self._end_when_idle(call)
 
     async def _send(self, request: process_pb2.ExecuteRequest) -> asyncio.Queue[_Item]:
-        """Write ``request`` on the open call; the queue its events come to.
+        """Write ``request`` on the open call; the queue its events come to. (A command
+        channel's call names itself in ``request`` for the process's pipes, when it asks for them.)
 
         A request the call ended before (:class:`Unsent`) goes once more, on a new call: it never
         reached the server, and the status that ended the old call may have been lost to grpcio
@@ -152,13 +148,21 @@ class ProcessStream:
         raise AssertionError("unreachable")
 
     def open(self) -> None:
-        """Open the call now, ahead of the first process, sending :data:`OPENING` on it; like an
-        idle one it ends after IDLE_CALL_SECONDS unless a process comes."""
-        call = self._open()
-        self._keep(self._write_quietly(call, OPENING), self._writes)
-        self._end_when_idle(call)
-        if self._pipe_socket is not None:
-            self._pipes = asyncio.ensure_future(PipeConnection.open(self._pipe_socket, self._handed))
+        """Open the call now, ahead of the first process, sending :data:`OPENING` on it (once more
+        on a new call when it was not sent: where the server offers no command channel, that one
+        is gRPC's); like an idle one it ends after IDLE_CALL_SECONDS unless a process comes."""
+        self._keep(self._opening(self._open()), self._writes)
+
+    async def _opening(self, call: Any) -> None:
+        for _ in range(2):
+            self._end_when_idle(call)
+            try:
+                await self._write(call, OPENING)
+                return
+            except SandboxError:
+                return  # the call failed: the next process opens another
+            except Unsent:
+                call = self._open()
 
     async def aclose(self) -> None:
         """End the call: the server kills and reaps whatever still runs on it. Returns once this
@@ -176,29 +180,11 @@ class ProcessStream:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        if self._pipes is not None:
-            self._pipes.cancel()
-            if self._pipes.done() and not self._pipes.cancelled() and (connection := self._pipes.result()) is not None:
-                connection.close()
-            self._pipes = None
 
-    async def _pipe_connection(self) -> PipeConnection | None:
-        """The pipe connection, opened once more when the last one ended; None where the server
-        offers none (then never asked again on this stream)."""
-        if self._pipe_socket is None:
-            return None
-        if self._pipes is None or (self._pipes.done() and (connection := self._pipes.result()) is not None
-                                   and connection.closed.done()):
-            self._pipes = asyncio.ensure_future(PipeConnection.open(self._pipe_socket, self._handed))
-        connection = await asyncio.shield(self._pipes)
-        if connection is None:
-            self._pipe_socket = None
-        return connection
-
-    def _handed(self, pipes: PassedPipes) -> None:
-        """Hand ``pipes`` to the process waiting for them, behind its events; else close them."""
+    def _handed(self, pipes: PassedPipes, call: Any) -> None:
+        """Hand ``pipes`` to the process of ``call`` waiting for them, behind its events; else close them."""
         waiting = self._waiting.get(pipes.request_id)
-        if waiting is None or waiting[1].full():
+        if waiting is None or waiting[0] is not call or waiting[1].full():
             pipes.close()
             return
         waiting[1].put_nowait(pipes)
@@ -245,6 +231,9 @@ class ProcessStream:
         """Hand each event to its process until the call ends; then fail the processes left."""
         try:
             async for data in call:
+                if isinstance(data, PassedPipes):
+                    self._handed(data, call)
+                    continue
                 event = _parsed(data)
                 if (waiting := self._waiting.get(event.id)) is not None and waiting[0] is call:
                     await waiting[1].put(event)
@@ -268,15 +257,6 @@ def grpc_calls(channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]]) -
     # (protolink.wire.output_events); other events are parsed here.
     execute = channel.stream_stream(EXECUTE, request_serializer=process_pb2.ExecuteRequest.SerializeToString)
     return lambda: GrpcCall(execute(metadata=tuple(metadata), wait_for_ready=False))
-
-
-class Unsent(Exception):
-    """A request written on a grpcio call that had ended: it never reached the server. ``error``
-    is what the call's end says (perhaps grpcio's INTERNAL in place of the server's status)."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 class GrpcCall:
@@ -337,14 +317,6 @@ def _discard(item: _Item) -> None:
         item.close()
 
 
-def pipe_socket(address: str) -> str | None:
-    """Where the server at ``address`` offers its pipe connection: beside a Unix socket (a
-    sandbox on this host); None for TCP."""
-    if not address.startswith("unix://"):
-        return None
-    return os.path.join(os.path.dirname(address.removeprefix("unix://")), SOCKET_NAME)
-
-
 class Output:
     """A process's output as received: capped at ``max_bytes`` again, whatever the server claims,
     then decoded, kept and emitted to ``execution`` as the host backend does with its pipes."""
@@ -358,9 +330,9 @@ class Output:
             await self.collector.feed(channel, kept)
 
 
-async def _follow(events: asyncio.Queue[_Item], output: Output, pipes: PipeConnection | None) -> dict[str, Any]:
+async def _follow(events: asyncio.Queue[_Item], output: Output, *, asked_for_pipes: bool) -> dict[str, Any]:
     """Read one process's events to its Finished facts. Order: started?, output*, finished (or
-    error). Asked to pass its output to ``pipes``, the server may hand the process's pipes there
+    error). Asked for the process's pipes, the server may hand them over on the command channel
     instead of output events: they are read here as the host backend reads its own (see
     :func:`_read_passed`)."""
     begun = streamed = False
@@ -374,7 +346,7 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, pipes: PipeConne
                 if isinstance(event, BaseException):
                     raise event
                 if isinstance(event, PassedPipes):
-                    reading = _read_passed(event, pipes is not None and reading is None and not streamed, output)
+                    reading = _read_passed(event, asked_for_pipes and reading is None and not streamed, output)
                     continue
                 if isinstance(event, OutputEvent):
                     piece: OutputEvent | process_pb2.Output = event
@@ -401,8 +373,8 @@ async def _follow(events: asyncio.Queue[_Item], output: Output, pipes: PipeConne
                     await output.feed(channel, piece.data)
                 elif kind == "finished":
                     facts = checked_answer(convert.finished_facts, event.finished)
-                    for passed in _passed_before(events, pipes):
-                        reading = _read_passed(passed, pipes is not None and reading is None and not streamed, output)
+                    for passed in _passed_before(events):
+                        reading = _read_passed(passed, asked_for_pipes and reading is None and not streamed, output)
                     if event.finished.output_passed and reading is None:
                         raise SandboxProtocolError("the sandbox said it passed output pipes that never came")
                     if not event.finished.output_passed and reading is not None:
@@ -434,12 +406,10 @@ def _read_passed(passed: PassedPipes, allowed: bool, output: Output) -> OutputPi
     return OutputPipes({passed.stdout: "stdout", passed.stderr: "stderr"}, output.cap, output.collector)
 
 
-def _passed_before(events: asyncio.Queue[_Item], pipes: PipeConnection | None) -> Iterator[PassedPipes]:
+def _passed_before(events: asyncio.Queue[_Item]) -> Iterator[PassedPipes]:
     """The pipes passed for a process whose Finished has come: the server sends them before it,
-    so every hand-off of this process is in its queue once what the connection holds is taken
-    (nothing else comes after Finished)."""
-    if pipes is not None:
-        pipes.receive_queued()
+    on the same connection, so every hand-off of this process is in its queue (nothing else comes
+    after Finished)."""
     while not events.empty():
         if isinstance(item := events.get_nowait(), PassedPipes):
             yield item

@@ -1,24 +1,56 @@
-"""The pipe connection as both sides speak it: a command's output pipes passed to the host.
+"""The local command channel as both sides speak it: Execute on a sandbox on this host, without
+gRPC, and a command's output pipes passed to the host.
 
 The host connects to :data:`SOCKET_NAME` beside the server's Unix socket (a ``SOCK_SEQPACKET``
-socket: each message arrives whole). The server greets each connection with its key
-(:data:`KEY_BYTES` random bytes) and, attached (``SCM_RIGHTS``), the read end of a pipe of its
-own: the proof that the kernel passes its descriptors to this host (gVisor's cannot). An Execute
-request that names the key (``pipe_connection``) may then have its process's output passed
-there: one :data:`HANDOFF` message, the request's id, with the read ends of its stdout and stderr
-pipes attached in that order. The process's ``Finished`` says whether they were
-(``output_passed``); its exit status and every other event still come over gRPC.
+socket: each datagram arrives whole, in order). The server greets each connection with
+:data:`GREETING` and its key (:data:`KEY_BYTES` random bytes) and, attached (``SCM_RIGHTS``), the read end of a pipe of its
+own: the proof that the kernel passes its descriptors to this host (gVisor's cannot). The host
+then sends :data:`AUTHORIZATION` and the authorization metadata it would send on gRPC (checked
+when the server has a token), then one serialized ``ExecuteRequest`` a datagram: the requests of
+one Execute call, which the connection is. The server answers with datagrams that start with
+their kind:
+
+- :data:`EVENT`: one serialized ``ExecuteEvent``, as the Execute stream carries it;
+- :data:`HANDOFF`: a request that named the connection's key (``pipe_connection``) has its
+  process's stdout and stderr read ends attached, in that order, before its ``Finished``
+  (which then says ``output_passed``);
+- :data:`FAILURE`: a serialized ``protolink.wire.Error``: what ended the call, as a gRPC
+  Execute call's status says it; the connection then closes;
+- :data:`PONG`: the answer to the host's :data:`PING`, which it sends every
+  :data:`~protolink.wire.keepalive.PING_SECONDS` while the call is open (between requests):
+  either side gives up on a peer that stays silent, as gRPC's keepalives do.
+
+Closing the connection is canceling the call: the server kills and reaps its processes. No
+datagram exceeds :data:`DATAGRAM_BYTES`: a larger request goes on gRPC; the server splits a
+larger output event.
 """
 
 from __future__ import annotations
 
 import struct
 
-#: The pipe connection's socket in the server's socket directory.
+#: The channel's socket in the server's socket directory.
 SOCKET_NAME = "pipes.sock"
 #: The length of a connection's key.
 KEY_BYTES = 16
-#: A hand-off: the id of the request whose stdout and stderr read ends are attached.
-HANDOFF = struct.Struct("!Q")
+#: What a greeting starts with, the key after it: this protocol and its version (a server whose
+#: greeting is another, an older one that only passed pipes, is not offering it).
+GREETING = b"protolink-commands/1:"
+#: The most bytes in one datagram, either way (the default send buffer of a Unix socket holds it).
+DATAGRAM_BYTES = 128 * 1024
+#: The host's first datagram: this, then its authorization metadata (``Bearer <token>``, or nothing).
+AUTHORIZATION = b"authorization:"
+#: The kind of a datagram from the server (its first byte).
+EVENT = b"e"
+FAILURE = b"x"
+PONG = b"p"
+#: The host's keepalive (no ExecuteRequest serializes to it: field 13, wire type 7, is invalid).
+PING = b"\x6f"
+#: A host that sends nothing, its pings included, for this long is gone: the server ends its call
+#: (as its gRPC keepalive, a ping every 20 s and 10 s for the answer, would).
+HOST_SILENT_SECONDS = 30.0
+#: A hand-off: its kind and the id of the request whose stdout and stderr read ends are attached.
+HANDOFF = struct.Struct("!cQ")
+HANDOFF_KIND = b"h"
 #: Descriptors a hand-off carries: stdout's read end, then stderr's.
 HANDED_FDS = 2

@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import array
 import asyncio
-import contextlib
 import errno
 import logging
-import os
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -51,7 +49,7 @@ from dataclasses import dataclass
 from protolink.net.tunnel import Tunnel
 from protolink.wire.egress import HANDOVER
 
-from .privileges import acting_as
+from .owned_socket import unix_listener
 
 #: What a direction of a piped tunnel buffers (its pipe) for a slow reader before it stops reading
 #: its writer: some 64 tunnels carrying data (the proxy's limit) cost tens of MiB, not hundreds.
@@ -181,25 +179,8 @@ class EgressRelay:
         loop.add_reader(listener.fileno(), _accept_all, listener, arrived)
 
     def _unix_socket(self) -> socket.socket:
-        """The listening Unix socket, bound by the owner of its directory: uid 0 without
-        CAP_DAC_OVERRIDE cannot create anything in the host user's private directory."""
-        directory = os.path.dirname(self._socket_path)
-        owner = os.stat(directory)
-        if owner.st_uid == self._command_uid:
-            raise SystemExit(f"the egress socket's directory {directory} belongs to the command user")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            with acting_as(owner.st_uid, owner.st_gid):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._socket_path)
-                sock.bind(self._socket_path)
-                with contextlib.suppress(PermissionError):  # gVisor refuses chmod of a socket on a host
-                    os.chmod(self._socket_path, 0o600)  # mount; the private directory keeps others out
-            sock.listen(self._limits.max_standby)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
+        """The listening Unix socket, bound by the owner of its directory (:mod:`.owned_socket`)."""
+        return unix_listener(self._socket_path, self._command_uid, self._limits.max_standby, socket.SOCK_STREAM)
 
     def _standby_arrived(self, sock: socket.socket) -> None:
         self._drop_dead()

@@ -1,4 +1,6 @@
 """One ``Execute`` call: the processes its requests start, and their events on one stream.
+The requests and events are serialized messages, whatever carries them: the gRPC method, or a
+connection to the command channel of a host on this machine (:mod:`protolink_sandboxd.pipe_listener`).
 
 Each request starts one process (or cancels one an earlier request started) and every event
 carries its request's id, so a client runs all its processes on a single call instead of

@@ -1,18 +1,24 @@
-"""The pipe listener: commands' output pipes handed to the host (:mod:`protolink.wire.pipe_passing`).
+"""The command channel: Execute for a host on this machine, without gRPC, and commands' output
+pipes handed to it (:mod:`protolink.wire.pipe_passing`).
 
-A command's output read here crosses this server, gRPC and the socket, each a copy and a few
-wakeups on the sandbox's CPU, which the commands share. Where the host asks for it, the read
-ends of a command's pipes go to the host instead, and the host reads them as it reads its own
-commands' (:class:`protolink.execution.output_pipes.OutputPipes`): the output never passes
-through this process. This server keeps the supervision (start, timeout, group kill, exit) and,
-once a hand-off is sent, no copy of the read ends.
+Through grpc.aio a command's request and its answers are each handed between grpc's threads and
+this server's event loop, most of this server's CPU for a short command. A host on this machine
+connects here instead: each connection is one Execute call, its requests and events one datagram
+each, served by the same :class:`~protolink_sandboxd.execute.ProcessCall` as the gRPC method,
+read and written on the event loop itself. Where the host asks for it, the read ends of a
+command's pipes go to the host, and the host reads them as it reads its own commands'
+(:class:`protolink.execution.output_pipes.OutputPipes`): the output never passes through this
+process, which keeps the supervision (start, timeout, group kill, exit) and no copy of them.
 
 The socket is created by the owner of the socket directory, as the server's own, so commands
 cannot open it. A connection is greeted with its key and a pipe's read end (the proof that the
 kernel passes descriptors to the host); a connection that cannot take it is closed and the host
-keeps the output on gRPC. At most ``max_connections`` connections are held (more are closed at
-once); a hand-off that would wait (the host does not read its connection) is not made, and that
-command's output goes over gRPC.
+keeps to gRPC. Its first datagram must carry the token when the server has one; its pings are
+answered, and a host silent for HOST_SILENT_SECONDS is gone. At most
+``max_connections`` connections are held (more are closed at once); a hand-off that would wait
+(the host does not read its connection) is not made, and that command's output comes as events.
+A closed connection, or one that breaks the protocol, is a canceled call: its processes are
+killed and reaped.
 """
 
 from __future__ import annotations
@@ -23,27 +29,52 @@ import logging
 import os
 import secrets
 import socket
+from collections.abc import AsyncIterator, Callable, Iterator
 
-from protolink.wire.pipe_passing import HANDOFF, KEY_BYTES, SOCKET_NAME
+from protolink.errors import SandboxAuthenticationError
+from protolink.wire._pb import errors_pb2
+from protolink.wire.output_events import MAX_HEAD_BYTES, output_event, read_output_event
+from protolink.wire.pipe_passing import (
+    AUTHORIZATION,
+    DATAGRAM_BYTES,
+    EVENT,
+    FAILURE,
+    GREETING,
+    HANDOFF,
+    HANDOFF_KIND,
+    HOST_SILENT_SECONDS,
+    KEY_BYTES,
+    PING,
+    PONG,
+    SOCKET_NAME,
+)
+from protolink.wire.status import to_status
 
 from .config import ServerConfig
-from .privileges import acting_as
+from .owned_socket import unix_listener
 from .spawner_client import descriptor_rights
 
 log = logging.getLogger("sandbox")
 
+#: One Execute call: its requests in, its events out, serialized (``ProcessCall(...).events``).
+Calls = Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]]
+#: The most datagrams taken from a connection in one go, so that one host cannot hold the loop.
+MAX_AT_ONCE = 64
+
 
 class PipeListener:
-    """Listens on :data:`~protolink.wire.pipe_passing.SOCKET_NAME` in ``directory`` and hands
-    output pipes to the connections there, by key."""
+    """Listens on :data:`~protolink.wire.pipe_passing.SOCKET_NAME` in ``directory``, serves each
+    connection as an Execute call once :meth:`serve` is called, and hands output pipes to the
+    connections there, by key."""
 
     def __init__(self, directory: str, *, command_uid: int, max_connections: int) -> None:
         self._path = os.path.join(directory, SOCKET_NAME)
         self._max_connections = max_connections
-        self._connections: dict[bytes, socket.socket] = {}
+        self._channels: dict[bytes, _Channel] = {}
         self._loop = asyncio.get_running_loop()
-        self._listener = _bind(self._path, command_uid, max_connections)
-        self._loop.add_reader(self._listener.fileno(), self._accept)
+        self._calls: Calls | None = None
+        self._token_allows: Callable[[bytes], bool] = lambda _: True
+        self._listener = unix_listener(self._path, command_uid, max_connections)
 
     @classmethod
     def beside(cls, config: ServerConfig) -> PipeListener | None:
@@ -53,28 +84,31 @@ class PipeListener:
         return cls(os.path.dirname(config.address.removeprefix("unix://")), command_uid=config.command_uid,
                    max_connections=config.max_concurrency)
 
+    def serve(self, calls: Calls, token_allows: Callable[[bytes], bool] | None = None) -> None:
+        """Accept connections from now on, each served as the Execute call ``calls`` makes once
+        ``token_allows`` the authorization metadata its first datagram carries (the gRPC calls'
+        own check, :class:`~protolink_sandboxd.server.TokenCheck`; None: a server without a token)."""
+        self._calls = calls
+        if token_allows is not None:
+            self._token_allows = token_allows
+        self._loop.add_reader(self._listener.fileno(), self._accept)
+
     def hand_off(self, key: bytes, request_id: int, stdout: int, stderr: int) -> bool:
         """Send the read ends ``stdout`` and ``stderr`` of request ``request_id`` on the
         connection of ``key``: True once sent (the caller then closes its copies); False when
         there is no such connection or it cannot take them now."""
-        connection = self._connections.get(key)
-        if connection is None:
-            return False
-        try:
-            connection.sendmsg([HANDOFF.pack(request_id)], descriptor_rights((stdout, stderr)), socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return False
-        except OSError:
-            self._drop(key)
-            return False
-        return True
+        channel = self._channels.get(key)
+        return channel is not None and channel.hand_off(request_id, stdout, stderr)
 
-    def close(self) -> None:
-        """Stop listening and close every connection."""
-        self._loop.remove_reader(self._listener.fileno())
+    async def aclose(self) -> None:
+        """Stop listening; end every connection's call (its processes killed and reaped)."""
+        if self._calls is not None:
+            self._loop.remove_reader(self._listener.fileno())
         self._listener.close()
-        for key in list(self._connections):
-            self._drop(key)
+        channels = list(self._channels.values())
+        for channel in channels:
+            channel.end()
+        await asyncio.gather(*(channel.ended for channel in channels), return_exceptions=True)
 
     def _accept(self) -> None:
         try:
@@ -82,52 +116,149 @@ class PipeListener:
         except (BlockingIOError, ConnectionAbortedError):
             return
         key = secrets.token_bytes(KEY_BYTES)
-        if len(self._connections) >= self._max_connections or not _greet(connection, key):
+        if len(self._channels) >= self._max_connections or self._calls is None or not _greet(connection, key):
             connection.close()
             return
-        self._connections[key] = connection
-        # The host sends nothing: readable means it closed the connection.
-        self._loop.add_reader(connection.fileno(), self._drop, key)
+        channel = _Channel(connection, self._calls, self._authorized)
+        self._channels[key] = channel
+        channel.ended.add_done_callback(lambda _: self._channels.pop(key, None))
 
-    def _drop(self, key: bytes) -> None:
-        connection = self._connections.pop(key)
-        self._loop.remove_reader(connection.fileno())
-        connection.close()
+    def _authorized(self, first: bytes) -> bool:
+        """Whether the host's first datagram is an authorization this server takes."""
+        return first.startswith(AUTHORIZATION) and self._token_allows(first.removeprefix(AUTHORIZATION))
 
 
-def _bind(path: str, command_uid: int, backlog: int) -> socket.socket:
-    """The listening socket at ``path``, bound by the owner of its directory, owner-only."""
-    owner = os.stat(os.path.dirname(path))
-    if owner.st_uid == command_uid:
-        raise SystemExit(f"the pipe socket's directory {os.path.dirname(path)} belongs to the command user")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        with acting_as(owner.st_uid, owner.st_gid):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            listener.bind(path)
-            with contextlib.suppress(PermissionError):  # gVisor: see server._listen
-                os.chmod(path, 0o600)
-        listener.listen(backlog)
-        listener.setblocking(False)
-    except BaseException:
-        listener.close()
-        raise
-    return listener
+class _Channel:
+    """One connection, served as one Execute call until either side ends it."""
+
+    def __init__(self, sock: socket.socket, calls: Calls, authorized: Callable[[bytes], bool]) -> None:
+        self._sock = sock
+        self._loop = asyncio.get_running_loop()
+        self._requests: asyncio.Queue[bytes] = asyncio.Queue()
+        self._heard_at = self._loop.time()
+        self._silence = self._loop.call_later(HOST_SILENT_SECONDS, self._check_silence)
+        self._loop.add_reader(sock.fileno(), self._receive)
+        self._task = asyncio.ensure_future(self._serve(calls, authorized))
+        #: Done once the call has ended and the connection is closed.
+        self.ended: asyncio.Future[None] = self._loop.create_future()
+        self._task.add_done_callback(self._closed)
+
+    def hand_off(self, request_id: int, stdout: int, stderr: int) -> bool:
+        try:
+            self._sock.sendmsg([HANDOFF.pack(HANDOFF_KIND, request_id)], descriptor_rights((stdout, stderr)),
+                               socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except OSError:
+            self.end()
+            return False
+        return True
+
+    def end(self) -> None:
+        """Cancel the call: its processes are killed and reaped, then the connection closes."""
+        self._task.cancel()
+
+    def _receive(self) -> None:
+        """Queue the requests that have come, answer pings; the host's close (or a datagram too
+        long, or a descriptor sent along) ends the call."""
+        self._heard_at = self._loop.time()
+        for _ in range(MAX_AT_ONCE):
+            try:
+                data, _, flags, _ = self._sock.recvmsg(DATAGRAM_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, flags = b"", 0
+            if not data or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                self._loop.remove_reader(self._sock.fileno())
+                self.end()
+                return
+            if data == PING:
+                with contextlib.suppress(OSError):  # full: the host is behind on reading, and knows it
+                    self._sock.sendmsg([PONG], [], socket.MSG_DONTWAIT)
+                continue
+            self._requests.put_nowait(data)
+
+    def _check_silence(self) -> None:
+        """End the call of a host that has sent nothing for HOST_SILENT_SECONDS (it pings)."""
+        if self._loop.time() - self._heard_at >= HOST_SILENT_SECONDS:
+            log.info("commands: a host sent nothing for %g s; its call ends", HOST_SILENT_SECONDS)
+            self.end()
+            return
+        self._silence = self._loop.call_at(self._heard_at + HOST_SILENT_SECONDS, self._check_silence)
+
+    async def _serve(self, calls: Calls, authorized: Callable[[bytes], bool]) -> None:
+        try:
+            if not authorized(await self._requests.get()):
+                raise SandboxAuthenticationError("missing or wrong token")
+            async with contextlib.aclosing(calls(self._incoming())) as events:
+                async for event in events:
+                    for piece in _datagrams(event):
+                        await self._send([EVENT, piece])
+        except OSError:
+            pass  # the host has gone: the call is canceled
+        except Exception as error:  # a request that does not parse, a broken protocol, a refusal
+            wire = to_status(error)[1]
+            if wire.kind == errors_pb2.ERROR_KIND_INTERNAL:
+                log.error("internal error", exc_info=error)  # as the gRPC method logs it
+            with contextlib.suppress(OSError):
+                self._sock.sendmsg([FAILURE, wire.SerializeToString()], [], socket.MSG_DONTWAIT)
+
+    async def _incoming(self) -> AsyncIterator[bytes]:
+        """The call's requests: it has no end of its own (the host's close cancels it)."""
+        while True:
+            yield await self._requests.get()
+
+    async def _send(self, parts: list[bytes]) -> None:
+        """Send one datagram, waiting while the host's side is full (back-pressure)."""
+        while True:
+            try:
+                self._sock.sendmsg(parts, [], socket.MSG_DONTWAIT)
+                return
+            except BlockingIOError:
+                pass
+            writable = self._loop.create_future()
+            self._loop.add_writer(self._sock.fileno(), lambda: writable.done() or writable.set_result(None))
+            try:
+                await writable
+            finally:
+                self._loop.remove_writer(self._sock.fileno())
+
+    def _closed(self, _: asyncio.Future[None]) -> None:
+        self._silence.cancel()
+        self._loop.remove_reader(self._sock.fileno())
+        # Closed with requests unread, the host's next read would fail (ECONNRESET) before the
+        # failure datagram sent ahead of them: they are read (and dropped) first.
+        with contextlib.suppress(OSError):
+            while self._sock.recv(DATAGRAM_BYTES, socket.MSG_DONTWAIT):
+                pass
+        self._sock.close()
+        self.ended.set_result(None)
+
+
+def _datagrams(event: bytes) -> Iterator[bytes]:
+    """``event`` as datagrams of at most DATAGRAM_BYTES: an output event larger than that as
+    several output events of its bytes in order (any other event is far smaller)."""
+    room = DATAGRAM_BYTES - len(EVENT) - MAX_HEAD_BYTES
+    output = read_output_event(event) if len(event) > room else None
+    if output is None:
+        yield event
+        return
+    for start in range(0, len(output.data), room):
+        yield output_event(output.id, output.channel, output.data[start:start + room])
 
 
 def _greet(connection: socket.socket, key: bytes) -> bool:
     """Send ``key`` with a pipe's read end attached: False when the kernel refuses (the host
-    then keeps every command's output on gRPC)."""
+    then keeps to gRPC)."""
     read, write = os.pipe()
     try:
-        connection.sendmsg([key], descriptor_rights((read,)), socket.MSG_DONTWAIT)
+        connection.sendmsg([GREETING, key], descriptor_rights((read,)), socket.MSG_DONTWAIT)
     except OSError as error:
-        log.info("pipes: the kernel does not pass descriptors to the host (%s); output stays on gRPC", error)
+        log.info("pipes: the kernel does not pass descriptors to the host (%s); Execute stays on gRPC", error)
         return False
     finally:
         os.close(read)
         os.close(write)
     connection.setblocking(False)
     return True
-

@@ -20,7 +20,7 @@ from protolink.wire.status import abort_with, to_status
 from .allocator import reuse_large_buffers, share_one_arena
 from .config import ServerConfig
 from .pipe_listener import PipeListener
-from .privileges import acting_as
+from .owned_socket import bind_as_directory_owner
 from .service import SERVICE, SandboxService
 from .spawner_client import SpawnerClient
 from .strays import StraySweeper, kill_strays
@@ -41,6 +41,11 @@ class TokenCheck(grpc.aio.ServerInterceptor):
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
+    def allows(self, authorization: bytes) -> bool:
+        """Whether ``authorization`` (the metadata's value) is ``Bearer <token>``, compared in
+        constant time: the gRPC calls' check, and the command channel's."""
+        return hmac.compare_digest(authorization, self._expected)
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -49,7 +54,7 @@ class TokenCheck(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         supplied = dict(details.invocation_metadata or ()).get("authorization", "")
         supplied_bytes = supplied.encode() if isinstance(supplied, str) else bytes(supplied)
-        if handler is None or hmac.compare_digest(supplied_bytes, self._expected):
+        if handler is None or self.allows(supplied_bytes):
             return handler
         if handler.response_streaming:
             return grpc.unary_stream_rpc_method_handler(_refuse_stream)
@@ -77,22 +82,11 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
 
 
 def _listen(server: grpc.aio.Server, config: ServerConfig) -> None:
-    """Bind the listening socket. A Unix socket is created, owner-only, by the owner of its
-    directory: the host user's directory only its owner can open, where uid 0 without
-    CAP_DAC_OVERRIDE could not create anything when that owner is not root."""
+    """Bind the listening socket: a Unix socket as its directory's owner, owner-only."""
     if config.tcp:
         _bind(server, config)
         return
-    path = config.address.removeprefix("unix://")
-    owner = os.stat(os.path.dirname(path))
-    if owner.st_uid == config.command_uid:
-        raise SystemExit(f"the socket directory {os.path.dirname(path)} belongs to the command user")
-    with acting_as(owner.st_uid, owner.st_gid):
-        _bind(server, config)
-        try:
-            os.chmod(path, 0o600)
-        except PermissionError:  # gVisor: a socket on a host mount refuses chmod; the host's
-            pass  # owner-only directory around it is what keeps others out
+    bind_as_directory_owner(config.address.removeprefix("unix://"), config.command_uid, lambda: _bind(server, config))
 
 
 def _bind(server: grpc.aio.Server, config: ServerConfig) -> None:
@@ -119,14 +113,17 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPoo
     spawner.start()
     sweeper = StraySweeper(config.command_uid, lambda: spawner.pid, lambda: workers.pids, keepers=spawner.keepers,
                            subreapers=subreapers)
+    token_check = TokenCheck(config.token) if config.token else None
     server = grpc.aio.server(
         options=server_options(config),
-        interceptors=[TokenCheck(config.token)] if config.token else [],
+        interceptors=[token_check] if token_check is not None else [],
         maximum_concurrent_rpcs=config.max_concurrency * 4,
     )
     pipes = PipeListener.beside(config)
     service = SandboxService(config, workers, sweeper, spawner, pipes)
     server.add_generic_rpc_handlers((service.handler(),))
+    if pipes is not None:
+        pipes.serve(service.process_events, token_check.allows if token_check is not None else None)
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
     _listen(server, config)
@@ -152,7 +149,7 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPoo
         await health_service.enter_graceful_shutdown()
         await server.stop(STOP_GRACE_SECONDS)
         if pipes is not None:
-            pipes.close()
+            await pipes.aclose()
         if relay is not None:
             await relay.aclose()
         await workers.aclose()

@@ -1,6 +1,8 @@
 """The Execute stream on the client's own connection (:mod:`protolink.sandbox.aio_call`) against the
 real sandbox server: the output arrives exactly as grpcio's client receives it, and a backend closed
-while a command runs has the server kill that command."""
+while a command runs has the server kill that command. (It is the path of a sandbox over TCP, or of
+one without the command channel: ``command_channel=False`` here; the channel's own tests are in
+test_sandbox_command_channel.py.)"""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ async def test_the_backend_made_by_connect_runs_processes_on_its_own_connection(
         opened.append(self)
 
     monkeypatch.setattr(AsyncCall, "__init__", recording)
-    async with await connect(running.address) as backend:
+    async with await connect(running.address, command_channel=False) as backend:
         result = await backend.execute(ProcessSpec(("/bin/echo", "own"), str(root), ENV, 60, 1000), Recorder())
     assert result.stdout == "own\n"
     assert len(opened) == 1
@@ -69,7 +71,7 @@ async def test_output_arrives_exactly_as_grpcios_client_receives_it(server):
     running, root = server
     spec = ProcessSpec(("/bin/sh", "-c", SCRIPT), str(root), ENV, 120, 1 << 25)
     own_recorder, grpc_recorder = Recorder(), Recorder()
-    async with await connect(running.address) as own:
+    async with await connect(running.address, command_channel=False) as own:
         mine = await own.execute(spec, own_recorder)
         own._processes = process_stream.ProcessStream(process_stream.grpc_calls(own._channel, ()), max_in_flight=4)
         theirs = await own.execute(spec, grpc_recorder)
@@ -83,7 +85,7 @@ async def test_output_arrives_exactly_as_grpcios_client_receives_it(server):
 async def test_a_backend_closed_while_a_command_runs_has_the_server_kill_it(server):
     running, root = server
     marker = root / "sleeper.pid"
-    backend = await connect(running.address)
+    backend = await connect(running.address, command_channel=False)
     spec = ProcessSpec(("/bin/sh", "-c", f"sleep 300 & echo $! > {marker}; wait"), str(root), ENV, 600, 1000)
     call = asyncio.ensure_future(backend.execute(spec, Recorder()))
     await settle(marker.exists, "the command to start")

@@ -13,6 +13,8 @@ import contextlib
 import errno
 import os
 import resource
+import socket
+import stat
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,9 +23,12 @@ from typing import Any
 import grpc
 import pytest
 
-from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
+from protolink.errors import SandboxAuthenticationError, SandboxError, SandboxProtocolError, SandboxUnavailableError
+from protolink.net.descriptors import receive_next
 from protolink.sandbox import client, connect
-from protolink.wire._pb import process_pb2, sandbox_pb2, workspace_pb2
+from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, workspace_pb2
+from protolink.wire.pipe_passing import DATAGRAM_BYTES, FAILURE, SOCKET_NAME
+from protolink.wire.status import from_wire
 
 from .conftest import GVISOR, HANG_GUARD, NOBODY, Attacker, figure, still_serves
 
@@ -222,7 +227,7 @@ async def test_kill_loop_during_launches(attacker):
 
 @pytest.mark.docker
 async def test_reach_or_replace_the_server(attacker):
-    """A command tries to open, unlink or shadow the server's Unix socket and to overwrite the server's code.
+    """A command tries to open, unlink or shadow the server's Unix socket, to open its command channel (pipes.sock), and to overwrite the server's code.
 
     The socket directory is the host user's, mode 0700 (EACCES; gVisor answers EPERM for the socket's own name); the server's code belongs to root, on the read-only root file system.
     """
@@ -237,6 +242,7 @@ def attempt(name, call):
         answers[name] = error.errno
 attempt('list', lambda: os.listdir('/run/protolink'))
 attempt('connect', lambda: socket.socket(socket.AF_UNIX).connect('/run/protolink/sandbox.sock'))
+attempt('command_channel', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET).connect('/run/protolink/pipes.sock'))
 attempt('unlink', lambda: os.unlink('/run/protolink/sandbox.sock'))
 attempt('shadow', lambda: socket.socket(socket.AF_UNIX).bind('/run/protolink/other.sock'))
 attempt('code', lambda: open('/opt/protolink/lib/python3.11/site-packages/protolink_sandboxd/service.py', 'a'))
@@ -249,9 +255,42 @@ print(json.dumps(answers))
     # gVisor answers EPERM for a name that exists in a directory the caller cannot search
     # (EACCES for one that does not), and checks permissions before the read-only mount.
     assert answers == {"list": errno.EACCES, "connect": errno.EPERM if GVISOR else errno.EACCES,
+                       "command_channel": errno.EPERM if GVISOR else errno.EACCES,
                        "unlink": errno.EACCES, "shadow": errno.EACCES,
                        "sitecustomize": errno.EACCES if GVISOR else errno.EROFS, "world_writable": errno.EROFS}
     await still_serves(attacker)
+
+
+@pytest.mark.docker
+async def test_the_command_channel_is_the_host_users_and_refuses_a_forged_request(sandbox, attacker):
+    """A client on the host sends the command channel (pipes.sock) an Execute request as its first datagram, without the authorization, to run a command.
+
+    Refused with a typed SandboxAuthenticationError and the connection closed; the command never runs. The socket belongs to the runtime directory's owner, mode 0600 (gVisor refuses the chmod; the directory keeps others out). Under gVisor, whose kernel passes no descriptors to the host, the server closes every connection without a greeting: no channel is offered, and the host's commands run over gRPC.
+    """
+    path = os.path.join(os.path.dirname(sandbox.address.removeprefix("unix://")), SOCKET_NAME)
+    info = os.stat(path)
+    assert info.st_uid == os.stat(os.path.dirname(path)).st_uid
+    assert GVISOR or stat.S_IMODE(info.st_mode) == 0o600
+    marker = attacker.ws / "forged"
+    forged = process_pb2.ExecuteRequest(id=1, argv=["/usr/bin/touch", str(marker)], cwd=str(attacker.ws),
+                                        timeout_seconds=10, max_output_bytes=1000)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        sock.setblocking(False)
+        async with asyncio.timeout(HANG_GUARD):
+            await asyncio.get_running_loop().sock_connect(sock, path)
+            greeting, fds, _ = await receive_next(sock, DATAGRAM_BYTES, 1)
+            for fd in fds:
+                os.close(fd)
+            if not greeting:
+                assert GVISOR  # its kernel passes no descriptors: no channel is offered
+                assert (await attacker.run(["/bin/echo", "on gRPC"])).stdout == "on gRPC\n"  # the fallback
+                return
+            sock.send(forged.SerializeToString())
+            refusal, _, _ = await receive_next(sock, DATAGRAM_BYTES, 0)
+    assert refusal.startswith(FAILURE)
+    assert isinstance(from_wire(errors_pb2.Error.FromString(refusal[len(FAILURE):])), SandboxAuthenticationError)
+    assert (await attacker.run(["/bin/sh", "-c", "sleep 0.5; echo checked"])).stdout == "checked\n"
+    assert not marker.exists()
 
 
 @pytest.mark.docker

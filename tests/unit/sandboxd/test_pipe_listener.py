@@ -1,58 +1,112 @@
-"""The server's pipe listener hands a command's output pipes to the connection its key names, and
-only there; the host's side (:mod:`protolink.sandbox.pipe_connection`) receives them."""
+"""The server's command channel (:mod:`protolink_sandboxd.pipe_listener`), spoken to here as a raw
+socket: each connection is greeted with the protocol's version, its key and the proof of pipe
+passing; it is one Execute call once its authorization is taken; output pipes go to the connection
+the key names, and only there."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from protolink.sandbox.pipe_connection import PassedPipes, PipeConnection
-from protolink.wire.pipe_passing import SOCKET_NAME
+from protolink.errors import SandboxAuthenticationError
+from protolink.net.descriptors import receive_next
+from protolink.wire import status
+from protolink.wire._pb import errors_pb2
+from protolink.wire.pipe_passing import (
+    AUTHORIZATION,
+    DATAGRAM_BYTES,
+    EVENT,
+    FAILURE,
+    GREETING,
+    HANDOFF,
+    HANDOFF_KIND,
+    KEY_BYTES,
+    PING,
+    PONG,
+    SOCKET_NAME,
+)
 from protolink_sandboxd.pipe_listener import PipeListener
 
 pytestmark = pytest.mark.root  # the socket is bound as its directory's owner (seteuid)
 
 MAX_CONNECTIONS = 2
+TOKEN = b"Bearer secret"
+
+
+async def echo_calls(requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """An Execute call that answers each request with its own bytes."""
+    async for request in requests:
+        yield request
 
 
 @pytest.fixture
 async def listener(tmp_path: Path) -> AsyncIterator[PipeListener]:
     pipes = PipeListener(str(tmp_path), command_uid=65534, max_connections=MAX_CONNECTIONS)
+    pipes.serve(echo_calls, lambda supplied: supplied == TOKEN)
     yield pipes
-    pipes.close()
+    await pipes.aclose()
 
 
-async def connect(tmp_path: Path, handed: list[PassedPipes]) -> PipeConnection | None:
-    return await PipeConnection.open(str(tmp_path / SOCKET_NAME), handed.append)
+async def greeted(tmp_path: Path) -> tuple[socket.socket, bytes]:
+    """A connection and its key; the key is empty when the greeting did not come."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, str(tmp_path / SOCKET_NAME))
+    async with asyncio.timeout(30):
+        greeting, fds, _ = await receive_next(sock, DATAGRAM_BYTES, 1)
+    for fd in fds:
+        os.close(fd)
+    assert not greeting or (greeting.startswith(GREETING) and len(fds) == 1)
+    return sock, greeting.removeprefix(GREETING)
 
 
-async def until(condition, what: str) -> None:
-    for _ in range(6000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
+async def next_datagram(sock: socket.socket) -> tuple[bytes, list[int]]:
+    async with asyncio.timeout(30):
+        data, fds, _ = await receive_next(sock, DATAGRAM_BYTES, 2)
+    return data, fds
+
+
+async def test_an_authorized_connection_is_one_execute_call_and_its_pings_are_answered(tmp_path, listener):
+    sock, key = await greeted(tmp_path)
+    with sock:
+        assert len(key) == KEY_BYTES
+        sock.send(AUTHORIZATION + TOKEN)
+        sock.send(PING)
+        assert await next_datagram(sock) == (PONG, [])
+        sock.send(b"a request")
+        assert await next_datagram(sock) == (EVENT + b"a request", [])
+
+
+@pytest.mark.parametrize("first", [AUTHORIZATION + b"Bearer wrong", b"a request without authorization"])
+async def test_a_connection_without_the_token_is_refused_with_a_typed_error(tmp_path, listener, first):
+    sock, _ = await greeted(tmp_path)
+    with sock:
+        sock.send(first)
+        data, _ = await next_datagram(sock)
+        assert data.startswith(FAILURE)
+        error = status.from_wire(errors_pb2.Error.FromString(data[len(FAILURE):]))
+        assert isinstance(error, SandboxAuthenticationError)
+        assert await next_datagram(sock) == (b"", [])  # and the connection is closed
 
 
 async def test_the_read_ends_go_to_the_connection_the_key_names(tmp_path, listener):
-    first_handed: list[PassedPipes] = []
-    second_handed: list[PassedPipes] = []
-    first, second = await connect(tmp_path, first_handed), await connect(tmp_path, second_handed)
-    assert first is not None and second is not None and first.key != second.key
+    (first, first_key), (second, second_key) = await greeted(tmp_path), await greeted(tmp_path)
     (stdout, stdout_writer), (stderr, stderr_writer) = os.pipe(), os.pipe()
     try:
-        assert listener.hand_off(second.key, 7, stdout, stderr)
-        await until(lambda: second_handed, "the hand-off")
-        passed = second_handed[0]
-        assert passed.request_id == 7
-        assert [os.fstat(fd).st_ino for fd in (passed.stdout, passed.stderr)] == [
-            os.fstat(fd).st_ino for fd in (stdout, stderr)]
-        assert not first_handed
-        passed.close()
+        assert first_key != second_key
+        assert listener.hand_off(second_key, 7, stdout, stderr)
+        data, fds = await next_datagram(second)
+        assert HANDOFF.unpack(data) == (HANDOFF_KIND, 7)
+        assert [os.fstat(fd).st_ino for fd in fds] == [os.fstat(fd).st_ino for fd in (stdout, stderr)]
+        for fd in fds:
+            os.close(fd)
+        with pytest.raises(BlockingIOError):
+            first.recv(DATAGRAM_BYTES)
     finally:
         for fd in (stdout, stdout_writer, stderr, stderr_writer):
             os.close(fd)
@@ -61,22 +115,26 @@ async def test_the_read_ends_go_to_the_connection_the_key_names(tmp_path, listen
 
 
 async def test_no_hand_off_without_a_connection_of_that_key(tmp_path, listener):
-    connection = await connect(tmp_path, [])
-    assert connection is not None
+    sock, key = await greeted(tmp_path)
     read, write = os.pipe()
     try:
-        assert not listener.hand_off(b"x" * len(connection.key), 1, read, read)
-        connection.close()
-        await until(lambda: not listener.hand_off(connection.key, 1, read, read), "the closed connection to be dropped")
+        assert not listener.hand_off(b"x" * len(key), 1, read, read)
+        sock.close()
+        for _ in range(6000):
+            if not listener.hand_off(key, 1, read, read):
+                break
+            await asyncio.sleep(0.005)
+        else:
+            raise AssertionError("the closed connection was not dropped")
     finally:
         os.close(read)
         os.close(write)
 
 
 async def test_connections_beyond_the_limit_are_refused(tmp_path, listener):
-    held = [await connect(tmp_path, []) for _ in range(MAX_CONNECTIONS)]
-    assert all(held)
-    assert await connect(tmp_path, []) is None
-    for connection in held:
-        assert connection is not None
-        connection.close()
+    held = [await greeted(tmp_path) for _ in range(MAX_CONNECTIONS)]
+    assert all(key for _, key in held)
+    refused, key = await greeted(tmp_path)
+    assert key == b""
+    for sock, _ in [*held, (refused, key)]:
+        sock.close()

@@ -1,0 +1,115 @@
+"""The host's side of the command channel (:mod:`protolink.sandbox.pipe_connection`) against a
+played server: a burst of requests waits for room instead of breaking the call, a server that
+stops answering pings fails the call with a typed error, and one that does not greet with this
+protocol is not asked again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from protolink.errors import SandboxUnavailableError
+from protolink.net.descriptors import receive_next
+from protolink.sandbox import pipe_connection
+from protolink.sandbox.pipe_connection import ChannelCall, ChannelCalls
+from protolink.wire._pb import process_pb2
+from protolink.wire.pipe_passing import AUTHORIZATION, DATAGRAM_BYTES, GREETING, KEY_BYTES, PING, SOCKET_NAME
+
+from .test_passed_pipes import _rights, a_pipe_read_end
+
+
+class PlayedServer:
+    """A listening command channel that greets each connection (``greeting``, a pipe's read end
+    attached) and then does only what a test tells it to."""
+
+    def __init__(self, directory: Path, greeting: bytes = GREETING + b"k" * KEY_BYTES) -> None:
+        self.path = str(directory / SOCKET_NAME)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.listener.bind(self.path)
+        self.listener.listen(4)
+        self._greeting = greeting
+        self.connections: list[socket.socket] = []
+        self.listener.setblocking(False)
+        asyncio.get_running_loop().add_reader(self.listener.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        connection, _ = self.listener.accept()
+        fds = a_pipe_read_end()
+        connection.sendmsg([self._greeting], _rights(fds))
+        os.close(fds[0])
+        connection.setblocking(False)
+        self.connections.append(connection)
+
+    async def datagrams(self, count: int) -> list[bytes]:
+        """The next ``count`` datagrams of the first connection."""
+        async with asyncio.timeout(30):
+            return [(await receive_next(self.connections[0], DATAGRAM_BYTES, 0))[0] for _ in range(count)]
+
+    def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.listener.fileno())
+        self.listener.close()
+        for connection in self.connections:
+            connection.close()
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> Iterator[PlayedServer]:
+    played = PlayedServer(tmp_path)
+    yield played
+    played.close()
+
+
+async def test_a_burst_larger_than_the_send_buffer_waits_for_room_and_arrives_whole(server):
+    call = ChannelCall(server.path, AUTHORIZATION, None, lambda: None)
+    requests = [process_pb2.ExecuteRequest(id=n, argv=["/bin/true", "x" * 8192]) for n in range(1, 101)]
+    try:
+        async def send_in_order() -> None:  # one write at a time, as the process stream writes
+            for request in requests:
+                await call.write(request)
+
+        sending = asyncio.ensure_future(send_in_order())
+        await asyncio.sleep(0.2)  # far more than the send buffer holds: some wait for the server
+        assert not sending.done() and not call.done()
+        received = await server.datagrams(1 + len(requests))
+        await sending
+        assert received[0] == AUTHORIZATION
+        assert [process_pb2.ExecuteRequest.FromString(data).id for data in received[1:]] == list(range(1, 101))
+        assert not call.done()
+    finally:
+        call.cancel()
+
+
+async def test_a_server_that_stops_answering_pings_fails_the_call(server, monkeypatch):
+    monkeypatch.setattr(pipe_connection, "PING_SECONDS", 0.05)
+    monkeypatch.setattr(pipe_connection, "PING_TIMEOUT_SECONDS", 0.15)
+    call = ChannelCall(server.path, AUTHORIZATION, None, lambda: None)
+    try:
+        await call.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        with pytest.raises(SandboxUnavailableError, match="did not answer a ping"):
+            async with asyncio.timeout(30):
+                await anext(call)
+        assert PING in await server.datagrams(4)  # it was pinged, and never answered
+    finally:
+        call.cancel()
+
+
+@pytest.mark.parametrize("greeting", [b"k" * KEY_BYTES, b"protolink-commands/2:" + b"k" * KEY_BYTES],
+                         ids=["an older server's bare key", "another version"])
+async def test_a_server_that_does_not_greet_with_this_protocol_is_not_asked_again(tmp_path, greeting):
+    played = PlayedServer(tmp_path, greeting)
+    fallback_calls: list[str] = []
+    calls = ChannelCalls(played.path, (), lambda: fallback_calls.append("grpc") or "grpc", pipes_above=None)
+    try:
+        first = calls()
+        with pytest.raises(pipe_connection.Unsent):
+            await first.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        assert not calls.offered
+        assert calls() == "grpc" and calls() == "grpc"
+        assert len(played.connections) == 1
+    finally:
+        played.close()
