@@ -131,8 +131,7 @@ install_node() {
 
 # build_base REPO PACKAGES LABEL [NODE]: a debootstrap'd minbase with PACKAGES (and, when NODE is
 # given, CI_NODE and CI_NPM), imported as REPO:SUITE-<inputs hash>, which REPO:SUITE then names
-# too; sets BASE_REF to the former. A REPO:SUITE with the same inputs (made before bases were
-# tagged by their hash) is reused.
+# too; sets BASE_REF to the former.
 build_base() {
     local repo=$1 packages=$2 label=$3 node=${4:-}
     if [ -n "${BASE_IMAGE:-}" ]; then
@@ -147,10 +146,6 @@ build_base() {
     inputs=$(printf '%s\n' "$BASE_RECIPE_VERSION" "$SUITE" "$VARIANT" "$packages" ${node_inputs:+"$node_inputs"} \
         "${BASE_CHANGES[@]}" | sha256sum | cut -c1-16)
     BASE_REF=$repo:$SUITE-$inputs
-    if [ "$(image_label "$BASE_REF" "$INPUTS_LABEL")" != "$inputs" ] \
-        && [ "$(image_label "$repo:$SUITE" "$INPUTS_LABEL")" = "$inputs" ]; then
-        docker tag "$repo:$SUITE" "$BASE_REF"
-    fi
     if [ "$(image_label "$BASE_REF" "$INPUTS_LABEL")" = "$inputs" ]; then
         docker tag "$BASE_REF" "$repo:$SUITE"
         say "base: $BASE_REF is up to date"
