@@ -1,7 +1,8 @@
 """The host's side of the command channel (:mod:`protolink.sandbox.pipe_connection`) against a
 played server: a burst of requests waits for room instead of breaking the call, a server that
-stops answering pings fails the call with a typed error, and one that does not greet with this
-protocol is not asked again."""
+stops answering pings fails the call with a typed error, one that does not greet with this
+protocol is not asked again, and one that refuses a connection at its limit leaves that call
+alone to gRPC."""
 
 from __future__ import annotations
 
@@ -27,18 +28,25 @@ class PlayedServer:
     """A listening command channel that greets each connection (``greeting``, a pipe's read end
     attached) and then does only what a test tells it to."""
 
-    def __init__(self, directory: Path, greeting: bytes = GREETING + b"k" * KEY_BYTES) -> None:
+    def __init__(self, directory: Path, greeting: bytes = GREETING + b"k" * KEY_BYTES, *,
+                 greets: int | None = None) -> None:
         self.path = str(directory / SOCKET_NAME)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.listener.bind(self.path)
         self.listener.listen(4)
         self._greeting = greeting
+        self.greets = greets  # how many more connections it greets (None: every one); later ones it closes
         self.connections: list[socket.socket] = []
         self.listener.setblocking(False)
         asyncio.get_running_loop().add_reader(self.listener.fileno(), self._accept)
 
     def _accept(self) -> None:
         connection, _ = self.listener.accept()
+        if self.greets is not None:
+            if self.greets == 0:
+                connection.close()  # as the server does at its limit of connections
+                return
+            self.greets -= 1
         fds = a_pipe_read_end()
         connection.sendmsg([self._greeting], _rights(fds))
         os.close(fds[0])
@@ -65,7 +73,7 @@ async def server(tmp_path: Path) -> Iterator[PlayedServer]:
 
 
 async def test_a_burst_larger_than_the_send_buffer_waits_for_room_and_arrives_whole(server):
-    call = ChannelCall(server.path, AUTHORIZATION, None, lambda: None)
+    call = ChannelCall(server.path, AUTHORIZATION, None, lambda _: None)
     requests = [process_pb2.ExecuteRequest(id=n, argv=["/bin/true", "x" * 8192]) for n in range(1, 101)]
     try:
         async def send_in_order() -> None:  # one write at a time, as the process stream writes
@@ -87,7 +95,7 @@ async def test_a_burst_larger_than_the_send_buffer_waits_for_room_and_arrives_wh
 async def test_a_server_that_stops_answering_pings_fails_the_call(server, monkeypatch):
     monkeypatch.setattr(pipe_connection, "PING_SECONDS", 0.05)
     monkeypatch.setattr(pipe_connection, "PING_TIMEOUT_SECONDS", 0.15)
-    call = ChannelCall(server.path, AUTHORIZATION, None, lambda: None)
+    call = ChannelCall(server.path, AUTHORIZATION, None, lambda _: None)
     try:
         await call.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
         with pytest.raises(SandboxUnavailableError, match="did not answer a ping"):
@@ -113,3 +121,68 @@ async def test_a_server_that_does_not_greet_with_this_protocol_is_not_asked_agai
         assert len(played.connections) == 1
     finally:
         played.close()
+
+
+async def test_a_server_that_never_greets_is_not_asked_again(tmp_path):
+    """A server that closes every connection ungreeted (its kernel cannot pass the proof: gVisor's)."""
+    played = PlayedServer(tmp_path, greets=0)
+    calls = ChannelCalls(played.path, (), lambda: "grpc", pipes_above=None)
+    try:
+        with pytest.raises(pipe_connection.Unsent):
+            await calls().write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        assert not calls.offered
+        assert calls() == "grpc" and calls() == "grpc"
+    finally:
+        played.close()
+
+
+async def test_a_connection_refused_at_the_servers_limit_falls_back_for_that_call_only(tmp_path):
+    played = PlayedServer(tmp_path, greets=1)
+    calls = ChannelCalls(played.path, (), lambda: "grpc", pipes_above=None)
+    first = calls()
+    try:
+        await first.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))  # greeted: the channel is offered
+        refused = calls()  # the server is at its limit: it closes this one ungreeted
+        with pytest.raises(pipe_connection.Unsent):
+            await refused.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        assert calls.offered
+        assert calls() == "grpc"  # the call the refused request goes on
+        played.greets = None  # room again
+        again = calls()
+        assert isinstance(again, ChannelCall)
+        await again.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        again.cancel()
+    finally:
+        first.cancel()
+        played.close()
+
+
+async def test_a_full_queue_of_connections_falls_back_for_that_call_only(tmp_path, monkeypatch):
+    """The server does not accept (its loop is busy) and its socket's queue is full: the kernel
+    refuses at once (the greeting's time limit, pushed far away, is not what ends the wait)."""
+    monkeypatch.setattr(pipe_connection, "GREETING_SECONDS", 3600)
+    path = str(tmp_path / SOCKET_NAME)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
+        listener.bind(path)
+        listener.listen(0)
+        queued = []
+        try:
+            for _ in range(4):  # fill the queue
+                waiting = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                waiting.setblocking(False)
+                queued.append(waiting)
+                waiting.connect(path)
+        except BlockingIOError:
+            pass
+        calls = ChannelCalls(path, (), lambda: "grpc", pipes_above=None)
+        try:
+            with pytest.raises(pipe_connection.Unsent):
+                async with asyncio.timeout(60):  # a hang guard
+                    await calls().write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+            assert calls.offered
+            assert calls() == "grpc"
+            assert isinstance(pending := calls(), ChannelCall)
+            pending.cancel()
+        finally:
+            for waiting in queued:
+                waiting.close()
