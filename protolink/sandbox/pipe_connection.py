@@ -58,6 +58,11 @@ from protolink.wire.status import checked_answer, from_wire
 
 #: How long a connection may take to be greeted.
 GREETING_SECONDS = 5.0
+#: How long a call with no process left on it stays open for the next (its connection and
+#: greeting cost a command about 1 ms more): an agent's commands come seconds apart, a model's
+#: turn between them. Bounded: one idle connection a backend, pinged every PING_SECONDS, and a
+#: server at its limit of connections refuses a new one for that call alone.
+CHANNEL_IDLE_SECONDS = 30.0
 
 
 class PassedPipes(NamedTuple):
@@ -135,7 +140,10 @@ class ChannelCalls:
 class ChannelCall:
     """An Execute call on one channel connection, with :class:`~.aio_call.AsyncCall`'s ways:
     :meth:`write` requests, iterate over what comes (each event's bytes, or the
-    :class:`PassedPipes` of a hand-off; the call's failure raises), :meth:`cancel`."""
+    :class:`PassedPipes` of a hand-off; the call's failure raises), :meth:`cancel`. Idle, it
+    stays open :attr:`idle_seconds`."""
+
+    idle_seconds = CHANNEL_IDLE_SECONDS
 
     def __init__(self, path: str, authorization: bytes, pipes_above: int | None,
                  greeted: Callable[[Greeting], None]) -> None:

@@ -52,9 +52,10 @@ IDLE_SECONDS = 20.0
 #: Events of one process that may wait for it to read them (an honest server's output events
 #: hold a mebibyte at most: it merges output into pieces of that size while this side is slow).
 QUEUED_EVENTS = 8
-#: A call with no process left on it is ended after this long; the next process opens a new
-#: one. An open call is also why gRPC's fork handlers may crash a child the host process forks
-#: meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
+#: A call with no process left on it is ended after this long, unless the call says how long
+#: it may stay (``idle_seconds``: a command channel's, which is no gRPC call); the next process
+#: opens a new one. An open gRPC call is also why gRPC's fork handlers may crash a child the host
+#: process forks meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
 IDLE_CALL_SECONDS = 1.0
 #: How long closing waits for the tasks of a canceled call to end before it cancels them.
 CLOSE_SECONDS = 5.0
@@ -192,7 +193,8 @@ class ProcessStream:
     def _end_when_idle(self, call: Any) -> None:
         if self._idle_close is not None:
             self._idle_close.cancel()
-        self._idle_close = asyncio.get_running_loop().call_later(IDLE_CALL_SECONDS, self._end_idle, call)
+        idle_seconds = getattr(call, "idle_seconds", IDLE_CALL_SECONDS)
+        self._idle_close = asyncio.get_running_loop().call_later(idle_seconds, self._end_idle, call)
 
     def _end_idle(self, call: Any) -> None:
         if call is self._call and not self._waiting:

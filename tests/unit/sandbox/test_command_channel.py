@@ -2,7 +2,7 @@
 played server: a burst of requests waits for room instead of breaking the call, a server that
 stops answering pings fails the call with a typed error, one that does not greet with this
 protocol is not asked again, and one that refuses a connection at its limit leaves that call
-alone to gRPC."""
+alone to gRPC; an idle call stays open for the next command longer than a gRPC call."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import pytest
 
 from protolink.errors import SandboxUnavailableError
 from protolink.net.descriptors import receive_next
-from protolink.sandbox import pipe_connection
+from protolink.sandbox import pipe_connection, process_stream
 from protolink.sandbox.pipe_connection import ChannelCall, ChannelCalls
+from protolink.sandbox.process_stream import ProcessStream
 from protolink.wire._pb import process_pb2
 from protolink.wire.pipe_passing import AUTHORIZATION, DATAGRAM_BYTES, GREETING, KEY_BYTES, PING, SOCKET_NAME
 
@@ -56,6 +57,8 @@ class PlayedServer:
     async def datagrams(self, count: int) -> list[bytes]:
         """The next ``count`` datagrams of the first connection."""
         async with asyncio.timeout(30):
+            while not self.connections:
+                await asyncio.sleep(0.01)
             return [(await receive_next(self.connections[0], DATAGRAM_BYTES, 0))[0] for _ in range(count)]
 
     def close(self) -> None:
@@ -186,3 +189,22 @@ async def test_a_full_queue_of_connections_falls_back_for_that_call_only(tmp_pat
         finally:
             for waiting in queued:
                 waiting.close()
+
+
+async def test_an_idle_call_on_the_channel_outlasts_a_grpc_calls_idle_time_then_closes(server, monkeypatch):
+    """An agent's commands come seconds apart: the channel's connection waits for the next one
+    (no new connection and greeting for each), for ChannelCall.idle_seconds, not gRPC's second."""
+    monkeypatch.setattr(process_stream, "IDLE_CALL_SECONDS", 0.01)
+    monkeypatch.setattr(ChannelCall, "idle_seconds", 3.0)
+    stream = ProcessStream(ChannelCalls(server.path, (), lambda: "grpc", pipes_above=None))
+    try:
+        stream.open()
+        assert await server.datagrams(2) == [AUTHORIZATION, process_stream.OPENING.SerializeToString()]
+        await asyncio.sleep(0.1)  # ten times gRPC's idle time
+        with pytest.raises(BlockingIOError):  # open, nothing sent: not closed
+            server.connections[0].recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+        while (datagram := (await server.datagrams(1))[0]) == PING:
+            pass  # pinged while open
+        assert datagram == b""  # closed once idle for idle_seconds
+    finally:
+        await stream.aclose()
