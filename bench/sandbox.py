@@ -14,7 +14,8 @@ average, since figures move 2-3x with it:
      median <= 1.5; sandbox/local <= 1.5; sandbox >= 30x faster than ``docker exec``), the same
      sandbox's call without the command channel (``connect(..., command_channel=False)``: gRPC, what
      TCP, a service's forwarding and gVisor get) in the same turns, and the
-     sandbox's call with this client pinned to the sandbox's CPU and to another, and what the
+     sandbox's call with this client pinned to the sandbox's CPU and to another, the call after a
+     pause of 1.5 s (an agent's commands come seconds apart), and what the
      sandbox's processes spend per command (the server's and the spawner's CPU and sleeps, and
      the CPU of the keepers and commands the spawner reaped);
   2. cold start, DockerSandbox entered -> first command's result, median of 10 (target <= 400 ms);
@@ -62,6 +63,9 @@ from protolink.sandbox.provision import ensure_image
 from protolink.tools import document_tools, filesystem_tools, process_tool
 
 ROUND_TRIPS = 200
+#: Round trips after a pause, as an agent's commands come (a model's turn between them).
+PAUSED_TRIPS = 10
+PAUSE_SECONDS = 1.5
 DOCKER_EXECS = 20
 DOCKER_RUNS = 10
 COLD_STARTS = 10
@@ -142,6 +146,16 @@ async def concurrent_rate(agent: Agent, root: Path) -> tuple[float, int]:
     wall = time.perf_counter() - started
     errors = sum(1 for item in outcomes if isinstance(item, BaseException) or item.exit_code != 0)
     return CONCURRENT / wall, errors
+
+
+async def paused_medians(count: int, *calls: Callable[[], Awaitable[Any]]) -> list[float]:
+    """:func:`medians_of`, each call made after a pause of PAUSE_SECONDS (not timed)."""
+    timings: list[list[float]] = [[] for _ in calls]
+    for _ in range(count):
+        for call, times in zip(calls, timings):
+            await asyncio.sleep(PAUSE_SECONDS)
+            await timed(call, times)
+    return [statistics.median(times) for times in timings]
 
 
 def load() -> str:
@@ -376,6 +390,9 @@ async def main(sections: set[str], image: str | None = None) -> None:
                                                        other_cpus)
                     row("  this client on the sandbox's CPU, on another", f"{same * 1e3:.2f} ms",
                         f"{other * 1e3:.2f} ms")
+                paused_box, paused_bare = await paused_medians(PAUSED_TRIPS, lambda: true_once(boxed, root), bare_true)
+                row(f"  after a {PAUSE_SECONDS:g} s pause: sandbox, bare", f"{paused_box * 1e3:.2f} ms",
+                    f"{paused_bare * 1e3:.2f} ms", f"ratio {paused_box / paused_bare:.2f}")
                 processes = sandbox_processes(sandbox)
                 use = await use_per_call(ROUND_TRIPS, lambda: true_once(boxed, root),
                                          {name: processes[name] for name in ("python", "protolink-spawn")})

@@ -7,7 +7,7 @@ import inspect
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 Redactor = Callable[[dict[str, Any]], dict[str, Any]]
@@ -123,8 +123,8 @@ class EventBus:
         task_id: str | None = None,
         action_id: str | None = None,
     ) -> Event:
-        event = Event(type, dict(data), run_id, task_id, action_id, next(self._sequence))
-        event = replace(event, data=self.redact(dict(event.data)))
+        sequence = next(self._sequence)
+        event = Event(type, self.redact(dict(data)), run_id, task_id, action_id, sequence)
         for subscription in list(self._subscriptions):
             subscription._offer(event)
         for sink in list(self._sinks):

@@ -221,9 +221,19 @@ def describe_validation_error(tool: str, error: ValidationError) -> str:
     return f"{tool}: invalid arguments: " + "; ".join(problems)
 
 
+_SCALARS = frozenset((str, int, float, bool))
+
+
 def jsonable(value: Any) -> Any:
     """A JSON-compatible view of a result, preview or argument value."""
-    if value is None or isinstance(value, (str, int, float, bool)):
+    kind = type(value)
+    if value is None or kind in _SCALARS:
+        return value
+    if kind is dict:  # the usual containers first; their subclasses take the general path below
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [jsonable(item) for item in value]
+    if isinstance(value, (str, int, float, bool)):
         return value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")

@@ -4,8 +4,9 @@ its commands received to be read here as the host backend reads its own.
 
 :class:`ChannelCalls` makes :class:`ChannelCall` s while the server offers the channel, and the
 ``fallback``'s gRPC calls once it does not (TCP has no channel; a server whose kernel cannot pass
-descriptors, gVisor's, greets without the proof): a request written on a channel that was never
-greeted is :class:`~.process_stream.Unsent`, and goes once more on the call the fallback makes.
+descriptors, gVisor's, greets without the proof), or for one call when the server refuses a
+connection at its limit: a request written on a channel that was never greeted is
+:class:`~.process_stream.Unsent`, and goes once more on the call the fallback makes.
 
 While a call is open it pings every :data:`~protolink.wire.keepalive.PING_SECONDS`; a server that
 sends nothing, its answer included, for :data:`~protolink.wire.keepalive.PING_TIMEOUT_SECONDS` while
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import enum
 import fcntl
 import os
 import socket
@@ -56,6 +58,11 @@ from protolink.wire.status import checked_answer, from_wire
 
 #: How long a connection may take to be greeted.
 GREETING_SECONDS = 5.0
+#: How long a call with no process left on it stays open for the next (its connection and
+#: greeting cost a command about 1 ms more): an agent's commands come seconds apart, a model's
+#: turn between them. Bounded: one idle connection a backend, pinged every PING_SECONDS, and a
+#: server at its limit of connections refuses a new one for that call alone.
+CHANNEL_IDLE_SECONDS = 30.0
 
 
 class PassedPipes(NamedTuple):
@@ -70,6 +77,18 @@ class PassedPipes(NamedTuple):
         os.close(self.stderr)
 
 
+class Greeting(enum.Enum):
+    """How the server answered a connection: with the channel's proof; not at all, the
+    connection closed (a server at its limit of connections, or one whose kernel cannot pass
+    the proof); refused (the socket's queue is full: the server is at its limit); not offering
+    it (no socket, or a greeting of another protocol or without its proof)."""
+
+    PROVEN = "proven"
+    CLOSED = "closed"
+    REFUSED = "refused"
+    NOT_OFFERED = "not offered"
+
+
 class Unsent(Exception):
     """A request written on a call that had ended, or never began: it never reached the server.
     ``error`` is what the call's end says."""
@@ -81,8 +100,15 @@ class Unsent(Exception):
 
 class ChannelCalls:
     """Execute calls on the command channel at ``path`` (each call a connection of its own), or
-    ``fallback()``'s once the server has not offered it. ``pipes_above``: a process that may keep
-    more output than this asks for its pipes (None: never)."""
+    ``fallback()``'s where the server does not take one. ``pipes_above``: a process that may keep
+    more output than this asks for its pipes (None: never).
+
+    A server that does not offer the channel (no socket: an older server, TCP's; a greeting of
+    another protocol, or one without its proof: gVisor's) is not asked again: every later call is
+    the fallback's. One that has greeted a connection of this backend offers it, and a connection
+    it closes ungreeted, or that its socket's queue refuses, is a refusal at its limit of
+    connections: the next call alone is the fallback's.
+    """
 
     def __init__(self, path: str, metadata: Sequence[tuple[str, str]], fallback: Callable[[], Any], *,
                  pipes_above: int | None) -> None:
@@ -90,24 +116,37 @@ class ChannelCalls:
         self._authorization = AUTHORIZATION + dict(metadata).get("authorization", "").encode()
         self._fallback = fallback
         self._pipes_above = pipes_above
-        #: False once a server has not greeted a connection: every later call is the fallback's.
+        #: False once the server has shown it does not offer the channel: every later call is the fallback's.
         self.offered = True
+        #: True once the server has greeted a connection with the channel's proof.
+        self.proven = False
+        self._refused = False  # the last connection was refused at the limit: the next call is the fallback's
 
     def __call__(self) -> Any:
-        if not self.offered:
+        if not self.offered or self._refused:
+            self._refused = False
             return self._fallback()
-        return ChannelCall(self._path, self._authorization, self._pipes_above, self._refused)
+        return ChannelCall(self._path, self._authorization, self._pipes_above, self._greeted)
 
-    def _refused(self) -> None:
-        self.offered = False
+    def _greeted(self, greeting: Greeting) -> None:
+        if greeting is Greeting.PROVEN:
+            self.proven = True
+        elif greeting is Greeting.REFUSED or (greeting is Greeting.CLOSED and self.proven):
+            self._refused = True
+        else:
+            self.offered = False
 
 
 class ChannelCall:
     """An Execute call on one channel connection, with :class:`~.aio_call.AsyncCall`'s ways:
     :meth:`write` requests, iterate over what comes (each event's bytes, or the
-    :class:`PassedPipes` of a hand-off; the call's failure raises), :meth:`cancel`."""
+    :class:`PassedPipes` of a hand-off; the call's failure raises), :meth:`cancel`. Idle, it
+    stays open :attr:`idle_seconds`."""
 
-    def __init__(self, path: str, authorization: bytes, pipes_above: int | None, refused: Callable[[], None]) -> None:
+    idle_seconds = CHANNEL_IDLE_SECONDS
+
+    def __init__(self, path: str, authorization: bytes, pipes_above: int | None,
+                 greeted: Callable[[Greeting], None]) -> None:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock.setblocking(False)
         self._pipes_above = pipes_above
@@ -122,7 +161,7 @@ class ChannelCall:
         self._waiting_since = 0.0  # when the reader began to wait, or this loop last had time to ping
         self._pinging: asyncio.TimerHandle | None = None
         self._failure: Exception | None = None
-        self._greeted = asyncio.ensure_future(self._greeting(path, authorization, refused))
+        self._greeted = asyncio.ensure_future(self._greeting(path, authorization, greeted))
 
     async def write(self, request: process_pb2.ExecuteRequest) -> None:
         """Send ``request``, naming this connection for its pipes when its output may be large
@@ -201,14 +240,20 @@ class ChannelCall:
                 ready.set_result(None)
         self._sock.close()
 
-    async def _greeting(self, path: str, authorization: bytes, refused: Callable[[], None]) -> bool:
-        """Connect and take the greeting: True once the channel is proven and authorization sent."""
+    async def _greeting(self, path: str, authorization: bytes, greeted: Callable[[Greeting], None]) -> bool:
+        """Connect and take the greeting: True once the channel is proven and authorization sent;
+        ``greeted`` learns how the server answered."""
+        greeting, fds = b"", []
         try:
             async with asyncio.timeout(GREETING_SECONDS):
-                await self._loop.sock_connect(self._sock, path)
+                self._sock.connect(path)  # a Unix socket's connect does not wait: it is made, or refused
                 greeting, fds, _ = await receive_next(self._sock, len(GREETING) + KEY_BYTES + 1, 1)
-        except (OSError, TimeoutError):
-            greeting, fds = b"", []
+        except (BlockingIOError, TimeoutError):
+            answer = Greeting.REFUSED  # the queue of connections is full, or the server too busy to answer
+        except OSError:
+            answer = Greeting.NOT_OFFERED  # no socket, or no server on it
+        else:
+            answer = Greeting.CLOSED if not greeting and not fds else Greeting.NOT_OFFERED
         key = greeting.removeprefix(GREETING)
         proven = (greeting.startswith(GREETING) and len(key) == KEY_BYTES and len(fds) == 1
                   and _is_read_end(fds[0]))
@@ -217,10 +262,12 @@ class ChannelCall:
         if proven:
             try:
                 self._sock.send(authorization)
+                answer = Greeting.PROVEN
             except OSError:
                 proven = False
+                answer = Greeting.CLOSED
+        greeted(answer)
         if not proven:
-            refused()
             self.cancel()
             return False
         self._key = key

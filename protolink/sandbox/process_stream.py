@@ -42,7 +42,7 @@ from protolink.execution.process_types import Emitter
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2, sandbox_pb2
 from protolink.wire.output_events import OutputEvent, read_output_event
-from protolink.wire.status import CallEnd, checked_answer, from_status, from_wire
+from protolink.wire.status import CallEnd, checked_answer, from_wire
 
 from .aio_call import AsyncCall
 from .pipe_connection import PassedPipes, Unsent
@@ -52,9 +52,10 @@ IDLE_SECONDS = 20.0
 #: Events of one process that may wait for it to read them (an honest server's output events
 #: hold a mebibyte at most: it merges output into pieces of that size while this side is slow).
 QUEUED_EVENTS = 8
-#: A call with no process left on it is ended after this long; the next process opens a new
-#: one. An open call is also why gRPC's fork handlers may crash a child the host process forks
-#: meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
+#: A call with no process left on it is ended after this long, unless the call says how long
+#: it may stay (``idle_seconds``: a command channel's, which is no gRPC call); the next process
+#: opens a new one. An open gRPC call is also why gRPC's fork handlers may crash a child the host
+#: process forks meanwhile (``subprocess`` with ``user=`` or ``preexec_fn``): see the README.
 IDLE_CALL_SECONDS = 1.0
 #: How long closing waits for the tasks of a canceled call to end before it cancels them.
 CLOSE_SECONDS = 5.0
@@ -192,7 +193,8 @@ class ProcessStream:
     def _end_when_idle(self, call: Any) -> None:
         if self._idle_close is not None:
             self._idle_close.cancel()
-        self._idle_close = asyncio.get_running_loop().call_later(IDLE_CALL_SECONDS, self._end_idle, call)
+        idle_seconds = getattr(call, "idle_seconds", IDLE_CALL_SECONDS)
+        self._idle_close = asyncio.get_running_loop().call_later(idle_seconds, self._end_idle, call)
 
     def _end_idle(self, call: Any) -> None:
         if call is self._call and not self._waiting:
@@ -274,9 +276,15 @@ class GrpcCall:
         except grpc.aio.AioRpcError as error:
             raise Unsent(self._end.error(error)) from None
         except (grpc.aio.UsageError, asyncio.InvalidStateError):  # the call is over
-            if self._end.status is None or self._call.cancelled():
+            if not self._call.done() or self._call.cancelled():
                 raise Unsent(SandboxUnavailableError("the sandbox's process stream has ended")) from None
-            raise Unsent(from_status(*self._end.status)) from None
+            raise Unsent(self._end.error(await self._raised())) from None
+
+    async def _raised(self) -> grpc.aio.AioRpcError:
+        """The error the call, over, raises to a reader: its last status (for :class:`CallEnd`'s rule)."""
+        call = self._call
+        return grpc.aio.AioRpcError(await call.code(), await call.initial_metadata(), await call.trailing_metadata(),
+                                    await call.details())
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
 from protolink.errors import BudgetExceededError
-from protolink.execution.backends import ExecutionBackend, process_backend
+from protolink.execution.backends import ExecutionBackend, ProcessBackend, process_backend
 from protolink.execution.local import LocalExecutionBackend
 from protolink.execution.process_types import (
     ProcessCancelledError,
@@ -79,6 +79,7 @@ def process_tool(
     """
     check_limits(max_timeout_seconds, max_output_bytes)
     backend = backend if backend is not None else LocalExecutionBackend()
+    resolver = process_backend(backend)  # once: a Protocol's isinstance costs more than the rest of a resolve
     arguments = arguments_model(
         "ExecuteCommandArguments",
         argv=(list[str], Field(min_length=1, description=(
@@ -94,7 +95,7 @@ def process_tool(
     )
 
     async def prepare(args: Any, context: ToolContext) -> Preparation:
-        resolved = await resolve_on(backend, args.argv, args.cwd, args.env)
+        resolved = await resolve_on(resolver, args.argv, args.cwd, args.env)
         spec = ProcessSpec(resolved.argv, resolved.cwd, dict(args.env), args.timeout_seconds, args.max_output_bytes,
                            resolved.real_executable)
         return process_preparation(backend, spec, (PROCESS_EXECUTE,))
@@ -125,12 +126,12 @@ def check_limits(timeout_seconds: float, max_output_bytes: int) -> None:
 
 
 async def resolve_on(
-    backend: ExecutionBackend, argv: Sequence[str], cwd: str, env: Mapping[str, str]
+    backend: ProcessBackend, argv: Sequence[str], cwd: str, env: Mapping[str, str]
 ) -> Resolved:
-    """Resolve argv[0], the file it runs and cwd where ``backend`` runs processes (the host's
-    rules for a backend that does not resolve: :func:`~protolink.execution.backends.process_backend`)."""
+    """Resolve argv[0], the file it runs and cwd where ``backend`` runs processes (a backend that
+    does not resolve gets the host's rules: :func:`~protolink.execution.backends.process_backend`)."""
     check_command(argv, cwd, env)
-    return await process_backend(backend).resolve_command(argv, cwd, env)
+    return await backend.resolve_command(argv, cwd, env)
 
 
 def configured_environment(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -158,13 +159,14 @@ class ConfiguredCommand:
         self.env = dict(env)
         self.timeout_seconds = timeout_seconds
         self.max_output_bytes = max_output_bytes
-        self._resolved = process_backend(backend).resolve_now([executable], cwd, self.env)
+        self._resolver = process_backend(backend)
+        self._resolved = self._resolver.resolve_now([executable], cwd, self.env)
 
     async def prepare(self, arguments: Sequence[str], capabilities: tuple[str, ...],
                       title: str) -> Preparation:
         """The preparation for ``executable *arguments``; ``{cwd}`` in ``title`` is filled in."""
         if self._resolved is None:
-            resolved = await resolve_on(self.backend, [self.executable, *arguments], self.cwd, self.env)
+            resolved = await resolve_on(self._resolver, [self.executable, *arguments], self.cwd, self.env)
         else:
             check_arguments(arguments)
             program = self._resolved.argv[0]

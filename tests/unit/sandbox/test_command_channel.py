@@ -1,7 +1,8 @@
 """The host's side of the command channel (:mod:`protolink.sandbox.pipe_connection`) against a
 played server: a burst of requests waits for room instead of breaking the call, a server that
-stops answering pings fails the call with a typed error, and one that does not greet with this
-protocol is not asked again."""
+stops answering pings fails the call with a typed error, one that does not greet with this
+protocol is not asked again, and one that refuses a connection at its limit leaves that call
+alone to gRPC; an idle call stays open for the next command longer than a gRPC call."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import pytest
 
 from protolink.errors import SandboxUnavailableError
 from protolink.net.descriptors import receive_next
-from protolink.sandbox import pipe_connection
+from protolink.sandbox import pipe_connection, process_stream
 from protolink.sandbox.pipe_connection import ChannelCall, ChannelCalls
+from protolink.sandbox.process_stream import ProcessStream
 from protolink.wire._pb import process_pb2
 from protolink.wire.pipe_passing import AUTHORIZATION, DATAGRAM_BYTES, GREETING, KEY_BYTES, PING, SOCKET_NAME
 
@@ -27,18 +29,25 @@ class PlayedServer:
     """A listening command channel that greets each connection (``greeting``, a pipe's read end
     attached) and then does only what a test tells it to."""
 
-    def __init__(self, directory: Path, greeting: bytes = GREETING + b"k" * KEY_BYTES) -> None:
+    def __init__(self, directory: Path, greeting: bytes = GREETING + b"k" * KEY_BYTES, *,
+                 greets: int | None = None) -> None:
         self.path = str(directory / SOCKET_NAME)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.listener.bind(self.path)
         self.listener.listen(4)
         self._greeting = greeting
+        self.greets = greets  # how many more connections it greets (None: every one); later ones it closes
         self.connections: list[socket.socket] = []
         self.listener.setblocking(False)
         asyncio.get_running_loop().add_reader(self.listener.fileno(), self._accept)
 
     def _accept(self) -> None:
         connection, _ = self.listener.accept()
+        if self.greets is not None:
+            if self.greets == 0:
+                connection.close()  # as the server does at its limit of connections
+                return
+            self.greets -= 1
         fds = a_pipe_read_end()
         connection.sendmsg([self._greeting], _rights(fds))
         os.close(fds[0])
@@ -48,6 +57,8 @@ class PlayedServer:
     async def datagrams(self, count: int) -> list[bytes]:
         """The next ``count`` datagrams of the first connection."""
         async with asyncio.timeout(30):
+            while not self.connections:
+                await asyncio.sleep(0.01)
             return [(await receive_next(self.connections[0], DATAGRAM_BYTES, 0))[0] for _ in range(count)]
 
     def close(self) -> None:
@@ -65,7 +76,7 @@ async def server(tmp_path: Path) -> Iterator[PlayedServer]:
 
 
 async def test_a_burst_larger_than_the_send_buffer_waits_for_room_and_arrives_whole(server):
-    call = ChannelCall(server.path, AUTHORIZATION, None, lambda: None)
+    call = ChannelCall(server.path, AUTHORIZATION, None, lambda _: None)
     requests = [process_pb2.ExecuteRequest(id=n, argv=["/bin/true", "x" * 8192]) for n in range(1, 101)]
     try:
         async def send_in_order() -> None:  # one write at a time, as the process stream writes
@@ -87,7 +98,7 @@ async def test_a_burst_larger_than_the_send_buffer_waits_for_room_and_arrives_wh
 async def test_a_server_that_stops_answering_pings_fails_the_call(server, monkeypatch):
     monkeypatch.setattr(pipe_connection, "PING_SECONDS", 0.05)
     monkeypatch.setattr(pipe_connection, "PING_TIMEOUT_SECONDS", 0.15)
-    call = ChannelCall(server.path, AUTHORIZATION, None, lambda: None)
+    call = ChannelCall(server.path, AUTHORIZATION, None, lambda _: None)
     try:
         await call.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
         with pytest.raises(SandboxUnavailableError, match="did not answer a ping"):
@@ -113,3 +124,87 @@ async def test_a_server_that_does_not_greet_with_this_protocol_is_not_asked_agai
         assert len(played.connections) == 1
     finally:
         played.close()
+
+
+async def test_a_server_that_never_greets_is_not_asked_again(tmp_path):
+    """A server that closes every connection ungreeted (its kernel cannot pass the proof: gVisor's)."""
+    played = PlayedServer(tmp_path, greets=0)
+    calls = ChannelCalls(played.path, (), lambda: "grpc", pipes_above=None)
+    try:
+        with pytest.raises(pipe_connection.Unsent):
+            await calls().write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        assert not calls.offered
+        assert calls() == "grpc" and calls() == "grpc"
+    finally:
+        played.close()
+
+
+async def test_a_connection_refused_at_the_servers_limit_falls_back_for_that_call_only(tmp_path):
+    played = PlayedServer(tmp_path, greets=1)
+    calls = ChannelCalls(played.path, (), lambda: "grpc", pipes_above=None)
+    first = calls()
+    try:
+        await first.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))  # greeted: the channel is offered
+        refused = calls()  # the server is at its limit: it closes this one ungreeted
+        with pytest.raises(pipe_connection.Unsent):
+            await refused.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        assert calls.offered
+        assert calls() == "grpc"  # the call the refused request goes on
+        played.greets = None  # room again
+        again = calls()
+        assert isinstance(again, ChannelCall)
+        await again.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        again.cancel()
+    finally:
+        first.cancel()
+        played.close()
+
+
+async def test_a_full_queue_of_connections_falls_back_for_that_call_only(tmp_path, monkeypatch):
+    """The server does not accept (its loop is busy) and its socket's queue is full: the kernel
+    refuses at once (the greeting's time limit, pushed far away, is not what ends the wait)."""
+    monkeypatch.setattr(pipe_connection, "GREETING_SECONDS", 3600)
+    path = str(tmp_path / SOCKET_NAME)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
+        listener.bind(path)
+        listener.listen(0)
+        queued = []
+        try:
+            for _ in range(4):  # fill the queue
+                waiting = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                waiting.setblocking(False)
+                queued.append(waiting)
+                waiting.connect(path)
+        except BlockingIOError:
+            pass
+        calls = ChannelCalls(path, (), lambda: "grpc", pipes_above=None)
+        try:
+            with pytest.raises(pipe_connection.Unsent):
+                async with asyncio.timeout(60):  # a hang guard
+                    await calls().write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+            assert calls.offered
+            assert calls() == "grpc"
+            assert isinstance(pending := calls(), ChannelCall)
+            pending.cancel()
+        finally:
+            for waiting in queued:
+                waiting.close()
+
+
+async def test_an_idle_call_on_the_channel_outlasts_a_grpc_calls_idle_time_then_closes(server, monkeypatch):
+    """An agent's commands come seconds apart: the channel's connection waits for the next one
+    (no new connection and greeting for each), for ChannelCall.idle_seconds, not gRPC's second."""
+    monkeypatch.setattr(process_stream, "IDLE_CALL_SECONDS", 0.01)
+    monkeypatch.setattr(ChannelCall, "idle_seconds", 3.0)
+    stream = ProcessStream(ChannelCalls(server.path, (), lambda: "grpc", pipes_above=None))
+    try:
+        stream.open()
+        assert await server.datagrams(2) == [AUTHORIZATION, process_stream.OPENING.SerializeToString()]
+        await asyncio.sleep(0.1)  # ten times gRPC's idle time
+        with pytest.raises(BlockingIOError):  # open, nothing sent: not closed
+            server.connections[0].recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+        while (datagram := (await server.datagrams(1))[0]) == PING:
+            pass  # pinged while open
+        assert datagram == b""  # closed once idle for idle_seconds
+    finally:
+        await stream.aclose()

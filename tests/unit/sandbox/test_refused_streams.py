@@ -18,9 +18,10 @@ import pytest
 
 from protolink.errors import SandboxNotFoundError
 from protolink.execution.process_types import NO_EVENTS
-from protolink.sandbox.process_stream import Output, ProcessStream, grpc_calls
+from protolink.sandbox.pipe_connection import Unsent
+from protolink.sandbox.process_stream import GrpcCall, Output, ProcessStream, grpc_calls
 from protolink.wire._pb import process_pb2
-from protolink.wire.status import abort_with, to_status
+from protolink.wire.status import ERROR_METADATA_KEY, WRITE_FAILED_DETAILS, abort_with, to_status
 
 from .threaded_server import threaded_server
 
@@ -70,3 +71,46 @@ async def test_closing_a_stream_leaves_no_task_of_its_own_behind(address):
         assert asyncio.all_tasks() - before, "the open call has a reader"
         await stream.aclose()
         assert asyncio.all_tasks() == before
+
+
+class EndedCall:
+    """A grpc.aio Execute call the server refused while a write failed, in the order grpcio
+    (grpc/grpc#36066) sometimes sets the statuses: its INTERNAL of the failed write first (the one
+    its done callbacks see), the refusal last (the one a reader gets). It takes no more writes."""
+
+    def __init__(self) -> None:
+        code, wire = to_status(REFUSAL)
+        self._last = (code, wire.message, ((ERROR_METADATA_KEY, wire.SerializeToString()),))
+
+    def add_done_callback(self, callback) -> None:
+        first = EndedCall()
+        first._last = (grpc.StatusCode.INTERNAL, WRITE_FAILED_DETAILS, ())
+        callback(first)
+
+    async def write(self, request: object) -> None:
+        raise asyncio.InvalidStateError("the call is over")
+
+    def done(self) -> bool:
+        return True
+
+    def cancelled(self) -> bool:
+        return False
+
+    async def code(self) -> grpc.StatusCode:
+        return self._last[0]
+
+    async def details(self) -> str:
+        return self._last[1]
+
+    async def initial_metadata(self) -> tuple:
+        return ()
+
+    async def trailing_metadata(self) -> tuple:
+        return self._last[2]
+
+
+async def test_a_write_on_a_call_already_over_is_unsent_with_the_calls_status_by_call_ends_rule():
+    call = GrpcCall(EndedCall())
+    with pytest.raises(Unsent) as unsent:
+        await call.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+    assert isinstance(unsent.value.error, SandboxNotFoundError) and str(unsent.value.error) == str(REFUSAL)

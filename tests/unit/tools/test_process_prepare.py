@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from protolink import BudgetExceededError, EventBus, RunContext, ToolContext
+from protolink.execution.backends import process_backend
 from protolink.execution.process_types import (
     ProcessCancelledError,
     ProcessResult,
@@ -121,8 +122,8 @@ async def test_backends_that_resolve_do_so_inside_their_boundary(tmp_path):
 
 async def test_other_backends_get_the_host_rules(tmp_path):
     with pytest.raises(ValueError, match="no PATH"):
-        await resolve_on(RecordingBackend(), ["python3"], str(tmp_path), {})
-    resolved = await resolve_on(RecordingBackend(), [sys.executable], str(tmp_path), {})
+        await resolve_on(process_backend(RecordingBackend()), ["python3"], str(tmp_path), {})
+    resolved = await resolve_on(process_backend(RecordingBackend()), [sys.executable], str(tmp_path), {})
     assert resolved == Resolved((sys.executable,), str(tmp_path), os.path.realpath(sys.executable))
 
 
