@@ -40,6 +40,7 @@ from protolink.net.descriptors import receive_next
 from protolink.wire import convert
 from protolink.wire._pb import errors_pb2, process_pb2
 from protolink.wire.pipe_passing import (
+    AT_LIMIT,
     AUTHORIZATION,
     DATAGRAM_BYTES,
     EVENT,
@@ -79,9 +80,9 @@ class PassedPipes(NamedTuple):
 
 class Greeting(enum.Enum):
     """How the server answered a connection: with the channel's proof; not at all, the
-    connection closed (a server at its limit of connections, or one whose kernel cannot pass
-    the proof); refused (the socket's queue is full: the server is at its limit); not offering
-    it (no socket, or a greeting of another protocol or without its proof)."""
+    connection closed (a server whose kernel cannot pass the proof, or an older one at its limit
+    of connections); refused (the server said it is at its limit, or the socket's queue is full);
+    not offering it (no socket, or a greeting of another protocol or without its proof)."""
 
     PROVEN = "proven"
     CLOSED = "closed"
@@ -105,9 +106,10 @@ class ChannelCalls:
 
     A server that does not offer the channel (no socket: an older server, TCP's; a greeting of
     another protocol, or one without its proof: gVisor's) is not asked again: every later call is
-    the fallback's. One that has greeted a connection of this backend offers it, and a connection
-    it closes ungreeted, or that its socket's queue refuses, is a refusal at its limit of
-    connections: the next call alone is the fallback's.
+    the fallback's. A server that answers it is at its limit of connections, or whose socket's
+    queue refuses, sends the next call alone to the fallback; so does a connection closed
+    ungreeted by one that has greeted a connection of this backend before (an older server at its
+    limit said nothing).
     """
 
     def __init__(self, path: str, metadata: Sequence[tuple[str, str]], fallback: Callable[[], Any], *,
@@ -253,7 +255,12 @@ class ChannelCall:
         except OSError:
             answer = Greeting.NOT_OFFERED  # no socket, or no server on it
         else:
-            answer = Greeting.CLOSED if not greeting and not fds else Greeting.NOT_OFFERED
+            if not greeting and not fds:
+                answer = Greeting.CLOSED
+            elif greeting == AT_LIMIT and not fds:
+                answer = Greeting.REFUSED
+            else:
+                answer = Greeting.NOT_OFFERED
         key = greeting.removeprefix(GREETING)
         proven = (greeting.startswith(GREETING) and len(key) == KEY_BYTES and len(fds) == 1
                   and _is_read_end(fds[0]))

@@ -4,7 +4,8 @@ gRPC, and a command's output pipes passed to the host.
 The host connects to :data:`SOCKET_NAME` beside the server's Unix socket (a ``SOCK_SEQPACKET``
 socket: each datagram arrives whole, in order). The server greets each connection with
 :data:`GREETING` and its key (:data:`KEY_BYTES` random bytes) and, attached (``SCM_RIGHTS``), the read end of a pipe of its
-own: the proof that the kernel passes its descriptors to this host (gVisor's cannot). The host
+own: the proof that the kernel passes its descriptors to this host (gVisor's cannot); a server at its
+limit of connections answers :data:`AT_LIMIT` instead. The host
 then sends :data:`AUTHORIZATION` and the authorization metadata it would send on gRPC (checked
 when the server has a token), then one serialized ``ExecuteRequest`` a datagram: the requests of
 one Execute call, which the connection is. The server answers with datagrams that start with
@@ -36,6 +37,9 @@ KEY_BYTES = 16
 #: What a greeting starts with, the key after it: this protocol and its version (a server whose
 #: greeting is another, an older one that only passed pipes, is not offering it).
 GREETING = b"protolink-commands/1:"
+#: A server at its limit of connections answers a new one with this alone (no key, no
+#: descriptor), then closes it: that call goes on gRPC, the next asks again.
+AT_LIMIT = b"protolink-commands/1 at its limit"
 #: The most bytes in one datagram, either way (the default send buffer of a Unix socket holds it).
 DATAGRAM_BYTES = 128 * 1024
 #: The host's first datagram: this, then its authorization metadata (``Bearer <token>``, or nothing).

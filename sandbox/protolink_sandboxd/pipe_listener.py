@@ -15,7 +15,7 @@ cannot open it. A connection is greeted with its key and a pipe's read end (the 
 kernel passes descriptors to the host); a connection that cannot take it is closed and the host
 keeps to gRPC. Its first datagram must carry the token when the server has one; its pings are
 answered, and a host silent for HOST_SILENT_SECONDS is gone. At most
-``max_connections`` connections are held (more are closed at once); a hand-off that would wait
+``max_connections`` connections are held (more are answered ``AT_LIMIT`` and closed at once); a hand-off that would wait
 (the host does not read its connection) is not made, and that command's output comes as events.
 A closed connection, or one that breaks the protocol, is a canceled call: its processes are
 killed and reaped.
@@ -35,6 +35,7 @@ from protolink.errors import SandboxAuthenticationError
 from protolink.wire._pb import errors_pb2
 from protolink.wire.output_events import MAX_HEAD_BYTES, output_event, read_output_event
 from protolink.wire.pipe_passing import (
+    AT_LIMIT,
     AUTHORIZATION,
     DATAGRAM_BYTES,
     EVENT,
@@ -115,8 +116,13 @@ class PipeListener:
             connection, _ = self._listener.accept()
         except (BlockingIOError, ConnectionAbortedError):
             return
+        if len(self._channels) >= self._max_connections:
+            with contextlib.suppress(OSError):
+                connection.sendmsg([AT_LIMIT], [], socket.MSG_DONTWAIT)
+            connection.close()
+            return
         key = secrets.token_bytes(KEY_BYTES)
-        if len(self._channels) >= self._max_connections or self._calls is None or not _greet(connection, key):
+        if self._calls is None or not _greet(connection, key):
             connection.close()
             return
         channel = _Channel(connection, self._calls, self._authorized)

@@ -1,8 +1,8 @@
 """The host's side of the command channel (:mod:`protolink.sandbox.pipe_connection`) against a
 played server: a burst of requests waits for room instead of breaking the call, a server that
 stops answering pings fails the call with a typed error, one that does not greet with this
-protocol is not asked again, and one that refuses a connection at its limit leaves that call
-alone to gRPC; an idle call stays open for the next command longer than a gRPC call."""
+protocol is not asked again, and one that refuses a connection at its limit (saying so, or
+after it greeted one) leaves that call alone to gRPC; an idle call stays open for the next command longer than a gRPC call."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from protolink.sandbox import pipe_connection, process_stream
 from protolink.sandbox.pipe_connection import ChannelCall, ChannelCalls
 from protolink.sandbox.process_stream import ProcessStream
 from protolink.wire._pb import process_pb2
-from protolink.wire.pipe_passing import AUTHORIZATION, DATAGRAM_BYTES, GREETING, KEY_BYTES, PING, SOCKET_NAME
+from protolink.wire.pipe_passing import AT_LIMIT, AUTHORIZATION, DATAGRAM_BYTES, GREETING, KEY_BYTES, PING, SOCKET_NAME
 
 from .test_passed_pipes import _rights, a_pipe_read_end
 
@@ -30,13 +30,14 @@ class PlayedServer:
     attached) and then does only what a test tells it to."""
 
     def __init__(self, directory: Path, greeting: bytes = GREETING + b"k" * KEY_BYTES, *,
-                 greets: int | None = None) -> None:
+                 greets: int | None = None, at_limit: bool = False) -> None:
         self.path = str(directory / SOCKET_NAME)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.listener.bind(self.path)
         self.listener.listen(4)
         self._greeting = greeting
         self.greets = greets  # how many more connections it greets (None: every one); later ones it closes
+        self.at_limit = at_limit  # whether it says so when it closes one (as the server does)
         self.connections: list[socket.socket] = []
         self.listener.setblocking(False)
         asyncio.get_running_loop().add_reader(self.listener.fileno(), self._accept)
@@ -45,7 +46,9 @@ class PlayedServer:
         connection, _ = self.listener.accept()
         if self.greets is not None:
             if self.greets == 0:
-                connection.close()  # as the server does at its limit of connections
+                if self.at_limit:
+                    connection.send(AT_LIMIT)
+                connection.close()  # at its limit of connections (or unable to send the proof)
                 return
             self.greets -= 1
         fds = a_pipe_read_end()
@@ -157,6 +160,25 @@ async def test_a_connection_refused_at_the_servers_limit_falls_back_for_that_cal
         again.cancel()
     finally:
         first.cancel()
+        played.close()
+
+
+async def test_a_first_connection_the_server_says_is_over_its_limit_falls_back_for_that_call_only(tmp_path):
+    """Before any connection of this backend was greeted, only the server's word tells a server
+    at its limit from one that cannot pass the proof (which closes without a word)."""
+    played = PlayedServer(tmp_path, greets=0, at_limit=True)
+    calls = ChannelCalls(played.path, (), lambda: "grpc", pipes_above=None)
+    try:
+        with pytest.raises(pipe_connection.Unsent):
+            await calls().write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        assert calls.offered
+        assert calls() == "grpc"  # the call the refused request goes on
+        played.greets = None  # room again
+        again = calls()
+        assert isinstance(again, ChannelCall)
+        await again.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        again.cancel()
+    finally:
         played.close()
 
 

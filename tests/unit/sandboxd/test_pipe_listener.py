@@ -18,6 +18,7 @@ from protolink.net.descriptors import receive_next
 from protolink.wire import status
 from protolink.wire._pb import errors_pb2
 from protolink.wire.pipe_passing import (
+    AT_LIMIT,
     AUTHORIZATION,
     DATAGRAM_BYTES,
     EVENT,
@@ -131,10 +132,16 @@ async def test_no_hand_off_without_a_connection_of_that_key(tmp_path, listener):
         os.close(write)
 
 
-async def test_connections_beyond_the_limit_are_refused(tmp_path, listener):
+async def test_connections_beyond_the_limit_are_told_so_and_closed(tmp_path, listener):
     held = [await greeted(tmp_path) for _ in range(MAX_CONNECTIONS)]
     assert all(key for _, key in held)
-    refused, key = await greeted(tmp_path)
-    assert key == b""
-    for sock, _ in [*held, (refused, key)]:
+    refused = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    refused.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(refused, str(tmp_path / SOCKET_NAME))
+    async with asyncio.timeout(30):
+        answer, fds, _ = await receive_next(refused, DATAGRAM_BYTES, 1)
+        assert (answer, fds) == (AT_LIMIT, [])
+        assert (await receive_next(refused, DATAGRAM_BYTES, 1))[0] == b""  # then closed
+    for sock, _ in held:
         sock.close()
+    refused.close()
