@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -121,7 +120,7 @@ class PipeListener:
                 connection.sendmsg([AT_LIMIT], [], socket.MSG_DONTWAIT)
             connection.close()
             return
-        key = secrets.token_bytes(KEY_BYTES)
+        key = os.urandom(KEY_BYTES)  # secrets would load random and base64 at start
         if self._calls is None or not _greet(connection, key):
             connection.close()
             return

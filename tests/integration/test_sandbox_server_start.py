@@ -29,8 +29,9 @@ from tests.sandbox_server import RunningServer, sandbox_server
 DOCUMENT_MODULES = {"protolink.execution.documents", "protolink.execution.extract", "zipfile", "csv"}
 #: What the server's start does without: OpenSSL (asyncio loads with ``ssl`` blocked, whose
 #: attempt the log still names), ``shutil`` with its compressors (argparse's terminal width)
-#: and ``platform`` (the seccomp filter's machine name).
-NOT_AT_START = {"_ssl", "shutil", "bz2", "lzma", "platform"}
+#: ``platform`` (the seccomp filter's machine name) and ``secrets`` with ``random`` (the command
+#: channel's keys come from ``os.urandom``).
+NOT_AT_START = {"_ssl", "shutil", "bz2", "lzma", "platform", "secrets", "random"}
 
 
 class Silent:
