@@ -5,8 +5,10 @@ One implementation serves both hops: the service's (to the sandbox, or to the ga
 Swarm node it runs on) and a node gateway's (:mod:`protolink.sandbox.gateway`, to the task's
 socket). Each gives :class:`Forwarder` its own ``resolve``, which finds the :class:`Target`.
 
-A pooled sandbox waits with an Execute call already open to it (:class:`HeldCall`): its owner's
-first Execute call is forwarded on it, without opening a stream to the sandbox then.
+A sandbox on this host gets its Execute calls over its command channel
+(:mod:`.channel_hop`), the others over gRPC. A pooled sandbox waits with an Execute call already
+open to it (:class:`HeldCall`, or a :class:`~.channel_hop.HeldChannel`): its owner's first
+Execute call is forwarded on it, without opening a stream to the sandbox then.
 
 Nothing is parsed on the way but what the events need: each Execute request and event (argv,
 directory, exit, duration, output bytes), each ReplaceFile request and each Upload's summary (the
@@ -33,6 +35,9 @@ from protolink.wire._pb import process_pb2, sandbox_pb2, transfer_pb2, workspace
 from protolink.wire.status import CallEnd, Status, abort_with, to_status
 
 from ..process_stream import OPENING
+from ..pipe_connection import ChannelCalls
+from . import channel_hop
+from .channel_hop import HeldChannel
 from .events import Events
 
 #: The metadata key that names the sandbox a forwarded call is for.
@@ -83,8 +88,10 @@ class InFlight:
 class Target(Protocol):
     """Where a forwarded call goes: a sandbox's ``id``, its ``state`` (``lost`` ends the call
     with :class:`~protolink.errors.SandboxLostError`), its calls in flight and the time of the
-    last one (its idle clock), the channel to it, and the :class:`HeldCall` opened to it ahead
-    of its first Execute call, given out once (None when there is none, or it ended)."""
+    last one (its idle clock), the channel to it, its command channel (None: gRPC only; see
+    :mod:`.channel_hop`), and the call opened to it ahead of its first Execute call
+    (:class:`HeldCall`, or :class:`~.channel_hop.HeldChannel`), given out once (None when there
+    is none, or it ended)."""
 
     id: str
     state: str
@@ -93,7 +100,9 @@ class Target(Protocol):
 
     def channel(self) -> grpc.aio.Channel: ...
 
-    def held_call(self) -> HeldCall | None: ...
+    def command_channel(self) -> ChannelCalls | None: ...
+
+    def held_call(self) -> HeldCall | HeldChannel | None: ...
 
 
 #: Finds the caller's target for a call (aborting the call when there is none): its tenant id and target.
@@ -167,9 +176,18 @@ class Forwarder(grpc.GenericRpcHandler):
             first = await _first(requests, context)
             tenant, target = await self.resolve(context, method)
             watch = Commands(self.events, tenant, target.id) if method == EXECUTE else None
-            watched, metadata, timeout = _watched(first, requests, watch), _passed(context), context.time_remaining()
-            held = target.held_call() if method == EXECUTE and _plain(metadata) and timeout is None else None
-            if held is not None:
+            metadata, timeout = _passed(context), context.time_remaining()
+            plain = watch is not None and _plain(metadata) and timeout is None
+            held = target.held_call() if plain else None
+            if plain and not isinstance(held, HeldCall):
+                on_channel = await channel_hop.opened(target.command_channel(), held, first)
+                if on_channel is not None:
+                    watch.request(first)
+                    async for response in channel_hop.relayed(context, target, on_channel, requests, watch):
+                        yield response
+                    return
+            watched = _watched(first, requests, watch)
+            if isinstance(held, HeldCall):
                 call = held.feed(watched)
             else:
                 call = target.channel().stream_stream(method)(watched, metadata=metadata, timeout=timeout)
@@ -208,6 +226,9 @@ class HeldCall:
         """The call, now carrying ``requests``."""
         self._requests.set_result(requests)
         return self.call
+
+    def done(self) -> bool:
+        return bool(self.call.done())
 
     def cancel(self) -> None:
         self.call.cancel()
