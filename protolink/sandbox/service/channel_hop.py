@@ -78,14 +78,14 @@ class HeldChannel:
         self.call.cancel()
 
 
-async def opened(calls: ChannelCalls | None, held: HeldChannel | None, first: bytes) -> ChannelCall | None:
-    """A channel call to the target with ``first`` sent on it: ``held``'s, or a new one of
-    ``calls``; None when the call goes on gRPC (no channel offered, a request it cannot carry)."""
-    try:
-        if calls is None or len(first) > DATAGRAM_BYTES:
-            raise DecodeError("not for the channel")
-        request = _request(first)
-    except DecodeError:  # one that does not parse: the sandbox refuses it over gRPC, as it always has
+async def opened(calls: ChannelCalls | None, held: HeldChannel | None, first: bytes,
+                 watch: Commands) -> ChannelCall | None:
+    """A channel call to the target with ``first`` sent on it (and followed by ``watch``):
+    ``held``'s, or a new one of ``calls``; None when the call goes on gRPC (no channel offered,
+    a request it cannot carry)."""
+    # one that does not parse goes on gRPC too: the sandbox refuses it there, as it always has
+    request = _request(first) if calls is not None and len(first) <= DATAGRAM_BYTES else None
+    if request is None:
         if held is not None:
             held.cancel()
         return None
@@ -96,10 +96,12 @@ async def opened(calls: ChannelCalls | None, held: HeldChannel | None, first: by
             return None
         try:
             await call.write(request)
-            return call
         except Unsent:
             call.cancel()
             call = None  # the held connection had closed: once more on a new one
+        else:
+            watch.started(request)  # before its events can be read: this call's reader starts later
+            return call
     return None
 
 
@@ -146,17 +148,18 @@ class _Writer:
     async def send(self, requests: AsyncIterator[bytes]) -> None:
         try:
             async for data in requests:
-                request = _request(data)
-                self._watch.request(data)
+                if (request := _request(data)) is None:
+                    self._fail(ValueError("an Execute request that does not parse"))
+                    return
+                self._watch.started(request)
                 await self._call.write(request)
-        except DecodeError:
-            self._fail(ValueError("an Execute request that does not parse"))
-            return
         except ValueError as error:  # over DATAGRAM_BYTES: a SandboxBackend sends those on a call of their own
             self._fail(ValueError(f"{error}: send it on an Execute call of its own"))
             return
         except Unsent:
             return  # the call has ended: its reader says why
+        except Exception:  # noqa: BLE001 (the caller's stream failed: its call is ending, and this one with it)
+            return
         self.ended = True
         if not self._watch.running:
             self._call.cancel()  # nothing runs and nothing more comes: the call ends
@@ -166,8 +169,12 @@ class _Writer:
         self._call.cancel()
 
 
-def _request(data: bytes) -> process_pb2.ExecuteRequest:
-    """The request of ``data``, without a pipe connection (the service takes no pipes)."""
-    request = process_pb2.ExecuteRequest.FromString(data)
+def _request(data: bytes) -> process_pb2.ExecuteRequest | None:
+    """The request of ``data``, without a pipe connection (the service takes no pipes); None
+    when it does not parse."""
+    try:
+        request = process_pb2.ExecuteRequest.FromString(data)
+    except DecodeError:
+        return None
     request.ClearField("pipe_connection")
     return request
