@@ -12,7 +12,10 @@ image) is forwarded on gRPC, as a first request the channel cannot carry (over
 :data:`~protolink.wire.pipe_passing.DATAGRAM_BYTES`) is.
 
 A pooled sandbox waits with a connection already open, authorized and given the request that
-does nothing (:class:`HeldChannel`), as :class:`~.forward.HeldCall` does on gRPC.
+does nothing (:class:`HeldChannel`), as :class:`~.forward.HeldCall` does on gRPC. That request
+(:data:`~protolink.sandbox.process_stream.OPENING`, a client's opening of its call) is not sent
+again on a connection open already: the sandbox would only parse it, while the first command
+runs.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ async def opened(calls: ChannelCalls | None, held: HeldChannel | None, first: by
             held.cancel()
         return None
     call = await held.take() if held is not None else None
+    if call is not None and request == OPENING:
+        return call  # it was sent ahead
     for _ in range(2):
         call = call or calls()
         if call is None:
@@ -151,6 +156,8 @@ class _Writer:
                 if (request := _request(data)) is None:
                     self._fail(ValueError("an Execute request that does not parse"))
                     return
+                if request == OPENING:
+                    continue  # the call is open already: the sandbox would do nothing with it
                 self._watch.started(request)
                 await self._call.write(request)
         except ValueError as error:  # over DATAGRAM_BYTES: a SandboxBackend sends those on a call of their own
