@@ -21,10 +21,7 @@ runs.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
-
 import grpc
 from google.protobuf.message import DecodeError
 
@@ -35,9 +32,8 @@ from protolink.wire.status import abort_with, to_status
 
 from ..pipe_connection import ChannelCall, ChannelCalls, PassedPipes, Unsent
 from ..process_stream import OPENING
+from .watched import Commands, InFlight
 
-if TYPE_CHECKING:
-    from .forward import Commands, Target
 
 
 class HeldChannel:
@@ -110,15 +106,15 @@ async def opened(calls: ChannelCalls | None, held: HeldChannel | None, first: by
     return None
 
 
-async def relayed(context: grpc.aio.ServicerContext, target: Target, call: ChannelCall,
+async def relayed(context: grpc.aio.ServicerContext, in_flight: InFlight, call: ChannelCall,
                   requests: AsyncIterator[bytes], watch: Commands) -> AsyncIterator[bytes]:
-    """The events of ``call`` (its first request sent) as they come, while the caller's further
-    ``requests`` are sent on it. It ends as a gRPC Execute call does: with the sandbox's typed
-    failure, with the error :class:`~.forward.InFlight` ended the target's calls with, or once the
-    caller's requests have ended and no process runs."""
+    """The events of ``call`` (its first request sent; counted ``in_flight`` to its target) as
+    they come, while the caller's further ``requests`` are sent on it. It ends as a gRPC Execute
+    call does: with the sandbox's typed failure, with the error ``in_flight`` was ended with, or
+    once the caller's requests have ended and no process runs."""
     writer = _Writer(call, watch)
     writing = asyncio.ensure_future(writer.send(requests))
-    target.calls.add(call)
+    in_flight.add(call)
     try:
         async for item in call:
             if isinstance(item, PassedPipes):
@@ -131,13 +127,12 @@ async def relayed(context: grpc.aio.ServicerContext, target: Target, call: Chann
     except Exception as error:
         if writer.ended and not watch.running and writer.failure is None:
             return
-        ended = target.calls.ended
+        ended = in_flight.ended
         await abort_with(context, to_status(writer.failure or ended or error))
     finally:
         writing.cancel()
         call.cancel()
-        target.calls.discard(call)
-        target.last_used = time.time()
+        in_flight.discard(call)
 
 
 class _Writer:

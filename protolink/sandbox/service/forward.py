@@ -22,17 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxLostError
-from protolink.wire._pb import process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
+from protolink.wire._pb import sandbox_pb2, transfer_pb2, workspace_pb2
 from protolink.wire.status import CallEnd, Status, abort_with, to_status
 
 from ..process_stream import OPENING
@@ -40,6 +38,7 @@ from ..pipe_connection import ChannelCalls
 from . import channel_hop
 from .channel_hop import HeldChannel
 from .events import Events
+from .watched import Commands, InFlight
 
 #: The metadata key that names the sandbox a forwarded call is for.
 SANDBOX_KEY = "protolink-sandbox-id"
@@ -57,33 +56,6 @@ REPLACE_FILE = f"/{_SANDBOX.full_name}/ReplaceFile"
 UPLOAD = f"/{_SANDBOX.full_name}/Upload"
 #: Metadata the sandbox's server never sees: the service's and the gateway's own.
 _HELD_BACK = frozenset({"authorization", SANDBOX_KEY, CONTAINER_KEY})
-
-
-class InFlight:
-    """The forwarded calls in flight to one target; :meth:`end` ends them all at once."""
-
-    def __init__(self) -> None:
-        self._calls: set[Any] = set()
-        self.ended: Exception | None = None
-
-    def __len__(self) -> int:
-        return len(self._calls)
-
-    def add(self, call: Any) -> None:
-        """Count ``call`` in; it is canceled at once when the calls have ended already."""
-        self._calls.add(call)
-        if self.ended is not None:
-            call.cancel()
-
-    def discard(self, call: Any) -> None:
-        self._calls.discard(call)
-
-    def end(self, error: Exception) -> None:
-        """Cancel every call in flight, and every one added later: each ends its caller's call
-        with ``error`` (a typed one: the target was deleted, say)."""
-        self.ended = error
-        for call in list(self._calls):
-            call.cancel()
 
 
 class Target(Protocol):
@@ -183,8 +155,12 @@ class Forwarder(grpc.GenericRpcHandler):
             if plain and not isinstance(held, HeldCall):
                 on_channel = await channel_hop.opened(target.command_channel(), held, first, watch)
                 if on_channel is not None:
-                    async for response in channel_hop.relayed(context, target, on_channel, requests, watch):
-                        yield response
+                    try:
+                        async for response in channel_hop.relayed(context, target.calls, on_channel, requests,
+                                                                  watch):
+                            yield response
+                    finally:
+                        target.last_used = time.time()
                     return
             watched = _watched(first, requests, watch)
             if isinstance(held, HeldCall):
@@ -238,65 +214,6 @@ class HeldCall:
         yield OPENING.SerializeToString()
         async for request in await self._requests:
             yield request
-
-
-@dataclass
-class _Running:
-    argv: list[str]
-    cwd: str
-    started: float = field(default_factory=time.monotonic)
-    output_bytes: int = 0
-
-
-class Commands:
-    """The processes of one forwarded Execute call, followed from their requests to their end.
-
-    Each is followed from the moment its request is seen; its events (``command.started``,
-    ``command.ended``) are emitted just after, in the event loop's next turn, in order: the
-    request, or the event that ends it, goes on its way first (an audit record costs some
-    100 us, which the command's answer would otherwise wait for)."""
-
-    def __init__(self, events: Events, tenant: str, sandbox: str) -> None:
-        self.events, self.tenant, self.sandbox = events, tenant, sandbox
-        self.running: dict[int, _Running] = {}
-        self._loop = asyncio.get_running_loop()
-
-    def request(self, data: bytes) -> None:
-        try:
-            request = process_pb2.ExecuteRequest.FromString(data)
-        except DecodeError:
-            return
-        self.started(request)
-
-    def started(self, request: process_pb2.ExecuteRequest) -> None:
-        if request.cancel:
-            return
-        self.running[request.id] = _Running(list(request.argv), request.cwd)
-        self._emit("command.started", id=request.id, argv=list(request.argv), cwd=request.cwd)
-
-    def event(self, data: bytes) -> None:
-        try:
-            event = process_pb2.ExecuteEvent.FromString(data)
-        except DecodeError:
-            return
-        running = self.running.get(event.id)
-        if running is None:
-            return
-        which = event.WhichOneof("event")
-        if which == "output":
-            running.output_bytes += len(event.output.data)
-        elif which in ("finished", "error"):
-            del self.running[event.id]
-            finished = event.finished
-            self._emit(
-                "command.ended", id=event.id, argv=running.argv, cwd=running.cwd,
-                exit_code=finished.exit_code if which == "finished" and finished.HasField("exit_code") else None,
-                duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
-                timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
-
-
-    def _emit(self, kind: str, **fields: Any) -> None:
-        self._loop.call_soon(functools.partial(self.events.emit, kind, self.tenant, self.sandbox, **fields))
 
 
 async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
