@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+
 import grpc
 from google.protobuf.message import DecodeError
 
@@ -35,7 +36,6 @@ from ..process_stream import OPENING
 from .watched import Commands, InFlight
 
 
-
 class HeldChannel:
     """A command channel connection to a pooled sandbox, greeted, authorized and sent
     :data:`~protolink.sandbox.process_stream.OPENING` before anyone claims it. While it waits
@@ -45,6 +45,7 @@ class HeldChannel:
     def __init__(self, call: ChannelCall) -> None:
         self.call = call
         self._waiting = asyncio.ensure_future(anext(call))  # an event is not due: this ends with the call
+        self._waiting.add_done_callback(lambda waited: waited.cancelled() or waited.exception())  # the end is taken
 
     @classmethod
     async def open(cls, calls: ChannelCalls) -> HeldChannel | None:
