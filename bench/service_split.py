@@ -1,5 +1,7 @@
 """Where the pooled create -> first result goes: the create, the attach, the first command, a
-second command, and the same command on the sandbox's own server straight (no service between).
+second command, and the same command on the sandbox's own server straight (no service between);
+and the service process's CPU time per forwarded command (``svc cpu``: over
+:data:`CPU_COMMANDS` commands in a row, the least load-dependent figure of the hop).
 
     python bench/service_split.py [--runs 15] [--turns 3] [--baseline main] [--image IMAGE]
 
@@ -36,7 +38,10 @@ from protolink.wire._pb import service_pb2
 
 HERE = Path(__file__).resolve().parent
 SETTLE_SECONDS = 1.5
-COLUMNS = ("total", "create", "attach", "first", "second", "direct")
+TIMED = ("total", "create", "attach", "first", "second", "direct")
+COLUMNS = (*TIMED, "svc cpu")
+#: The commands whose forwarding the service's CPU time is measured over, in each turn.
+CPU_COMMANDS = 200
 
 
 async def one_turn(image: str, runs: int) -> dict[str, float]:
@@ -61,9 +66,27 @@ async def one_turn(image: str, runs: int) -> dict[str, float]:
             direct = await straight(docker, status.id)
             rows.append((ran - started, created - started, attached - created, ran - attached, again - ran, direct))
             await sandbox.delete()
+        cpu = await service_cpu_per_command(client, json.loads(files.pid.read_text())["pid"])
         await client.aclose()
     docker.close()
-    return {column: statistics.median(values) for column, values in zip(COLUMNS, zip(*rows))}
+    return {**{column: statistics.median(values) for column, values in zip(TIMED, zip(*rows))}, "svc cpu": cpu}
+
+
+async def service_cpu_per_command(client: Any, pid: int) -> float:
+    """The service's CPU time (user and system, seconds) per command, over CPU_COMMANDS run
+    one after another on one sandbox."""
+    async with await client.create() as sandbox:
+        await sandbox.backend.execute(TRUE, _Silent())
+        before = cpu_seconds(pid)
+        for _ in range(CPU_COMMANDS):
+            await sandbox.backend.execute(TRUE, _Silent())
+        return (cpu_seconds(pid) - before) / CPU_COMMANDS
+
+
+def cpu_seconds(pid: int) -> float:
+    """Process ``pid``'s CPU time so far (its threads', user and system), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def straight(docker: Any, sandbox_id: str) -> float:

@@ -99,6 +99,10 @@ class TaskTarget:
     def _socket(self, name: str) -> Path:
         return Path(f"/proc/self/fd/{self.sockets}/{name}")
 
+    def command_channel(self) -> None:
+        """None: a gateway forwards on gRPC (the task's socket offers no command channel here)."""
+        return None
+
     def held_call(self) -> None:
         """None: a gateway opens no call ahead (the service holds a pooled sandbox's)."""
         return None

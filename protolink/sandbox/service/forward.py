@@ -5,8 +5,10 @@ One implementation serves both hops: the service's (to the sandbox, or to the ga
 Swarm node it runs on) and a node gateway's (:mod:`protolink.sandbox.gateway`, to the task's
 socket). Each gives :class:`Forwarder` its own ``resolve``, which finds the :class:`Target`.
 
-A pooled sandbox waits with an Execute call already open to it (:class:`HeldCall`): its owner's
-first Execute call is forwarded on it, without opening a stream to the sandbox then.
+A sandbox on this host gets its Execute calls over its command channel
+(:mod:`.channel_hop`), the others over gRPC. A pooled sandbox waits with an Execute call already
+open to it (:class:`HeldCall`, or a :class:`~.channel_hop.HeldChannel`): its owner's first
+Execute call is forwarded on it, without opening a stream to the sandbox then.
 
 Nothing is parsed on the way but what the events need: each Execute request and event (argv,
 directory, exit, duration, output bytes), each ReplaceFile request and each Upload's summary (the
@@ -22,18 +24,21 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxLostError
-from protolink.wire._pb import process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
+from protolink.wire._pb import sandbox_pb2, transfer_pb2, workspace_pb2
 from protolink.wire.status import CallEnd, Status, abort_with, to_status
 
 from ..process_stream import OPENING
+from ..pipe_connection import ChannelCalls
+from . import channel_hop
+from .channel_hop import HeldChannel
 from .events import Events
+from .watched import Commands, InFlight
 
 #: The metadata key that names the sandbox a forwarded call is for.
 SANDBOX_KEY = "protolink-sandbox-id"
@@ -53,38 +58,13 @@ UPLOAD = f"/{_SANDBOX.full_name}/Upload"
 _HELD_BACK = frozenset({"authorization", SANDBOX_KEY, CONTAINER_KEY})
 
 
-class InFlight:
-    """The forwarded calls in flight to one target; :meth:`end` ends them all at once."""
-
-    def __init__(self) -> None:
-        self._calls: set[Any] = set()
-        self.ended: Exception | None = None
-
-    def __len__(self) -> int:
-        return len(self._calls)
-
-    def add(self, call: Any) -> None:
-        """Count ``call`` in; it is canceled at once when the calls have ended already."""
-        self._calls.add(call)
-        if self.ended is not None:
-            call.cancel()
-
-    def discard(self, call: Any) -> None:
-        self._calls.discard(call)
-
-    def end(self, error: Exception) -> None:
-        """Cancel every call in flight, and every one added later: each ends its caller's call
-        with ``error`` (a typed one: the target was deleted, say)."""
-        self.ended = error
-        for call in list(self._calls):
-            call.cancel()
-
-
 class Target(Protocol):
     """Where a forwarded call goes: a sandbox's ``id``, its ``state`` (``lost`` ends the call
     with :class:`~protolink.errors.SandboxLostError`), its calls in flight and the time of the
-    last one (its idle clock), the channel to it, and the :class:`HeldCall` opened to it ahead
-    of its first Execute call, given out once (None when there is none, or it ended)."""
+    last one (its idle clock), the channel to it, its command channel (None: gRPC only; see
+    :mod:`.channel_hop`), and the call opened to it ahead of its first Execute call
+    (:class:`HeldCall`, or :class:`~.channel_hop.HeldChannel`), given out once (None when there
+    is none, or it ended)."""
 
     id: str
     state: str
@@ -93,7 +73,9 @@ class Target(Protocol):
 
     def channel(self) -> grpc.aio.Channel: ...
 
-    def held_call(self) -> HeldCall | None: ...
+    def command_channel(self) -> ChannelCalls | None: ...
+
+    def held_call(self) -> HeldCall | HeldChannel | None: ...
 
 
 #: Finds the caller's target for a call (aborting the call when there is none): its tenant id and target.
@@ -167,9 +149,21 @@ class Forwarder(grpc.GenericRpcHandler):
             first = await _first(requests, context)
             tenant, target = await self.resolve(context, method)
             watch = Commands(self.events, tenant, target.id) if method == EXECUTE else None
-            watched, metadata, timeout = _watched(first, requests, watch), _passed(context), context.time_remaining()
-            held = target.held_call() if method == EXECUTE and _plain(metadata) and timeout is None else None
-            if held is not None:
+            metadata, timeout = _passed(context), context.time_remaining()
+            plain = watch is not None and _plain(metadata) and timeout is None
+            held = target.held_call() if plain else None
+            if plain and not isinstance(held, HeldCall):
+                on_channel = await channel_hop.opened(target.command_channel(), held, first, watch)
+                if on_channel is not None:
+                    try:
+                        async for response in channel_hop.relayed(context, target.calls, on_channel, requests,
+                                                                  watch):
+                            yield response
+                    finally:
+                        target.last_used = time.time()
+                    return
+            watched = _watched(first, requests, watch)
+            if isinstance(held, HeldCall):
                 call = held.feed(watched)
             else:
                 call = target.channel().stream_stream(method)(watched, metadata=metadata, timeout=timeout)
@@ -209,6 +203,9 @@ class HeldCall:
         self._requests.set_result(requests)
         return self.call
 
+    def done(self) -> bool:
+        return bool(self.call.done())
+
     def cancel(self) -> None:
         self.call.cancel()
         self._requests.cancel()
@@ -217,53 +214,6 @@ class HeldCall:
         yield OPENING.SerializeToString()
         async for request in await self._requests:
             yield request
-
-
-@dataclass
-class _Running:
-    argv: list[str]
-    cwd: str
-    started: float = field(default_factory=time.monotonic)
-    output_bytes: int = 0
-
-
-class Commands:
-    """The processes of one forwarded Execute call, followed from their requests to their end."""
-
-    def __init__(self, events: Events, tenant: str, sandbox: str) -> None:
-        self.events, self.tenant, self.sandbox = events, tenant, sandbox
-        self.running: dict[int, _Running] = {}
-
-    def request(self, data: bytes) -> None:
-        try:
-            request = process_pb2.ExecuteRequest.FromString(data)
-        except DecodeError:
-            return
-        if request.cancel:
-            return
-        self.running[request.id] = _Running(list(request.argv), request.cwd)
-        self.events.emit("command.started", self.tenant, self.sandbox, id=request.id, argv=list(request.argv),
-                         cwd=request.cwd)
-
-    def event(self, data: bytes) -> None:
-        try:
-            event = process_pb2.ExecuteEvent.FromString(data)
-        except DecodeError:
-            return
-        running = self.running.get(event.id)
-        if running is None:
-            return
-        which = event.WhichOneof("event")
-        if which == "output":
-            running.output_bytes += len(event.output.data)
-        elif which in ("finished", "error"):
-            del self.running[event.id]
-            finished = event.finished
-            self.events.emit(
-                "command.ended", self.tenant, self.sandbox, id=event.id, argv=running.argv, cwd=running.cwd,
-                exit_code=finished.exit_code if which == "finished" and finished.HasField("exit_code") else None,
-                duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
-                timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
 
 
 async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:

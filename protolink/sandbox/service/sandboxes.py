@@ -32,6 +32,8 @@ from ..egress.service import EgressService
 from ..leftovers import CREATED_LABEL
 from . import labels
 from .config import Overrides, Template
+from ..pipe_connection import ChannelCalls, channel_socket
+from .channel_hop import HeldChannel
 from .forward import HeldCall, InFlight
 from .swarm import adopted_template
 
@@ -77,9 +79,10 @@ class Placed:
     docker: DockerSandbox | None = None
     egress: EgressService | None = None
     info: bytes = b""
-    held: HeldCall | None = None  # a pool member's Execute call, opened ahead for its owner's first
+    held: HeldCall | HeldChannel | None = None  # a pool member's Execute call, opened ahead for its owner's first
     reaching: asyncio.Lock = field(default_factory=asyncio.Lock)  # one reconnection at a time
     _channel: grpc.aio.Channel | None = None
+    _commands: ChannelCalls | None = None
 
     @property
     def idle_expires(self) -> float:
@@ -117,11 +120,18 @@ class Placed:
                                          f"gateway did not answer)")
         return self._channel
 
-    def held_call(self) -> HeldCall | None:
+    def command_channel(self) -> ChannelCalls | None:
+        """Execute calls on this sandbox's command channel (:mod:`.channel_hop`): a container on
+        this host, until its server has not offered the channel once; None: gRPC only."""
+        if self._commands is None and not self.swarm_service and (path := channel_socket(self.address)):
+            self._commands = ChannelCalls(path, (), lambda: None, pipes_above=None)
+        return self._commands if self._commands is not None and self._commands.offered else None
+
+    def held_call(self) -> HeldCall | HeldChannel | None:
         """The Execute call opened to this pool member ahead of its owner's first (once; None
         when there is none, or it ended): see :class:`~.forward.HeldCall`."""
         held, self.held = self.held, None
-        return held if held is not None and not held.call.done() else None
+        return held if held is not None and not held.done() else None
 
     def to_dict(self) -> dict[str, Any]:
         """What a status shows (and the ``state`` of one that ended)."""
@@ -209,18 +219,23 @@ def sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: 
 
 
 async def warm_up(placed: Placed) -> None:
-    """Run :data:`WARM_UP` in pool member ``placed`` before anyone claims it: a sandbox's first
-    command pays for every path it takes for the first time (the server's, the spawner's, the
+    """Run :data:`WARM_UP` in pool member ``placed`` before anyone claims it, on the way its
+    owner's commands take (its command channel, where it has one): a sandbox's first command
+    pays for every path it takes for the first time (the server's, the spawner's, the
     channel's), some 10 ms. Failing only leaves it cold. Then open the Execute call its owner's
-    first one goes on (:class:`~.forward.HeldCall`): the stream to the sandbox is set up ahead."""
-    backend = await attach(placed.channel(), info=sandbox_pb2.InfoResponse.FromString(placed.info))
+    first one goes on (:class:`~.channel_hop.HeldChannel`, or :class:`~.forward.HeldCall` on
+    gRPC): the connection to the sandbox is set up ahead."""
+    commands = placed.command_channel()
+    backend = await attach(placed.channel(), info=sandbox_pb2.InfoResponse.FromString(placed.info),
+                           address=placed.address if commands is not None else None, output_pipes=False)
     try:
         await backend.execute(WARM_UP, NO_EVENTS)
     except Exception as error:  # an image without /bin/true, say
         log.info("could not warm up pooled sandbox %s: %s", placed.id, error)
     finally:
         await backend.aclose()
-    placed.held = HeldCall(placed.channel())
+    held = await HeldChannel.open(commands) if commands is not None else None
+    placed.held = held if held is not None else HeldCall(placed.channel())
 
 
 async def disconnect(placed: Placed) -> None:

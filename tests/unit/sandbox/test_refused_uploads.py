@@ -131,6 +131,9 @@ class Sandbox:
             self._channel = grpc.aio.insecure_channel(self.address)
         return self._channel
 
+    def command_channel(self) -> None:
+        return None
+
     def held_call(self) -> HeldCall | None:
         return None
 

@@ -1,0 +1,103 @@
+"""What the service keeps of its forwarded calls: those in flight to one target
+(:class:`InFlight`, which a deleted or lost sandbox ends at once) and the commands of one Execute
+call (:class:`Commands`, whose start and end become events)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from protolink.wire._pb import process_pb2
+
+from .events import Events
+
+
+class InFlight:
+    """The forwarded calls in flight to one target; :meth:`end` ends them all at once."""
+
+    def __init__(self) -> None:
+        self._calls: set[Any] = set()
+        self.ended: Exception | None = None
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def add(self, call: Any) -> None:
+        """Count ``call`` in; it is canceled at once when the calls have ended already."""
+        self._calls.add(call)
+        if self.ended is not None:
+            call.cancel()
+
+    def discard(self, call: Any) -> None:
+        self._calls.discard(call)
+
+    def end(self, error: Exception) -> None:
+        """Cancel every call in flight, and every one added later: each ends its caller's call
+        with ``error`` (a typed one: the target was deleted, say)."""
+        self.ended = error
+        for call in list(self._calls):
+            call.cancel()
+
+
+@dataclass
+class _Running:
+    argv: list[str]
+    cwd: str
+    started: float = field(default_factory=time.monotonic)
+    output_bytes: int = 0
+
+
+class Commands:
+    """The processes of one forwarded Execute call, followed from their requests to their end.
+
+    Each is followed from the moment its request is seen; its events (``command.started``,
+    ``command.ended``) are emitted just after, in the event loop's next turn, in order: the
+    request, or the event that ends it, goes on its way first (an audit record costs some
+    100 us, which the command's answer would otherwise wait for)."""
+
+    def __init__(self, events: Events, tenant: str, sandbox: str) -> None:
+        self.events, self.tenant, self.sandbox = events, tenant, sandbox
+        self.running: dict[int, _Running] = {}
+        self._loop = asyncio.get_running_loop()
+
+    def request(self, data: bytes) -> None:
+        try:
+            request = process_pb2.ExecuteRequest.FromString(data)
+        except DecodeError:
+            return
+        self.started(request)
+
+    def started(self, request: process_pb2.ExecuteRequest) -> None:
+        if request.cancel:
+            return
+        self.running[request.id] = _Running(list(request.argv), request.cwd)
+        self._emit("command.started", id=request.id, argv=list(request.argv), cwd=request.cwd)
+
+    def event(self, data: bytes) -> None:
+        try:
+            event = process_pb2.ExecuteEvent.FromString(data)
+        except DecodeError:
+            return
+        running = self.running.get(event.id)
+        if running is None:
+            return
+        which = event.WhichOneof("event")
+        if which == "output":
+            running.output_bytes += len(event.output.data)
+        elif which in ("finished", "error"):
+            del self.running[event.id]
+            finished = event.finished
+            self._emit(
+                "command.ended", id=event.id, argv=running.argv, cwd=running.cwd,
+                exit_code=finished.exit_code if which == "finished" and finished.HasField("exit_code") else None,
+                duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
+                timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
+
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        self._loop.call_soon(functools.partial(self.events.emit, kind, self.tenant, self.sandbox, **fields))
