@@ -142,22 +142,29 @@ async def test_a_server_that_never_greets_is_not_asked_again(tmp_path):
         played.close()
 
 
-async def test_a_connection_refused_at_the_servers_limit_falls_back_for_that_call_only(tmp_path):
+async def refused_once(calls: ChannelCalls, played: PlayedServer) -> None:
+    """A call the server refuses at its limit goes alone to gRPC; once it has room, the channel
+    serves the next."""
+    with pytest.raises(pipe_connection.Unsent):
+        await calls().write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+    assert calls.offered
+    assert calls() == "grpc"  # the call the refused request goes on
+    played.greets = None  # room again
+    again = calls()
+    assert isinstance(again, ChannelCall)
+    await again.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+    again.cancel()
+
+
+async def test_a_connection_closed_at_the_servers_limit_falls_back_for_that_call_only(tmp_path):
+    """A server that greeted a connection of this backend and closes the next ungreeted (an
+    older server at its limit said nothing)."""
     played = PlayedServer(tmp_path, greets=1)
     calls = ChannelCalls(played.path, (), lambda: "grpc", pipes_above=None)
     first = calls()
     try:
         await first.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))  # greeted: the channel is offered
-        refused = calls()  # the server is at its limit: it closes this one ungreeted
-        with pytest.raises(pipe_connection.Unsent):
-            await refused.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
-        assert calls.offered
-        assert calls() == "grpc"  # the call the refused request goes on
-        played.greets = None  # room again
-        again = calls()
-        assert isinstance(again, ChannelCall)
-        await again.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
-        again.cancel()
+        await refused_once(calls, played)
     finally:
         first.cancel()
         played.close()
@@ -167,17 +174,8 @@ async def test_a_first_connection_the_server_says_is_over_its_limit_falls_back_f
     """Before any connection of this backend was greeted, only the server's word tells a server
     at its limit from one that cannot pass the proof (which closes without a word)."""
     played = PlayedServer(tmp_path, greets=0, at_limit=True)
-    calls = ChannelCalls(played.path, (), lambda: "grpc", pipes_above=None)
     try:
-        with pytest.raises(pipe_connection.Unsent):
-            await calls().write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
-        assert calls.offered
-        assert calls() == "grpc"  # the call the refused request goes on
-        played.greets = None  # room again
-        again = calls()
-        assert isinstance(again, ChannelCall)
-        await again.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
-        again.cancel()
+        await refused_once(ChannelCalls(played.path, (), lambda: "grpc", pipes_above=None), played)
     finally:
         played.close()
 
