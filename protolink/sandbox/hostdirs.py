@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from protolink.errors import SandboxError
@@ -66,7 +68,16 @@ def private_subdir(name: str) -> Path:
 
 
 def write_private(path: Path | str, text: str) -> None:
-    """Write ``text`` to a file only its owner can read (mode 0600 from creation)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
+    """Write ``text`` to a file only its owner can read (mode 0600 from creation), whole: it is
+    written beside ``path`` and renamed over it, so a reader finds the old text or the new, never
+    an empty or half-written file (a rename replaces a symlink there, never follows it)."""
+    path = Path(path)
+    fd, written = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(written, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(written)
+        raise

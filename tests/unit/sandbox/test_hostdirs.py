@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from protolink.errors import SandboxError
-from protolink.sandbox.hostdirs import MAX_SOCKET_PATH_BYTES, private_subdir
+from protolink.sandbox.hostdirs import MAX_SOCKET_PATH_BYTES, private_subdir, write_private
 from protolink.sandbox.placements.server import SOCKET_NAME
 from protolink.sandbox.service.files import ServiceFiles
 
@@ -46,3 +46,25 @@ def test_a_service_name_too_long_for_its_socket_is_refused(short_dir: Path, monk
     assert ServiceFiles.of("ci-" + "x" * 60).socket.parent == short_dir
     with pytest.raises(ValueError, match="too long"):
         ServiceFiles.of("ci-" + "x" * 100)
+
+
+def test_a_private_file_is_replaced_whole_never_rewritten_in_place(tmp_path: Path) -> None:
+    """A reader (a client reading a service's pid file as it starts) finds the old text or the
+    new: one that opened the file before keeps reading the old, never an emptied file."""
+    path = tmp_path / "service.pid"
+    write_private(path, '{"pid": 1}')
+    with open(path) as before:
+        write_private(path, '{"pid": 2}')
+        assert before.read() == '{"pid": 1}'
+    assert path.read_text() == '{"pid": 2}'
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert os.listdir(tmp_path) == ["service.pid"]  # nothing of the writing is left beside it
+
+
+def test_a_private_file_replaces_a_symlink_without_writing_through_it(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text("untouched")
+    (tmp_path / "token").symlink_to(target)
+    write_private(tmp_path / "token", "secret")
+    assert target.read_text() == "untouched"
+    assert not (tmp_path / "token").is_symlink() and (tmp_path / "token").read_text() == "secret"
