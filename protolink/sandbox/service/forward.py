@@ -149,28 +149,39 @@ class Forwarder(grpc.GenericRpcHandler):
             first = await _first(requests, context)
             tenant, target = await self.resolve(context, method)
             watch = Commands(self.events, tenant, target.id) if method == EXECUTE else None
-            metadata, timeout = _passed(context), context.time_remaining()
-            plain = watch is not None and _plain(metadata) and timeout is None
-            held = target.held_call() if plain else None
-            if plain and not isinstance(held, HeldCall):
-                on_channel = await channel_hop.opened(target.command_channel(), held, first, watch)
-                if on_channel is not None:
-                    try:
-                        async for response in channel_hop.relayed(context, target.calls, on_channel, requests,
-                                                                  watch):
-                            yield response
-                    finally:
-                        target.last_used = time.time()
-                    return
-            watched = _watched(first, requests, watch)
-            if isinstance(held, HeldCall):
-                call = held.feed(watched)
-            else:
-                call = target.channel().stream_stream(method)(watched, metadata=metadata, timeout=timeout)
-            async for response in _relayed_stream(context, target, call, watch):
-                yield response
+            try:
+                async with contextlib.aclosing(self._execute(context, target, method, first, requests, watch)) as relayed:
+                    async for response in relayed:
+                        yield response
+            finally:
+                if watch is not None:
+                    watch.call_ended()
 
         return forward
+
+    async def _execute(self, context: grpc.aio.ServicerContext, target: Target, method: str, first: bytes,
+                       requests: AsyncIterator[bytes], watch: Commands | None) -> AsyncIterator[bytes]:
+        """The call's responses, forwarded on the sandbox's command channel where it can go there
+        (an Execute call without metadata or deadline of its own), else on gRPC."""
+        metadata, timeout = _passed(context), context.time_remaining()
+        plain = watch is not None and _plain(metadata) and timeout is None
+        held = target.held_call() if plain else None
+        if plain and not isinstance(held, HeldCall):
+            on_channel = await channel_hop.opened(target.command_channel(), held, first, watch)
+            if on_channel is not None:
+                try:
+                    async for response in channel_hop.relayed(context, target.calls, on_channel, requests, watch):
+                        yield response
+                finally:
+                    target.last_used = time.time()
+                return
+        watched = _watched(first, requests, watch)
+        if isinstance(held, HeldCall):
+            call = held.feed(watched)
+        else:
+            call = target.channel().stream_stream(method)(watched, metadata=metadata, timeout=timeout)
+        async for response in _relayed_stream(context, target, call, watch):
+            yield response
 
     def _uploaded(self, tenant: str, target: Target, response: bytes) -> None:
         try:

@@ -17,6 +17,10 @@ from protolink.wire._pb import process_pb2
 from .events import Events
 
 
+#: The error of a command whose Execute call ended before it did.
+CALL_ENDED = "its call ended before it did: the command was killed"
+
+
 class InFlight:
     """The forwarded calls in flight to one target; :meth:`end` ends them all at once."""
 
@@ -56,7 +60,8 @@ class Commands:
     """The processes of one forwarded Execute call, followed from their requests to their end.
 
     Each is followed from the moment its request is seen; its events (``command.started``,
-    ``command.ended``) are emitted just after, in the event loop's next turn, in order: the
+    ``command.ended``, which :meth:`call_ended` gives the ones still running when the call ends:
+    the sandbox kills them then) are emitted just after, in the event loop's next turn, in order: the
     request, or the event that ends it, goes on its way first (an audit record costs some
     100 us, which the command's answer would otherwise wait for)."""
 
@@ -98,6 +103,14 @@ class Commands:
                 duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
                 timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
 
+    def call_ended(self) -> None:
+        """The call has ended (its caller gone, its sandbox deleted or lost): each command still
+        running ends with it, killed by the sandbox, and is reported so."""
+        for request_id, running in self.running.items():
+            self._emit("command.ended", id=request_id, argv=running.argv, cwd=running.cwd, exit_code=None,
+                       duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
+                       timed_out=False, error=CALL_ENDED)
+        self.running.clear()
 
     def _emit(self, kind: str, **fields: Any) -> None:
         self._loop.call_soon(functools.partial(self.events.emit, kind, self.tenant, self.sandbox, **fields))

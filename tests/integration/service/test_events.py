@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from protolink.errors import SandboxAuthenticationError
+from protolink.errors import SandboxAuthenticationError, SandboxNotFoundError
 from protolink.sandbox.service.client import connect
 from protolink.sandbox.service.config import ServiceConfig
 from protolink.sandbox.service.daemon import serve
@@ -18,6 +18,7 @@ from protolink.sandbox.service.events import Flattened, ServiceEvent
 from protolink.sandbox.service.files import ServiceFiles
 from protolink.sandbox.service.process import remove_everything
 from protolink.sandbox.service.telemetry import SpanSink
+from protolink.sandbox.service.watched import CALL_ENDED
 from tests.conftest import TEST_NAME_PREFIX
 
 pytestmark = pytest.mark.docker
@@ -131,3 +132,33 @@ async def test_the_commands_of_a_pooled_sandbox_are_its_owners_and_reported(runt
         (tenant, sandbox.id, "printf held; exit 4"), (tenant, sandbox.id, "again")]
     assert [(event.fields["exit_code"], event.fields["output_bytes"]) for event in sink.of("command.ended")] == [
         (4, 4), (0, 6)]
+
+
+@pytest.mark.parametrize("pool", [None, 1], ids=["on its own call", "on the call held for a pooled sandbox"])
+async def test_a_command_its_deleted_sandbox_ends_is_reported_ended(runtime, sandbox_image, docker_client, run,
+                                                                      pool):
+    """The audit trail has an end for every command it saw start: one that its sandbox's removal
+    kills mid-run ends with its call."""
+    sink = Collected()
+    async with serving(sandbox_image, sink, docker_client, pool=pool) as files:
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        deadline = asyncio.get_running_loop().time() + 120  # a hang guard
+        while pool and (await client.pool_ready()).get("default") != pool:
+            assert asyncio.get_running_loop().time() < deadline, "no pooled sandbox after 120 s"
+            await asyncio.sleep(0.1)
+        sandbox = await client.create()
+        command = asyncio.ensure_future(run(sandbox.backend, ["/bin/sleep", "600"], timeout=600))
+        while not sink.of("command.started"):
+            assert asyncio.get_running_loop().time() < deadline and not command.done(), "the command did not start"
+            await asyncio.sleep(0.02)
+        await client.delete(sandbox.id)
+        with pytest.raises(SandboxNotFoundError):
+            await asyncio.wait_for(command, 120)
+        await sandbox.backend.aclose()
+        await client.aclose()
+        while not sink.of("command.ended"):
+            assert asyncio.get_running_loop().time() < deadline, "no command.ended"
+            await asyncio.sleep(0.02)
+    [ended] = sink.of("command.ended")
+    assert (ended.sandbox, ended.fields["argv"], ended.fields["exit_code"]) == (sandbox.id, ["/bin/sleep", "600"], None)
+    assert ended.fields["error"] == CALL_ENDED
