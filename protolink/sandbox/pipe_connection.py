@@ -9,7 +9,7 @@ connection at its limit: a request written on a channel that was never greeted i
 :class:`~.process_stream.Unsent`, and goes once more on the call the fallback makes.
 
 While a call is open it pings every :data:`~protolink.wire.keepalive.PING_SECONDS`; a server that
-sends nothing, its answer included, for :data:`~protolink.wire.keepalive.PING_TIMEOUT_SECONDS` while
+sends nothing, its answer included, for :data:`PING_TIMEOUT_SECONDS` while
 the call's reader waits fails the call, as :mod:`.aio_call`'s keepalives do, unless this loop was
 too busy to read.
 
@@ -54,9 +54,14 @@ from protolink.wire.pipe_passing import (
     PONG,
     SOCKET_NAME,
 )
-from protolink.wire.keepalive import PING_SECONDS, PING_TIMEOUT_SECONDS
+from protolink.wire.keepalive import PING_SECONDS
 from protolink.wire.status import checked_answer, from_wire
 
+#: How long the reader waits, pinging, for anything from the server before the call fails. Longer
+#: than gRPC's 6 s: its pings are answered by its transport's threads, the channel's pongs by the
+#: server's event loop, which a sandbox busy on a loaded machine (a document bomb beside two CPU
+#: hogs) has kept from answering for more than 6 s. A frozen sandbox is found within half a minute.
+PING_TIMEOUT_SECONDS = 20.0
 #: How long a connection may take to be greeted.
 GREETING_SECONDS = 5.0
 #: How long a call with no process left on it stays open for the next (its connection and
