@@ -189,12 +189,15 @@ class SandboxBackend(Operations):
         calls = (grpc_calls(channel, self._metadata) if address is None
                  else own_calls(address, self._metadata, max_message_bytes=max_message_bytes))
         in_flight = asyncio.Semaphore(int(info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
-        #: Requests too large for a datagram of the command channel (a long argv or environment) keep to gRPC.
-        self._large_processes = ProcessStream(calls, in_flight=in_flight)
+        self._processes = ProcessStream(calls, in_flight=in_flight)
+        #: Where a request too large for a datagram of the command channel goes (a long argv or
+        #: environment): gRPC's stream, the one stream when there is no channel.
+        self._large_processes = self._processes
         local = channel_socket(address) if address is not None and command_channel else None
         if local is not None:
-            calls = ChannelCalls(local, self._metadata, calls, pipes_above=PIPES_ABOVE_BYTES if output_pipes else None)
-        self._processes = ProcessStream(calls, in_flight=in_flight)
+            self._processes = ProcessStream(ChannelCalls(local, self._metadata, calls,
+                                                         pipes_above=PIPES_ABOVE_BYTES if output_pipes else None),
+                                            in_flight=in_flight)
         self.info_at_connect = info
         self.boundary = info.boundary
 
@@ -210,7 +213,8 @@ class SandboxBackend(Operations):
         if not self._closed:
             self._closed = True
             await self._processes.aclose()
-            await self._large_processes.aclose()
+            if self._large_processes is not self._processes:
+                await self._large_processes.aclose()
             if self._owns_channel:
                 await self._channel.close()
 
