@@ -251,7 +251,9 @@ class SpawnerConnection:
             raise OSError(str(error)) from None  # this command could not start; the next one can
         except asyncio.CancelledError:
             if answer.done() and not answer.cancelled() and answer.exception() is None:
-                signal_group(answer.result().pid, signal.SIGKILL)  # it started as the launch was canceled
+                started = answer.result()  # it started as the launch was canceled: nobody watches it
+                signal_group(started.pid, signal.SIGKILL)
+                started.close()
             raise
 
     async def resolve(self, cwd: str, candidates: Iterable[str]) -> tuple[str | None, int, str]:
