@@ -55,6 +55,8 @@ class Spawner:
             pass_fds=(theirs.fileno(),), stderr=subprocess.PIPE, cwd="/", env={})
         theirs.close()
         self._next = 1
+        #: The pids of the keepers the spawner reported forked ahead (0: the last one died unused).
+        self.warm: list[int] = []
 
     def send(self, kind: int, payload: bytes, fds: tuple[int, ...] = ()) -> int:
         request, self._next = self._next, self._next + 1
@@ -64,8 +66,13 @@ class Spawner:
         return request
 
     def answer(self) -> tuple[int, int, bytes]:
-        kind, request, length = spawner.HEADER.unpack(self._exactly(spawner.HEADER.size))
-        return kind, request, self._exactly(length)
+        """The next answer, past the reports of keepers forked ahead (in :attr:`warm`)."""
+        while True:
+            kind, request, length = spawner.HEADER.unpack(self._exactly(spawner.HEADER.size))
+            payload = self._exactly(length)
+            if kind != spawner.WARM:
+                return kind, request, payload
+            self.warm.append(spawner.NUMBER.unpack(payload)[0])
 
     def run(self, argv: list[str], cwd: str = "/", env: dict[str, str] = ENV,
             check: tuple[str, list[str]] | None = None, real: str | None = None) -> tuple[int, int | str, bytes]:
@@ -173,8 +180,11 @@ def test_a_commands_orphans_stay_below_the_spawner_until_the_command_exits(start
             assert (kind, spawner.PIDS.unpack(payload)[1]) == (spawner.STARTED, keeper)
             assert _parent(orphan) == keeper and _parent(keeper) == started.process.pid
             assert _status(keeper, "NoNewPrivs") == "1"
-            held = [os.readlink(f"/proc/{keeper}/fd/{fd}") for fd in os.listdir(f"/proc/{keeper}/fd")]
-            assert len(held) == 4 and not any(link.startswith("socket:") for link in held), held  # 0-2, its report
+            held = _descriptors(keeper)
+            spawners = set(_descriptors(started.process.pid))
+            # 0-2 and its end of the link to the spawner: none of the spawner's (its channel)
+            assert len(held) == 4 and [link for link in held[3:] if link.startswith("socket:")] == held[3:], held
+            assert not spawners & set(held[3:]), (held, spawners)
             go.touch()
             output.read()
             kind, _, code = started.answer()
@@ -183,6 +193,11 @@ def test_a_commands_orphans_stay_below_the_spawner_until_the_command_exits(start
             assert _parent(orphan) not in (keeper, started.process.pid)  # out from under the spawner
         finally:
             os.kill(orphan, signal.SIGKILL)
+
+
+def _descriptors(pid: int) -> list[str]:
+    """What the descriptors of ``pid`` lead to, in the order of their numbers."""
+    return [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in sorted(os.listdir(f"/proc/{pid}/fd"), key=int)]
 
 
 def _parent(pid: int) -> int:
