@@ -596,7 +596,7 @@ static void spawn(uint64_t request, char *payload, uint32_t length, const int *f
     free(candidates);
 }
 
-/* Serve one frame; false once the server has closed the channel. */
+/* Serve one frame; the kind of request it was, 0 once the server has closed the channel. */
 static int serve_request(void) {
     unsigned char header[HEADER_SIZE];
     int fds[PIPE_FDS], fd_count = 0;
@@ -612,7 +612,7 @@ static int serve_request(void) {
     else resolve(request, payload, length);
     for (int i = 0; i < fd_count; i++) close(fds[i]);
     free(payload);
-    return 1;
+    return header[0];
 }
 
 /* Reap exited keepers and report their commands' exits (a keeper that died before its command
@@ -737,6 +737,10 @@ int main(int argc, char **argv) {
             continue;
         }
         if (watched[1].revents) ahead |= reap();
-        if (watched[0].revents && !serve_request()) return 0;
+        if (watched[0].revents) {
+            int kind = serve_request();
+            if (!kind) return 0;
+            if (kind == SPAWN) ahead = 0;
+        }
     }
 }

@@ -92,6 +92,13 @@ class Spawner:
         assert exited == spawner.EXITED
         return kind, spawner.NUMBER.unpack(code)[0], text
 
+    def next_warm(self) -> int:
+        """The pid of the next keeper the spawner reports forked ahead (the next frame)."""
+        kind, _, length = spawner.HEADER.unpack(self._exactly(spawner.HEADER.size))
+        assert kind == spawner.WARM, kind
+        pid: int = spawner.NUMBER.unpack(self._exactly(length))[0]
+        return pid
+
     def resolve(self, cwd: str, candidates: list[str]) -> tuple[int, bytes]:
         frame, _ = spawner.resolve_request(0, cwd, candidates, max_bytes=MAX_REQUEST_BYTES)
         self.send(spawner.RESOLVE, frame[spawner.HEADER.size :])
@@ -321,3 +328,21 @@ def test_a_spawn_without_its_pipes_fails_and_the_spawner_serves_on(started):
 def test_the_spawner_ends_when_the_server_closes_the_channel(started):
     started.channel.close()
     assert started.ended() == (0, "")
+
+
+def test_a_keeper_forked_ahead_runs_the_next_command_with_every_cpu(started, place):
+    """Once a command's exit is reported and nothing waits, the spawner forks the next keeper
+    and names it; the next command runs under it, with every CPU even if something pinned the
+    keeper while it waited, and nothing else of the keeper's changes."""
+    assert started.run(["/bin/true"])[:2] == (spawner.STARTED, 0)
+    keeper = started.next_warm()
+    assert keeper > 0 and _parent(keeper) == started.process.pid
+    assert _status(keeper, "NoNewPrivs") == "1"
+    assert _descriptors(keeper)[3:4] == ["/dev/null"] and len(_descriptors(keeper)) == 5  # and its link
+    everywhere = os.sched_getaffinity(0)
+    os.sched_setaffinity(keeper, {min(everywhere)})
+    kind, parent, text = started.run(["/bin/sh", "-c", "echo $PPID; grep Cpus_allowed_list /proc/self/status"])
+    assert (kind, parent) == (spawner.STARTED, 0)
+    ppid, cpus = text.decode().splitlines()
+    assert int(ppid) == keeper
+    assert cpus.split()[1] == Path(f"/proc/{os.getpid()}/status").read_text().split("Cpus_allowed_list:")[1].split()[0]
