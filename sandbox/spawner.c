@@ -41,7 +41,11 @@
  * process descended from a running command stays below this process, whatever its group or
  * session. The keeper reaps those orphans, and when the command exits it reports the exit and
  * exits too: what the command left behind drops out from under this process, and the server's
- * stray sweep (sandbox/protolink_sandboxd/strays.py) kills it. Where subreapers are refused (gVisor) the keeper
+ * stray sweep (sandbox/protolink_sandboxd/strays.py) kills it. The next command's keeper is forked
+ * ahead, at the start and once a command's exit has been reported and nothing waits, so that no
+ * command waits for that fork (a request that finds none forks one then); it waits on a socket
+ * pair of its own for its command (argv, directory, environment and the output pipes), takes
+ * every CPU back (a command may have pinned it meanwhile), and is named to the server (WARM). Where subreapers are refused (gVisor) the keeper
  * is a plain parent and the server tracks descent by what its sweeps saw. The keeper holds the
  * command's oom_score_adj (it cannot open its own /proc files to lower it).
  *
