@@ -433,12 +433,16 @@ async def main(sections: set[str], image: str | None = None, baseline_image: str
                 # 3. Concurrency, in turns with the host backend.
                 await concurrent_rate(boxed, root)  # warm
                 await concurrent_rate(on_grpc, root)
-                rates: dict[str, list[float]] = {"sandbox": [], "gRPC": [], "local": []}
+                rates: dict[str, list[float]] = {"sandbox": [], "gRPC": [], "local": [], "baseline": []}
                 errors = 0
                 meter = CpuMeter(server_pids(sandbox))
-                bursts = (("sandbox", meter.of(lambda: concurrent_rate(boxed, root))),
+                bursts = [("sandbox", meter.of(lambda: concurrent_rate(boxed, root))),
                           ("gRPC", lambda: concurrent_rate(on_grpc, root)),
-                          ("local", lambda: concurrent_rate(local, root)))
+                          ("local", lambda: concurrent_rate(local, root))]
+                if baseline is not None:
+                    based = agent_for(baseline_backend, root)
+                    await concurrent_rate(based, root)  # warm
+                    bursts.append(("baseline", lambda: concurrent_rate(based, root)))
                 for _ in range(REPEATS):
                     for name, burst in bursts:
                         rate, failed = await burst()
@@ -450,6 +454,9 @@ async def main(sections: set[str], image: str | None = None, baseline_image: str
                 row(f"{CONCURRENT} concurrent /bin/true (median of {REPEATS})", "sandbox", "local", "sandbox/local")
                 row("", f"{box_rate:.0f}/s", f"{local_rate:.0f}/s", f"{box_rate / local_rate:.2f}")
                 row("  the same sandbox on gRPC", f"{grpc_rate:.0f}/s", "", f"{grpc_rate / local_rate:.2f}")
+                if rates["baseline"]:
+                    base_rate = statistics.median(rates["baseline"])
+                    row("  the baseline image's sandbox", f"{base_rate:.0f}/s", "", f"{base_rate / local_rate:.2f}")
                 row("  errors (target 0); target", f"{errors}", "", ">= 400/s")
                 commands = CONCURRENT * REPEATS
                 row("  CPU per command: server, this client", f"{meter.server / commands * 1e3:.2f} ms",
