@@ -237,10 +237,12 @@ async def peak_growth(sandbox: DockerSandbox, call: Callable[[], Awaitable[Any]]
 
 def sandbox_processes(sandbox: DockerSandbox) -> dict[str, str]:
     """Host pids of the sandbox's long-lived processes by name (the server ``python``, the
-    spawner ``protolink-spawn``, the init ``tini``); the last of a name wins."""
+    spawner ``protolink-spawn``, the init ``tini``): of a name, the one whose parent has
+    another (a spawner's keepers, forks of it, have its name); the last of those wins."""
     with container_of(sandbox) as container:
-        top = container.top(ps_args="-eo pid,comm")
-    return {name: pid for pid, name in top["Processes"]}
+        top = container.top(ps_args="-eo pid,ppid,comm")
+    names = {pid: name for pid, _, name in top["Processes"]}
+    return {name: pid for pid, parent, name in top["Processes"] if names.get(parent) != name}
 
 
 def process_use(pid: str) -> tuple[float, float, int]:

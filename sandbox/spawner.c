@@ -178,6 +178,21 @@ static void answer_failure(uint64_t request, int error, const char *message) {
     free(payload);
 }
 
+/* The descriptors `message` carries into `fds` (PIPE_FDS at most, counted in `fd_count`); any
+ * beyond are closed. */
+static void take_descriptors(struct msghdr *message, int *fds, int *fd_count) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(message); c; c = CMSG_NXTHDR(message, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (*fd_count < PIPE_FDS) fds[(*fd_count)++] = fd;
+            else close(fd);
+        }
+    }
+}
+
 /* Read exactly `size` bytes; false at end of stream before the first byte, exit on a partial frame. */
 static int receive(unsigned char *into, size_t size, int *fds, int *fd_count) {
     size_t got = 0;
@@ -192,18 +207,7 @@ static int receive(unsigned char *into, size_t size, int *fds, int *fd_count) {
         ssize_t n = recvmsg(opt.channel, &message, fds ? MSG_CMSG_CLOEXEC : 0);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) die("recvmsg");
-        if (fds) {
-            for (struct cmsghdr *c = CMSG_FIRSTHDR(&message); c; c = CMSG_NXTHDR(&message, c)) {
-                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-                size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                for (size_t i = 0; i < count; i++) {
-                    int fd;
-                    memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-                    if (*fd_count < PIPE_FDS) fds[(*fd_count)++] = fd;
-                    else close(fd);
-                }
-            }
-        }
+        if (fds) take_descriptors(&message, fds, fd_count);
         if (n == 0) {
             if (got == 0) return 0;
             broken("the channel closed in the middle of a frame");
@@ -412,16 +416,7 @@ static int await_command(int link, struct command *command) {
         ssize_t n = recvmsg(link, &message, MSG_CMSG_CLOEXEC);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return 0;
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&message); c; c = CMSG_NXTHDR(&message, c)) {
-            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-            size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < count; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-                if (fd_count < PIPE_FDS) fds[fd_count++] = fd;
-                else close(fd);
-            }
-        }
+        take_descriptors(&message, fds, &fd_count);
         got += (size_t)n;
     }
     uint32_t length = get_u32(header);
