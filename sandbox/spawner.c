@@ -45,8 +45,9 @@
  * ahead, at the start and once a command's exit has been reported and nothing waits, so that no
  * command waits for that fork (a request that finds none forks one then); it waits on a socket
  * pair of its own for its command (argv, directory, environment and the output pipes), takes
- * every CPU back (a command may have pinned it meanwhile), and is named to the server (WARM). Where subreapers are refused (gVisor) the keeper
- * is a plain parent and the server tracks descent by what its sweeps saw. The keeper holds the
+ * every CPU back (a command may have pinned it meanwhile), and is named to the server (WARM).
+ * Where subreapers are refused (gVisor) the keeper is a plain parent, none is forked ahead, and
+ * the server tracks descent by what its sweeps saw. The keeper holds the
  * command's oom_score_adj (it cannot open its own /proc files to lower it).
  *
  * Identity: `python -m protolink_sandboxd.spawner` executes this program as root, with no new privileges
@@ -102,8 +103,8 @@ struct child {
     int report;
 };
 
-/* The keeper forked ahead (pid 0: none), waiting on `link` for its command: a LAUNCH header (the
- * payload's length, u32, with the output pipes as SCM_RIGHTS), then a SPAWN payload. */
+/* The keeper forked ahead (pid 0: none), waiting on `link` for its command: the length of its
+ * SPAWN payload (u32, with the output pipes as SCM_RIGHTS), then the payload. */
 struct warm {
     pid_t keeper;
     int link;
@@ -529,7 +530,7 @@ static void fork_ahead(void) {
     answer_number(WARM, 0, (uint32_t)warm.keeper);
 }
 
-/* The warm keeper has died before it was given a command (the OOM killer). */
+/* The keeper forked ahead died before it was given a command (the OOM killer): none waits. */
 static void lose_warm(void) {
     close(warm.link);
     warm = (struct warm){0, -1};
