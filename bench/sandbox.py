@@ -6,7 +6,9 @@ Needs a Docker Engine and the sandbox image (built when missing)::
 
 ``--only`` runs some sections (roundtrip, concurrent, kept, flood, workspace, coldstart) to
 iterate faster; without it, all run. ``--image`` runs a given sandbox image instead of building
-the checkout's (with an older checkout on ``PYTHONPATH``, to measure before and after). One run
+the checkout's (with an older checkout on ``PYTHONPATH``, to measure before and after);
+``--baseline-image`` times the round trip on a second sandbox of that image (main's, say) in the
+same turns, with what its processes spend per command. One run
 prints, side by side (sandbox, local and bare calls are timed in turns), with the machine's load
 average, since figures move 2-3x with it:
   1. ``/bin/true`` through ``execute_command``: sandbox vs LocalExecutionBackend vs a bare asyncio
@@ -235,10 +237,12 @@ async def peak_growth(sandbox: DockerSandbox, call: Callable[[], Awaitable[Any]]
 
 def sandbox_processes(sandbox: DockerSandbox) -> dict[str, str]:
     """Host pids of the sandbox's long-lived processes by name (the server ``python``, the
-    spawner ``protolink-spawn``, the init ``tini``); the last of a name wins."""
+    spawner ``protolink-spawn``, the init ``tini``): of a name, the one whose parent has
+    another (a spawner's keepers, forks of it, have its name); the last of those wins."""
     with container_of(sandbox) as container:
-        top = container.top(ps_args="-eo pid,comm")
-    return {name: pid for pid, name in top["Processes"]}
+        top = container.top(ps_args="-eo pid,ppid,comm")
+    names = {pid: name for pid, _, name in top["Processes"]}
+    return {name: pid for pid, parent, name in top["Processes"] if names.get(parent) != name}
 
 
 def process_use(pid: str) -> tuple[float, float, int]:
@@ -337,11 +341,32 @@ def make_pdf(path: Path) -> None:
     pdf.save()
 
 
+async def baseline_rows(baseline: DockerSandbox, based: Agent, sandbox: DockerSandbox, boxed: Agent, root: Path) -> None:
+    """The round trip on the baseline image's sandbox and on this one, in turns with a bare spawn,
+    and what each sandbox's processes spend per command."""
+    base_true, box_true, bare = await medians_of(ROUND_TRIPS, lambda: true_once(based, root),
+                                                 lambda: true_once(boxed, root), bare_true)
+    row("  baseline image, this, bare (in turns)", f"{base_true * 1e3:.2f} ms", f"{box_true * 1e3:.2f} ms",
+        f"{bare * 1e3:.2f} ms")
+    row("    sandbox/bare: baseline, this", f"{base_true / bare:.2f}", f"{box_true / bare:.2f}")
+    paused_base, paused_box, paused_bare = await paused_medians(
+        PAUSED_TRIPS, lambda: true_once(based, root), lambda: true_once(boxed, root), bare_true)
+    row(f"    after a {PAUSE_SECONDS:g} s pause, /bare: baseline, this", f"{paused_base / paused_bare:.2f}",
+        f"{paused_box / paused_bare:.2f}")
+    for label, box, agent in (("baseline", baseline, based), ("this", sandbox, boxed)):
+        processes = sandbox_processes(box)
+        use = await use_per_call(ROUND_TRIPS, lambda: true_once(agent, root),
+                                 {name: processes[name] for name in ("python", "protolink-spawn")})
+        row(f"    {label}: server CPU, sleeps; spawner; keepers+cmds", f"{use['python'][0]:.2f} ms",
+            f"{use['python'][2]:.1f}", f"{use['protolink-spawn'][0]:.2f} ms", f"{use['protolink-spawn'][1]:.2f} ms")
+    print(f"    {load()}")
+
+
 def row(label: str, *cells: str) -> None:
     print(f"{label:<44}" + "".join(f"{cell:>18}" for cell in cells))
 
 
-async def main(sections: set[str], image: str | None = None) -> None:
+async def main(sections: set[str], image: str | None = None, baseline_image: str | None = None) -> None:
     image = image or await asyncio.to_thread(ensure_image)
     with tempfile.TemporaryDirectory(prefix="protolink-bench-") as temporary:
         root = Path(temporary).resolve()
@@ -354,7 +379,9 @@ async def main(sections: set[str], image: str | None = None) -> None:
 
         print(f"sandbox image {image}; {os.cpu_count()} CPUs\n")
         sandbox = DockerSandbox([root], image=image)
-        async with sandbox as backend, await connect(sandbox.address, command_channel=False) as grpc_backend:
+        baseline = DockerSandbox([root], image=baseline_image) if baseline_image else None
+        async with sandbox as backend, await connect(sandbox.address, command_channel=False) as grpc_backend, \
+                baseline if baseline is not None else contextlib.nullcontext() as baseline_backend:
             boxed = agent_for(backend, root)
             on_grpc = agent_for(grpc_backend, root)  # the same sandbox without the command channel
 
@@ -377,6 +404,8 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 row("  the same sandbox on gRPC, its /bare", f"{grpc_true * 1e3:.2f} ms", f"{grpc_true / bare:.2f}")
                 row("  sandbox/local (target <= 1.5), local/bare", f"{box_true / local_true:.2f}",
                     f"{local_true / bare:.2f}")
+                if baseline is not None:
+                    await baseline_rows(baseline, agent_for(baseline_backend, root), sandbox, boxed, root)
                 row("  docker exec/sandbox (target >= 30)", f"{docker_exec / box_true:.0f}x")
                 row("  docker run --rm/sandbox", f"{docker_run / box_true:.0f}x")
                 spec = ProcessSpec(("/bin/true",), str(root), ENV, 60, 65536)
@@ -406,12 +435,16 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 # 3. Concurrency, in turns with the host backend.
                 await concurrent_rate(boxed, root)  # warm
                 await concurrent_rate(on_grpc, root)
-                rates: dict[str, list[float]] = {"sandbox": [], "gRPC": [], "local": []}
+                rates: dict[str, list[float]] = {"sandbox": [], "gRPC": [], "local": [], "baseline": []}
                 errors = 0
                 meter = CpuMeter(server_pids(sandbox))
-                bursts = (("sandbox", meter.of(lambda: concurrent_rate(boxed, root))),
+                bursts = [("sandbox", meter.of(lambda: concurrent_rate(boxed, root))),
                           ("gRPC", lambda: concurrent_rate(on_grpc, root)),
-                          ("local", lambda: concurrent_rate(local, root)))
+                          ("local", lambda: concurrent_rate(local, root))]
+                if baseline is not None:
+                    based = agent_for(baseline_backend, root)
+                    await concurrent_rate(based, root)  # warm
+                    bursts.append(("baseline", lambda: concurrent_rate(based, root)))
                 for _ in range(REPEATS):
                     for name, burst in bursts:
                         rate, failed = await burst()
@@ -423,6 +456,9 @@ async def main(sections: set[str], image: str | None = None) -> None:
                 row(f"{CONCURRENT} concurrent /bin/true (median of {REPEATS})", "sandbox", "local", "sandbox/local")
                 row("", f"{box_rate:.0f}/s", f"{local_rate:.0f}/s", f"{box_rate / local_rate:.2f}")
                 row("  the same sandbox on gRPC", f"{grpc_rate:.0f}/s", "", f"{grpc_rate / local_rate:.2f}")
+                if rates["baseline"]:
+                    base_rate = statistics.median(rates["baseline"])
+                    row("  the baseline image's sandbox", f"{base_rate:.0f}/s", "", f"{base_rate / local_rate:.2f}")
                 row("  errors (target 0); target", f"{errors}", "", ">= 400/s")
                 commands = CONCURRENT * REPEATS
                 row("  CPU per command: server, this client", f"{meter.server / commands * 1e3:.2f} ms",
@@ -526,6 +562,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections to run, of: {', '.join(SECTIONS)}")
     parser.add_argument("--image", help="a sandbox image to use instead of the checkout's (to measure an older one)")
+    parser.add_argument("--baseline-image", help="a sandbox image whose round trip is timed beside this one's")
     parsed = parser.parse_args()
     parsed.only = set(parsed.only.split(","))
     if unknown := parsed.only - set(SECTIONS):
@@ -535,4 +572,4 @@ def arguments() -> argparse.Namespace:
 
 if __name__ == "__main__":
     asked = arguments()
-    asyncio.run(main(asked.only, asked.image))
+    asyncio.run(main(asked.only, asked.image, asked.baseline_image))

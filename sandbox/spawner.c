@@ -25,6 +25,8 @@
  *   RESOLVED: index of the first executable candidate (i32, -1: none), the directory's real path,
  *             NUL, and the candidate's real path (empty when none)
  *   REFUSED:  empty: the written cwd names no directory
+ *   WARM:     request id 0: the pid (i32) of the keeper forked ahead, waiting for the next command
+ *             (0: none waits any more)
  *
  * A command starts as Python's subprocess would start it for the host (start_process): leader
  * of a new session, stdin on /dev/null, stdout and stderr on the pipes, the working directory
@@ -39,8 +41,13 @@
  * process descended from a running command stays below this process, whatever its group or
  * session. The keeper reaps those orphans, and when the command exits it reports the exit and
  * exits too: what the command left behind drops out from under this process, and the server's
- * stray sweep (sandbox/protolink_sandboxd/strays.py) kills it. Where subreapers are refused (gVisor) the keeper
- * is a plain parent and the server tracks descent by what its sweeps saw. The keeper holds the
+ * stray sweep (sandbox/protolink_sandboxd/strays.py) kills it. The next command's keeper is forked
+ * ahead, at the start and once a command's exit has been reported and nothing waits, so that no
+ * command waits for that fork (a request that finds none forks one then); it waits on a socket
+ * pair of its own for its command (argv, directory, environment and the output pipes), takes
+ * every CPU back (a command may have pinned it meanwhile), and is named to the server (WARM).
+ * Where subreapers are refused (gVisor) the keeper is a plain parent, none is forked ahead, and
+ * the server tracks descent by what its sweeps saw. The keeper holds the
  * command's oom_score_adj (it cannot open its own /proc files to lower it).
  *
  * Identity: `python -m protolink_sandboxd.spawner` executes this program as root, with no new privileges
@@ -77,7 +84,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { SPAWN = 1, RESOLVE = 2, STARTED = 11, FAILED = 12, EXITED = 13, RESOLVED = 14, REFUSED = 15, CHANGED = 16 };
+enum { SPAWN = 1, RESOLVE = 2, STARTED = 11, FAILED = 12, EXITED = 13, RESOLVED = 14, REFUSED = 15, CHANGED = 16, WARM = 17 };
 enum { HEADER_SIZE = 13, PIPE_FDS = 2, COMMAND_UMASK = 022, COMMAND_NICE = 19 };
 
 struct options {
@@ -88,7 +95,7 @@ struct options {
     uint32_t max_request_bytes;
 };
 
-/* A running command's keeper, and the read end of the pipe it reports on: first the command's
+/* A running command's keeper, and this end of the socket pair it reports on: first the command's
  * pid and the errno of its start, then its exit code. */
 struct child {
     pid_t keeper;
@@ -96,9 +103,19 @@ struct child {
     int report;
 };
 
+/* The keeper forked ahead (pid 0: none), waiting on `link` for its command: the length of its
+ * SPAWN payload (u32, with the output pipes as SCM_RIGHTS), then the payload. */
+struct warm {
+    pid_t keeper;
+    int link;
+};
+
 static struct options opt;
 static struct child *children;
 static size_t child_count, child_room;
+static struct warm warm;
+/* Whether this process's children may become child subreapers (gVisor refuses). */
+static int subreapers;
 static cpu_set_t all_cpus;
 static int devnull = -1, signals = -1;
 /* Written by the vfork child (it shares this memory) when it cannot exec. */
@@ -162,6 +179,21 @@ static void answer_failure(uint64_t request, int error, const char *message) {
     free(payload);
 }
 
+/* The descriptors `message` carries into `fds` (PIPE_FDS at most, counted in `fd_count`); any
+ * beyond are closed. */
+static void take_descriptors(struct msghdr *message, int *fds, int *fd_count) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(message); c; c = CMSG_NXTHDR(message, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (*fd_count < PIPE_FDS) fds[(*fd_count)++] = fd;
+            else close(fd);
+        }
+    }
+}
+
 /* Read exactly `size` bytes; false at end of stream before the first byte, exit on a partial frame. */
 static int receive(unsigned char *into, size_t size, int *fds, int *fd_count) {
     size_t got = 0;
@@ -176,18 +208,7 @@ static int receive(unsigned char *into, size_t size, int *fds, int *fd_count) {
         ssize_t n = recvmsg(opt.channel, &message, fds ? MSG_CMSG_CLOEXEC : 0);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) die("recvmsg");
-        if (fds) {
-            for (struct cmsghdr *c = CMSG_FIRSTHDR(&message); c; c = CMSG_NXTHDR(&message, c)) {
-                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-                size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                for (size_t i = 0; i < count; i++) {
-                    int fd;
-                    memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-                    if (*fd_count < PIPE_FDS) fds[(*fd_count)++] = fd;
-                    else close(fd);
-                }
-            }
-        }
+        if (fds) take_descriptors(&message, fds, fd_count);
         if (n == 0) {
             if (got == 0) return 0;
             broken("the channel closed in the middle of a frame");
@@ -349,21 +370,92 @@ static int read_all(int fd, void *into, size_t size) {
     return 1;
 }
 
-/* The keeper (see the top): start argv as the command user, report its pid and the errno of
- * its start on `report`, reap what comes to it until the command exits, report the exit code. */
-static _Noreturn void keep(char **argv, const char *cwd, char **env, int out, int err, int report,
-                           pid_t spawner) {
+/* Send all of `size` bytes, and `fds` with the first, to a keeper; false when it has gone. */
+static int send_to_keeper(int link, const void *data, size_t size, const int *fds, int fd_count) {
+    const char *at = data;
+    union { struct cmsghdr header; char space[CMSG_SPACE(PIPE_FDS * sizeof(int))]; } control;
+    while (size) {
+        struct iovec part = {(void *)at, size};
+        struct msghdr message = {.msg_iov = &part, .msg_iovlen = 1};
+        if (fd_count) {
+            memset(&control, 0, sizeof control);
+            message.msg_control = control.space;
+            message.msg_controllen = CMSG_SPACE(fd_count * sizeof(int));
+            struct cmsghdr *c = CMSG_FIRSTHDR(&message);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(fd_count * sizeof(int));
+            memcpy(CMSG_DATA(c), fds, fd_count * sizeof(int));
+        }
+        ssize_t sent = sendmsg(link, &message, MSG_NOSIGNAL);
+        if (sent < 0 && errno == EINTR) continue;
+        if (sent <= 0) return 0;
+        fd_count = 0;  /* they went with the first byte */
+        at += sent;
+        size -= (size_t)sent;
+    }
+    return 1;
+}
+
+/* The keeper's command, from the spawner: its argv, working directory and environment (pointing
+ * into `payload`, a SPAWN payload the spawner has checked) and its output pipes. */
+struct command {
+    char *payload, **argv, *cwd, **env;
+    int out, err;
+};
+
+/* Wait on `link` for the command; false when the spawner closed it first (or broke it). */
+static int await_command(int link, struct command *command) {
+    unsigned char header[4];
+    int fds[PIPE_FDS], fd_count = 0;
+    size_t got = 0;
+    while (got < sizeof header) {
+        struct iovec part = {header + got, sizeof header - got};
+        union { struct cmsghdr header; char space[CMSG_SPACE(4 * sizeof(int))]; } control;
+        struct msghdr message = {.msg_iov = &part, .msg_iovlen = 1,
+                                 .msg_control = control.space, .msg_controllen = sizeof control.space};
+        ssize_t n = recvmsg(link, &message, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return 0;
+        take_descriptors(&message, fds, &fd_count);
+        got += (size_t)n;
+    }
+    uint32_t length = get_u32(header);
+    command->payload = malloc(length ? length : 1);
+    if (fd_count != PIPE_FDS || !command->payload || !read_all(link, command->payload, length)) return 0;
+    struct fields in = {command->payload, command->payload + length};
+    command->argv = vector(&in, count(&in));
+    command->cwd = field(&in);
+    command->env = vector(&in, count(&in));
+    command->out = fds[0];
+    command->err = fds[1];
+    return 1;
+}
+
+/* Close every descriptor above 2 but `a` and `b`. */
+static void keep_only(int a, int b) {
+    unsigned low = (unsigned)(a < b ? a : b), high = (unsigned)(a < b ? b : a);
+    if (low > 3) syscall(SYS_close_range, 3U, low - 1, 0U);
+    if (high > low + 1) syscall(SYS_close_range, low + 1, high - 1, 0U);
+    syscall(SYS_close_range, high + 1, ~0U, 0U);
+}
+
+/* The keeper (see the top): forked ahead of its command, it waits on `link` for it, starts it as
+ * the command user, reports its pid and the errno of its start on `link`, reaps what comes to it
+ * until the command exits, and reports the exit code. */
+static _Noreturn void keep(int link, pid_t spawner) {
     sigset_t none;
     sigemptyset(&none);
-    /* Nothing of the spawner's but what the command needs: not its channel, not the pipes of
-     * other commands' keepers. */
-    close(opt.channel);
-    close(opt.oom_fd);
-    close(signals);
-    for (size_t i = 0; i < child_count; i++) close(children[i].report);
+    /* Nothing of the spawner's but what the command needs: not its channel, not the links of
+     * other commands' keepers, not the pipes of a request it is serving. */
+    keep_only(link, devnull);
     /* Refused under gVisor: the keeper is then a plain parent (the server knows). */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != spawner) _exit(1);
+    struct command command;
+    if (!await_command(link, &command)) _exit(0);
+    /* Every CPU again: a command may have pinned this keeper while it waited. */
+    if (sched_setaffinity(0, sizeof all_cpus, &all_cpus) != 0) _exit(1);
     child_error = 0;
     pid_t pid = vfork();
     if (pid == 0) {
@@ -371,7 +463,7 @@ static _Noreturn void keep(char **argv, const char *cwd, char **env, int out, in
          * with the system call: the C library's wrapper would act on the keeper's threads. The
          * keeper's own real uid stays the shield, so commands can never signal it. */
         if (syscall(SYS_setresuid, opt.uid, (uid_t)-1, (uid_t)-1) != 0 || setsid() < 0 || dup2(devnull, 0) < 0
-            || dup2(out, 1) < 0 || dup2(err, 2) < 0 || chdir(cwd) < 0) {
+            || dup2(command.out, 1) < 0 || dup2(command.err, 2) < 0 || chdir(command.cwd) < 0) {
             child_error = errno;
             _exit(127);
         }
@@ -379,19 +471,19 @@ static _Noreturn void keep(char **argv, const char *cwd, char **env, int out, in
         setpriority(PRIO_PROCESS, 0, COMMAND_NICE);
         syscall(SYS_close_range, 3U, ~0U, 0U);  /* every other descriptor is close-on-exec anyway */
         sigprocmask(SIG_SETMASK, &none, NULL);
-        execve(argv[0], argv, env);
+        execve(command.argv[0], command.argv, command.env);
         child_error = errno;
         _exit(127);
     }
     int32_t started[2] = {pid, pid < 0 ? errno : child_error};
-    close(out);
-    close(err);
+    close(command.out);
+    close(command.err);
     close(devnull);
     if (started[1]) {
         if (pid > 0) while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
         started[0] = -1;
     }
-    if (!write_all(report, started, sizeof started) || started[1]) _exit(0);
+    if (!write_all(link, started, sizeof started) || started[1]) _exit(0);
     int status = 0;
     for (;;) {
         pid_t reaped = waitpid(-1, &status, 0);
@@ -399,44 +491,76 @@ static _Noreturn void keep(char **argv, const char *cwd, char **env, int out, in
         if (reaped < 0 && errno != EINTR) _exit(1);
     }
     int32_t code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
-    write_all(report, &code, sizeof code);
+    write_all(link, &code, sizeof code);
     _exit(0);
 }
 
-/* Start argv as the command user under a keeper of its own; the command's pid (and the keeper's
- * in `keeper`), or -1 with errno set, and `failure` when the errno's own text would not say what
- * happened. */
-static pid_t start(char **argv, const char *cwd, char **env, int out, int err, uint64_t request,
-                   pid_t *keeper, const char **failure) {
-    int report[2];
-    if (pipe2(report, O_CLOEXEC) != 0) return -1;
-    /* The keeper and its command take the command's score, and every CPU: a command may have
-     * pinned this process. */
+/* Fork a keeper that waits for its command (`warm`); false with errno set when it cannot. The
+ * keeper takes the command's score and every CPU (a command may have pinned this process). */
+static int fork_keeper(void) {
+    int link[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, link) != 0) return 0;
     set_oom_score_adj(opt.oom_command);
     if (sched_setaffinity(0, sizeof all_cpus, &all_cpus) != 0) die("sched_setaffinity");
     pid_t spawner = getpid();
-    *keeper = fork();
-    if (*keeper == 0) {
-        close(report[0]);
-        keep(argv, cwd, env, out, err, report[1], spawner);
+    pid_t keeper = fork();
+    if (keeper == 0) {
+        close(link[0]);
+        keep(link[1], spawner);
     }
     int error = errno;
     set_oom_score_adj(opt.oom_helper);
-    close(report[1]);
-    int32_t started[2] = {-1, ECHILD};  /* a keeper that died before it reported */
-    if (*keeper < 0) {
-        close(report[0]);
+    close(link[1]);
+    if (keeper < 0) {
+        close(link[0]);
         errno = error;
-        return -1;
+        return 0;
     }
-    if (!read_all(report[0], started, sizeof started) || started[0] <= 0) {
-        while (waitpid(*keeper, NULL, 0) < 0 && errno == EINTR) {}
-        close(report[0]);
+    warm = (struct warm){keeper, link[0]};
+    return 1;
+}
+
+/* Fork the next command's keeper now, while nothing waits (the fork is then off a command's
+ * path), and tell the server its pid (a process of the spawner's, not a stray). Only where
+ * keepers are subreapers: elsewhere (gVisor) the server's sweeps take every child of this
+ * process for a running command's keeper, and one waiting for its command would spare what
+ * the commands before it orphaned. */
+static void fork_ahead(void) {
+    if (!subreapers || warm.keeper || !fork_keeper()) return;
+    answer_number(WARM, 0, (uint32_t)warm.keeper);
+}
+
+/* The keeper forked ahead died before it was given a command (the OOM killer): none waits. */
+static void lose_warm(void) {
+    close(warm.link);
+    warm = (struct warm){0, -1};
+    answer_number(WARM, 0, 0);
+}
+
+/* Start the checked SPAWN payload as the command user under a keeper of its own (the one
+ * forked ahead, or one forked now); the command's pid (and the keeper's in `keeper`), or -1
+ * with errno set, and `failure` when the errno's own text would not say what happened. */
+static pid_t start(const char *payload, uint32_t length, int out, int err, uint64_t request,
+                   pid_t *keeper, const char **failure) {
+    if (!warm.keeper && !fork_keeper()) return -1;
+    struct warm taken = warm;
+    warm = (struct warm){0, -1};
+    *keeper = taken.keeper;
+    unsigned char header[4];
+    put_u32(header, length);
+    int pipes[PIPE_FDS] = {out, err};
+    int32_t started[2] = {-1, ECHILD};  /* a keeper that died before it reported */
+    if (!send_to_keeper(taken.link, header, sizeof header, pipes, PIPE_FDS)
+        || !send_to_keeper(taken.link, payload, length, NULL, 0)
+        || !read_all(taken.link, started, sizeof started) || started[0] <= 0) {
+        kill(taken.keeper, SIGKILL);  /* one that broke off, or is on its way out */
+        while (waitpid(taken.keeper, NULL, 0) < 0 && errno == EINTR) {}
+        close(taken.link);
         errno = started[1] > 0 ? started[1] : ECHILD;
         if (errno == ECHILD) *failure = "the command's keeper ended before it reported the start";
         return -1;
     }
-    remember(*keeper, request, report[0]);
+    remember(taken.keeper, request, taken.link);
     return started[0];
 }
 
@@ -457,7 +581,7 @@ static void spawn(uint64_t request, char *payload, uint32_t length, const int *f
     } else {
         const char *failure = NULL;
         pid_t keeper;
-        pid_t pid = start(argv, cwd, env, fds[0], fds[1], request, &keeper, &failure);
+        pid_t pid = start(payload, length, fds[0], fds[1], request, &keeper, &failure);
         if (pid < 0) {
             answer_failure(request, errno, failure ? failure : strerror(errno));
         } else {
@@ -472,7 +596,7 @@ static void spawn(uint64_t request, char *payload, uint32_t length, const int *f
     free(candidates);
 }
 
-/* Serve one frame; false once the server has closed the channel. */
+/* Serve one frame; the kind of request it was, 0 once the server has closed the channel. */
 static int serve_request(void) {
     unsigned char header[HEADER_SIZE];
     int fds[PIPE_FDS], fd_count = 0;
@@ -488,18 +612,20 @@ static int serve_request(void) {
     else resolve(request, payload, length);
     for (int i = 0; i < fd_count; i++) close(fds[i]);
     free(payload);
-    return 1;
+    return header[0];
 }
 
 /* Reap exited keepers and report their commands' exits (a keeper that died before its command
- * exited reports the signal that ended it). */
-static void reap(void) {
+ * exited reports the signal that ended it); whether it reported one. */
+static int reap(void) {
+    int reported = 0;
     struct signalfd_siginfo info;
     while (read(signals, &info, sizeof info) > 0) {}
     for (;;) {
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
-        if (pid <= 0) return;
+        if (pid <= 0) return reported;
+        if (pid == warm.keeper) lose_warm();
         for (size_t i = 0; i < child_count; i++) {
             if (children[i].keeper != pid) continue;
             int32_t code;
@@ -509,6 +635,7 @@ static void reap(void) {
             close(children[i].report);
             children[i] = children[--child_count];
             answer_number(EXITED, request, (uint32_t)code);
+            reported = 1;
             break;
         }
     }
@@ -584,6 +711,9 @@ int main(int argc, char **argv) {
     devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull < 0) die("/dev/null");
     if (sched_getaffinity(0, sizeof all_cpus, &all_cpus) != 0) die("sched_getaffinity");
+    /* Tried on this process, which has no child yet, and undone at once. */
+    subreapers = prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+    if (subreapers && prctl(PR_SET_CHILD_SUBREAPER, 0) != 0) die("prctl");
     sigset_t child_exits;
     sigemptyset(&child_exits);
     sigaddset(&child_exits, SIGCHLD);
@@ -591,12 +721,26 @@ int main(int argc, char **argv) {
     signals = signalfd(-1, &child_exits, SFD_NONBLOCK | SFD_CLOEXEC);
     if (signals < 0) die("signalfd");
     struct pollfd watched[2] = {{.fd = opt.channel, .events = POLLIN}, {.fd = signals, .events = POLLIN}};
+    /* A keeper is forked ahead at the start and after a command's exit has been reported, once
+     * nothing waits: then the server finishes that command first, and the fork is off the next
+     * command's path. Not after a start: the fork would delay the command that is starting. */
+    int ahead = 1;
     for (;;) {
-        if (poll(watched, 2, -1) < 0) {
+        int ready = poll(watched, 2, ahead && !warm.keeper ? 0 : -1);
+        if (ready < 0) {
             if (errno == EINTR) continue;
             die("poll");
         }
-        if (watched[1].revents) reap();
-        if (watched[0].revents && !serve_request()) return 0;
+        if (ready == 0) {
+            fork_ahead();
+            ahead = 0;
+            continue;
+        }
+        if (watched[1].revents) ahead |= reap();
+        if (watched[0].revents) {
+            int kind = serve_request();
+            if (!kind) return 0;
+            if (kind == SPAWN) ahead = 0;
+        }
     }
 }

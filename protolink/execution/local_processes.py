@@ -146,18 +146,19 @@ class _Child:
             os.close(stdout_read)
             os.close(stderr_read)
             pipes = {}
-        # Shielded: a cancellation of this call must not cancel a launch in its last step,
-        # which would lose a process that has started. It is looked at here instead.
-        launching = asyncio.ensure_future(launch(self.spec, stdout_write, stderr_write))
+        # Awaited in this task (no task of its own, which took three event-loop turns more per
+        # command): a cancellation that lands while the launch waits is the launcher's to handle
+        # (it kills whatever it starts once canceled); one that comes as the launch returns is
+        # pending on this task, and is looked at here: the process would run on unwatched.
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
         try:
-            self._leader = await asyncio.shield(launching)
+            self._leader = await launch(self.spec, stdout_write, stderr_write)
+            if task is not None and task.cancelling() > cancels:
+                signal_group(self._leader.pid, signal.SIGKILL)
+                self._leader.close()
+                raise asyncio.CancelledError
         except BaseException as error:
-            if not launching.done():
-                launching.cancel()  # a launcher kills what it starts once canceled
-            elif not launching.cancelled() and launching.exception() is None:
-                started = launching.result()  # started as this call was canceled: nobody watches it
-                signal_group(started.pid, signal.SIGKILL)
-                started.close()
             for fd in pipes:
                 os.close(fd)
             if isinstance(error, OSError):

@@ -112,7 +112,7 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPoo
     share_one_arena()  # before gRPC starts its threads
     spawner.start()
     sweeper = StraySweeper(config.command_uid, lambda: spawner.pid, lambda: workers.pids, keepers=spawner.keepers,
-                           subreapers=subreapers)
+                           waiting=lambda: spawner.waiting_keeper, subreapers=subreapers)
     token_check = TokenCheck(config.token) if config.token else None
     server = grpc.aio.server(
         options=server_options(config),

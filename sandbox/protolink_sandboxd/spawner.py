@@ -74,6 +74,8 @@ SPAWN, RESOLVE = 1, 2
 # the index of the first executable candidate (-1: none), then the directory's real path, NUL
 # and the candidate's real path (empty when none); REFUSED: the working directory names no directory.
 STARTED, FAILED, EXITED, RESOLVED, REFUSED, CHANGED = 11, 12, 13, 14, 15, 16
+#: Unasked (request 0): the pid of the keeper forked ahead for the next command, 0 once none waits.
+WARM = 17
 _TOO_LARGE = "the command, its environment and the places its executable may be are too large to pass on"
 
 

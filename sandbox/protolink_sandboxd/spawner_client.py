@@ -46,6 +46,7 @@ from .spawner import (
     REFUSED,
     RESOLVED,
     STARTED,
+    WARM,
 )
 
 #: A spawner that leaves a request unanswered this long is replaced.
@@ -123,6 +124,12 @@ class SpawnerClient:
     def keepers(self) -> set[int]:
         """The keepers of the commands the running spawner runs that have not ended for the server."""
         return self._current.keepers() if self._current is not None and self._current.alive else set()
+
+    @property
+    def waiting_keeper(self) -> int | None:
+        """The keeper the running spawner forked ahead for the next command, as far as the server
+        knows (None: none, or one a start may have taken)."""
+        return self._current.waiting_keeper if self._current is not None and self._current.alive else None
 
     async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> _Command:
         """Start ``spec`` (see :meth:`LocalProcesses.launch`); canceled, it is killed once it starts."""
@@ -222,6 +229,8 @@ class SpawnerConnection:
         self._max_request_bytes = max_request_bytes
         self._pending: dict[int, tuple[Callable[[int, int, bytes], Any], asyncio.Future[Any], asyncio.TimerHandle]] = {}
         self._commands: dict[int, _Command] = {}
+        #: See :attr:`SpawnerClient.waiting_keeper`.
+        self.waiting_keeper: int | None = None
         self._received = bytearray()
         self._outbox: deque[tuple[memoryview, list[int]]] = deque()
         self._reaped: asyncio.Future[None] = loop.create_future()
@@ -251,7 +260,9 @@ class SpawnerConnection:
             raise OSError(str(error)) from None  # this command could not start; the next one can
         except asyncio.CancelledError:
             if answer.done() and not answer.cancelled() and answer.exception() is None:
-                signal_group(answer.result().pid, signal.SIGKILL)  # it started as the launch was canceled
+                started = answer.result()  # it started as the launch was canceled: nobody watches it
+                signal_group(started.pid, signal.SIGKILL)
+                started.close()
             raise
 
     async def resolve(self, cwd: str, candidates: Iterable[str]) -> tuple[str | None, int, str]:
@@ -345,6 +356,9 @@ class SpawnerConnection:
         if kind == EXITED:
             self._commands.pop(request).ended(_number(payload))
             return
+        if kind == WARM and request == 0:
+            self.waiting_keeper = _positive(keeper) if (keeper := _number(payload)) else None
+            return
         read, answer, overdue = self._pending[request]  # left pending while the answer is checked
         outcome = read(kind, request, payload)
         del self._pending[request]
@@ -359,7 +373,9 @@ class SpawnerConnection:
             answer.set_result(outcome)
 
     def _started(self, kind: int, request: int, payload: bytes) -> _Command | Exception:
-        """A SPAWN's answer: the started command, or why nothing started."""
+        """A SPAWN's answer: the started command, or why nothing started. Any of them may have
+        taken the keeper that waited."""
+        self.waiting_keeper = None
         if kind == STARTED:
             if len(payload) != PIDS.size:
                 raise ValueError(f"pids of {len(payload)} bytes")

@@ -55,16 +55,21 @@ class StraySweeper:
 
     ``spawner`` gives the spawner's pid (None while there is none): its children are the
     commands' keepers. ``workers`` gives the pids of the server's workers; ``keepers``, those
-    of the keepers of commands that have not ended for the server. ``subreapers`` says
+    of the keepers of commands that have not ended for the server; ``waiting``, the keeper the
+    spawner forked ahead for the next command, as far as the server knows (the spawner reports
+    it as it forks it and again when it dies unused, and a start may take it; while the news of
+    its death travels its pid cannot come round to another process). ``subreapers`` says
     whether keepers are subreapers here; without them sweeps remember descent
     (:class:`Origins`).
     """
 
     def __init__(self, uid: int, spawner: Callable[[], int | None], workers: Callable[[], Collection[int]], *,
-                 keepers: Callable[[], Collection[int]] = frozenset, subreapers: bool = True) -> None:
+                 keepers: Callable[[], Collection[int]] = frozenset,
+                 waiting: Callable[[], int | None] = lambda: None, subreapers: bool = True) -> None:
         self._uid = uid
         self._spawner = spawner
         self._workers = workers
+        self._waiting = waiting
         self._origins = None if subreapers else Origins(uid, spawner)
         self._running = 0
         self._ticker: asyncio.Task[None] | None = None
@@ -115,6 +120,8 @@ class StraySweeper:
         # process when listed (a pid is free for reuse only once its process has been reaped).
         listed = _listed()
         helpers = _helpers(spawner, self._workers())
+        if (waiting := self._waiting()) is not None and spawner is not None:
+            helpers.add(waiting)
         if listed == _server_and_ancestors() | helpers:
             self._quiet = last  # read before the listing: a process started after it is checked later
             return True
@@ -130,9 +137,11 @@ class StraySweeper:
             return False
         if not 0 <= last - self._quiet <= NEW_PIDS_CHECKED:
             return False
-        # A zombie, or any thread's id, is still there. A process that forked and exited while
-        # this looked handed out a pid: the second reading differs.
-        if any(os.path.exists(f"/proc/{pid}") for pid in range(self._quiet + 1, last + 1)):
+        # A zombie, or any thread's id, is still there (but the keeper waiting for the next
+        # command). A process that forked and exited while this looked handed out a pid: the
+        # second reading differs.
+        waiting = self._waiting()
+        if any(os.path.exists(f"/proc/{pid}") for pid in range(self._quiet + 1, last + 1) if pid != waiting):
             return False
         if self._pids.last() != last:
             return False

@@ -55,6 +55,8 @@ class Spawner:
             pass_fds=(theirs.fileno(),), stderr=subprocess.PIPE, cwd="/", env={})
         theirs.close()
         self._next = 1
+        #: The pids of the keepers the spawner reported forked ahead (0: the last one died unused).
+        self.warm: list[int] = []
 
     def send(self, kind: int, payload: bytes, fds: tuple[int, ...] = ()) -> int:
         request, self._next = self._next, self._next + 1
@@ -64,8 +66,13 @@ class Spawner:
         return request
 
     def answer(self) -> tuple[int, int, bytes]:
-        kind, request, length = spawner.HEADER.unpack(self._exactly(spawner.HEADER.size))
-        return kind, request, self._exactly(length)
+        """The next answer, past the reports of keepers forked ahead (in :attr:`warm`)."""
+        while True:
+            kind, request, length = spawner.HEADER.unpack(self._exactly(spawner.HEADER.size))
+            payload = self._exactly(length)
+            if kind != spawner.WARM:
+                return kind, request, payload
+            self.warm.append(spawner.NUMBER.unpack(payload)[0])
 
     def run(self, argv: list[str], cwd: str = "/", env: dict[str, str] = ENV,
             check: tuple[str, list[str]] | None = None, real: str | None = None) -> tuple[int, int | str, bytes]:
@@ -84,6 +91,13 @@ class Spawner:
         exited, _, code = self.answer()
         assert exited == spawner.EXITED
         return kind, spawner.NUMBER.unpack(code)[0], text
+
+    def next_warm(self) -> int:
+        """The pid of the next keeper the spawner reports forked ahead (the next frame)."""
+        kind, _, length = spawner.HEADER.unpack(self._exactly(spawner.HEADER.size))
+        assert kind == spawner.WARM, kind
+        pid: int = spawner.NUMBER.unpack(self._exactly(length))[0]
+        return pid
 
     def resolve(self, cwd: str, candidates: list[str]) -> tuple[int, bytes]:
         frame, _ = spawner.resolve_request(0, cwd, candidates, max_bytes=MAX_REQUEST_BYTES)
@@ -173,8 +187,11 @@ def test_a_commands_orphans_stay_below_the_spawner_until_the_command_exits(start
             assert (kind, spawner.PIDS.unpack(payload)[1]) == (spawner.STARTED, keeper)
             assert _parent(orphan) == keeper and _parent(keeper) == started.process.pid
             assert _status(keeper, "NoNewPrivs") == "1"
-            held = [os.readlink(f"/proc/{keeper}/fd/{fd}") for fd in os.listdir(f"/proc/{keeper}/fd")]
-            assert len(held) == 4 and not any(link.startswith("socket:") for link in held), held  # 0-2, its report
+            held = _descriptors(keeper)
+            spawners = set(_descriptors(started.process.pid))
+            # 0-2 and its end of the link to the spawner: none of the spawner's (its channel)
+            assert len(held) == 4 and [link for link in held[3:] if link.startswith("socket:")] == held[3:], held
+            assert not spawners & set(held[3:]), (held, spawners)
             go.touch()
             output.read()
             kind, _, code = started.answer()
@@ -183,6 +200,11 @@ def test_a_commands_orphans_stay_below_the_spawner_until_the_command_exits(start
             assert _parent(orphan) not in (keeper, started.process.pid)  # out from under the spawner
         finally:
             os.kill(orphan, signal.SIGKILL)
+
+
+def _descriptors(pid: int) -> list[str]:
+    """What the descriptors of ``pid`` lead to, in the order of their numbers."""
+    return [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in sorted(os.listdir(f"/proc/{pid}/fd"), key=int)]
 
 
 def _parent(pid: int) -> int:
@@ -306,3 +328,20 @@ def test_a_spawn_without_its_pipes_fails_and_the_spawner_serves_on(started):
 def test_the_spawner_ends_when_the_server_closes_the_channel(started):
     started.channel.close()
     assert started.ended() == (0, "")
+
+
+def test_a_keeper_forked_ahead_runs_the_next_command_with_every_cpu(started, place):
+    """Once a command's exit is reported and nothing waits, the spawner forks the next keeper
+    and names it; the next command runs under it, with every CPU even if something pinned the
+    keeper while it waited, and nothing else of the keeper's changes."""
+    assert started.run(["/bin/true"])[:2] == (spawner.STARTED, 0)
+    keeper = started.next_warm()
+    assert keeper > 0 and _parent(keeper) == started.process.pid
+    assert _status(keeper, "NoNewPrivs") == "1"
+    everywhere = os.sched_getaffinity(0)
+    os.sched_setaffinity(keeper, {min(everywhere)})
+    kind, parent, text = started.run(["/bin/sh", "-c", "echo $PPID; grep Cpus_allowed_list /proc/self/status"])
+    assert (kind, parent) == (spawner.STARTED, 0)
+    ppid, cpus = text.decode().splitlines()
+    assert int(ppid) == keeper  # what it holds while it runs its command: see the test of orphans
+    assert cpus.split()[1] == Path(f"/proc/{os.getpid()}/status").read_text().split("Cpus_allowed_list:")[1].split()[0]

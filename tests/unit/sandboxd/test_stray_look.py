@@ -100,6 +100,32 @@ def test_the_quickest_look_trusts_only_processes_started_since_a_quiet_moment_an
     assert done.stdout.strip() == "ok", done.stderr
 
 
+def test_a_keeper_waiting_for_its_command_keeps_the_looks_quick_while_the_server_knows_it():
+    """In a pid namespace of its own: the keeper the spawner forked ahead (named to the server)
+    counts as the server's own in the quick looks; one it was not told of sends the look the long
+    way."""
+    script = textwrap.dedent("""
+        import subprocess
+        from protolink_sandboxd.strays import StraySweeper
+        spawner = subprocess.Popen(["sleep", "60"])
+        waiting = []
+        reaper = StraySweeper(65533, lambda: spawner.pid, lambda: [], waiting=lambda: waiting[0] if waiting else None)
+        assert reaper._idle_and_clean(), "the spawner alone"
+        keeper = subprocess.Popen(["sleep", "60"])
+        assert not reaper._none_left_since_quiet(), "an unknown process"
+        waiting.append(keeper.pid)
+        assert reaper._none_left_since_quiet(), "the keeper forked ahead since"
+        assert reaper._idle_and_clean(), "listed with the spawner"
+        assert reaper._none_left_since_quiet(), "quiet with it"
+        subprocess.Popen(["sleep", "60"])  # the next one, not named yet
+        assert not reaper._none_left_since_quiet(), "a keeper the server was not told of"
+        print("ok")
+    """)
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
 def test_a_pid_counter_that_does_not_count_is_not_used():
     from protolink_sandboxd.strays import _PidCounter
 
