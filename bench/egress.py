@@ -29,14 +29,15 @@ turn beside the others in the download and latency cases: a before-and-after in 
 
 The same client code (this file, standard library only) runs on both sides; it times itself, so
 ``protolink-sandbox exec``'s own start is not counted. The sandbox runs its commands pinned to the
-appliance's cpuset at nice 19, so the host's client is timed twice: as the host runs it
-(unpinned, nice 0) and under the sandbox's CPU policy (``like sandbox``: the appliance's cpuset,
-nice 19; a baseline on other CPUs gets a case of its own). Each row prints both ratios side by
-side: ``vs host`` (everything the sandbox costs, its CPU policy included) and ``vs like`` (what the
-proxy costs: the same client under the same policy, directly). The targets are judged on both;
-README's target rows quote ``vs like`` and give ``vs host`` beside it. (The host's client at nice
-19 is in the host's own cgroup, where it weighs less against the host's other processes than
-the container's cgroup does as a whole: ``like sandbox`` is, if anything, the harsher policy.)
+appliance's cpuset at nice 19, in the container's CPU cgroup (which weighs as one nice-0 process
+against the host's others, nice 19 ranking the command only below the container's own
+processes). So the host's client is timed twice: as the host runs it (unpinned, nice 0, in the
+bench's cgroup) and under the sandbox's CPU policy (``like``: the appliance's cpuset, nice 19, in
+a CPU cgroup of its own of the default weight, made for the run where the bench may, as root;
+a baseline on other CPUs gets a case of its own). Each row prints both ratios side by side: ``vs
+host`` (everything the sandbox costs, its CPU policy included) and ``vs like`` (what the proxy
+costs: the same client under the same policy, directly). The targets are judged on both;
+README's target rows quote ``vs like`` and give ``vs host`` beside it.
 """
 
 from __future__ import annotations
@@ -220,6 +221,40 @@ def cpu_numbers(cpus: str) -> set[int] | None:
     return numbers
 
 
+class LikeCgroup:
+    """A CPU cgroup of the default weight for the host's client ``like`` the sandbox (cgroup v1's
+    ``cpu`` hierarchy or v2's unified one), removed by :meth:`remove`; :attr:`path` is None where
+    the bench cannot make one (not root), and the client then stays in the bench's cgroup."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        for root in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
+            if (root / "cgroup.procs").exists() and ((root / "cpu.shares").exists()
+                                                     or "cpu" in _read(root / "cgroup.subtree_control").split()):
+                try:
+                    (path := root / f"protolink-bench-like-{uuid.uuid4().hex[:8]}").mkdir()
+                except OSError:
+                    return
+                self.path = path
+                return
+
+    def join(self) -> None:
+        """Move the calling process into the cgroup (a child before it runs the client)."""
+        if self.path is not None:
+            (self.path / "cgroup.procs").write_text("0")
+
+    def remove(self) -> None:
+        if self.path is not None:
+            self.path.rmdir()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def like(cpus: str) -> str:
     """The label of the host's client under a sandbox's CPU policy: cpuset ``cpus``, nice 19."""
     return f"like (CPU {cpus})"
@@ -261,6 +296,7 @@ class Bench:
         self.server_pid = server_pid
         #: Each appliance's cpuset, by case (SANDBOX, and BASELINE with a baseline).
         self.cpusets = {SANDBOX: cpuset(name), **({BASELINE: cpuset(f"{name}-base")} if baseline else {})}
+        self.cgroup = LikeCgroup()
         #: CPU seconds per GB of the downloads, by case: the client's, the server's, the daemon's.
         self.cpu_per_gb: dict[str, list[float | None]] = {}
 
@@ -276,6 +312,7 @@ class Bench:
         numbers = None if cpus is None else cpu_numbers(cpus)
 
         def policy() -> None:
+            self.cgroup.join()
             if numbers is not None:
                 os.sched_setaffinity(0, numbers)
             os.nice(COMMAND_NICE)
@@ -431,7 +468,11 @@ def main() -> None:
                     run([CLI, "up", "--name", appliance, "--root", f"{workspace}:rw", "--cpus", args.cpus,
                          *(["--image", image] if image else []), *rules], PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK="1", **env)
                     started.append((appliance, env))
-                measure(Bench(name, workspace, port, script, args.baseline, server.pid), args, index, cert, allow)
+                bench = Bench(name, workspace, port, script, args.baseline, server.pid)
+                try:
+                    measure(bench, args, index, cert, allow)
+                finally:
+                    bench.cgroup.remove()
             finally:
                 for appliance, env in started:
                     run([CLI, "down", "--name", appliance], **env)
@@ -447,7 +488,9 @@ def measure(bench: Bench, args: argparse.Namespace, index: str, cert: str | None
           + f"; allowed: {', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print("host: the host's client as the host runs it (unpinned, nice 0); like: the same client under the "
-          f"sandbox's CPU policy (its cpuset, nice {COMMAND_NICE}).\nvs like is the proxy's cost (README's "
+          f"sandbox's CPU policy (its cpuset, nice {COMMAND_NICE}, "
+          + (f"cgroup {bench.cgroup.path}" if bench.cgroup.path else "the bench's own cgroup: none could be made")
+          + ").\nvs like is the proxy's cost (README's "
           "target rows quote it); vs host adds the sandbox's CPU policy.")
     print(f"{'':<46}{'proxied':>12}{'host':>12}{'like':>12}{'vs host':>10}{'vs like':>10}  target")
     size = args.size_mb * 1_000_000
