@@ -256,7 +256,8 @@ def _read(path: Path) -> str:
 
 
 def like(cpus: str) -> str:
-    """The label of the host's client under a sandbox's CPU policy: cpuset ``cpus``, nice 19."""
+    """The label of the host's client under a sandbox's CPU policy: cpuset ``cpus``, nice 19, a
+    cgroup of its own."""
     return f"like (CPU {cpus})"
 
 
@@ -308,7 +309,7 @@ class Bench:
 
     def outside(self, *argv: str, cpus: str | None = None) -> dict:
         """The client on the host: as the host runs it, or with ``cpus`` under the sandbox's CPU
-        policy (pinned to that cpuset, at the commands' nice level)."""
+        policy (in :attr:`cgroup`, pinned to that cpuset, at the commands' nice level)."""
         numbers = None if cpus is None else cpu_numbers(cpus)
 
         def policy() -> None:
@@ -317,9 +318,11 @@ class Bench:
                 os.sched_setaffinity(0, numbers)
             os.nice(COMMAND_NICE)
 
-        done = subprocess.run([sys.executable, __file__, "client", *argv], stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, check=True,
+        argv = [sys.executable, __file__, "client", *argv]
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               preexec_fn=None if cpus is None else policy)
+        if done.returncode != 0:
+            sys.exit(f"{' '.join(argv)} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
         return json.loads(done.stdout)
 
     def cases(self) -> dict[str, Any]:
