@@ -28,9 +28,16 @@ With ``--baseline``, a second appliance runs another checkout's code (its host s
 turn beside the others in the download and latency cases: a before-and-after in one run.
 
 The same client code (this file, standard library only) runs on both sides; it times itself, so
-``protolink-sandbox exec``'s own start is not counted. The sandbox runs its commands at nice 19,
-so the host's client is also timed at nice 19 (a column of its own); the ratios and targets
-compare with the host's client at its usual level.
+``protolink-sandbox exec``'s own start is not counted. The sandbox runs its commands pinned to the
+appliance's cpuset at nice 19, in the container's CPU cgroup (which weighs as one nice-0 process
+against the host's others, nice 19 ranking the command only below the container's own
+processes). So the host's client is timed twice: as the host runs it (unpinned, nice 0, in the
+bench's cgroup) and under the sandbox's CPU policy (``like``: the appliance's cpuset, nice 19, in
+a CPU cgroup of its own of the default weight, made for the run where the bench may, as root;
+a baseline on other CPUs gets a case of its own). Each row prints both ratios side by side: ``vs
+host`` (everything the sandbox costs, its CPU policy included) and ``vs like`` (what the proxy
+costs: the same client under the same policy, directly). The targets are judged on both;
+README's target rows quote ``vs like`` and give ``vs host`` beside it.
 """
 
 from __future__ import annotations
@@ -60,6 +67,11 @@ THROUGHPUT_TARGET = 0.8
 LATENCY_TARGET_MS = 2.0
 PIP_TARGET = 1.3
 PACKAGES = ["requests", "rich", "httpx", "jinja2", "pyyaml", "attrs", "click"]
+#: The cases' labels: the command in the sandbox through its proxy, the host's client as it runs,
+#: and the baseline's sandbox; ``like`` cases are named by :func:`like`.
+SANDBOX, HOST, BASELINE = "sandbox", "host", "baseline"
+#: How the table names the proxied cases.
+_WHO = {SANDBOX: "this", BASELINE: "baseline"}
 CHUNK = 1 << 20
 NOBODY = 65534
 #: The nice level the sandbox runs commands at.
@@ -198,6 +210,57 @@ def cpuset(name: str) -> str:
     return found or "any"
 
 
+def cpu_numbers(cpus: str) -> set[int] | None:
+    """The CPUs a cpuset text (``"1"``, ``"0,2-3"``) names; None for "any"."""
+    if cpus == "any":
+        return None
+    numbers: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        numbers.update(range(int(first), int(last or first) + 1))
+    return numbers
+
+
+class LikeCgroup:
+    """A CPU cgroup of the default weight for the host's client ``like`` the sandbox (cgroup v1's
+    ``cpu`` hierarchy or v2's unified one), removed by :meth:`remove`; :attr:`path` is None where
+    the bench cannot make one (not root), and the client then stays in the bench's cgroup."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        for root in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
+            if (root / "cgroup.procs").exists() and ((root / "cpu.shares").exists()
+                                                     or "cpu" in _read(root / "cgroup.subtree_control").split()):
+                try:
+                    (path := root / f"protolink-bench-like-{uuid.uuid4().hex[:8]}").mkdir()
+                except OSError:
+                    return
+                self.path = path
+                return
+
+    def join(self) -> None:
+        """Move the calling process into the cgroup (a child before it runs the client)."""
+        if self.path is not None:
+            (self.path / "cgroup.procs").write_text("0")
+
+    def remove(self) -> None:
+        if self.path is not None:
+            self.path.rmdir()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def like(cpus: str) -> str:
+    """The label of the host's client under a sandbox's CPU policy: cpuset ``cpus``, nice 19, a
+    cgroup of its own."""
+    return f"like (CPU {cpus})"
+
+
 def pip_setting(key: str) -> str | None:
     """``key`` as pip's configuration has it (its environment variables first), or None."""
     found: dict[str, str] = {}
@@ -232,8 +295,11 @@ class Bench:
         self.name, self.workspace, self.port, self.script = name, workspace, port, script
         self.baseline = baseline
         self.server_pid = server_pid
+        #: Each appliance's cpuset, by case (SANDBOX, and BASELINE with a baseline).
+        self.cpusets = {SANDBOX: cpuset(name), **({BASELINE: cpuset(f"{name}-base")} if baseline else {})}
+        self.cgroup = LikeCgroup()
         #: CPU seconds per GB of the downloads, by case: the client's, the server's, the daemon's.
-        self.cpu_per_gb: list[list[float | None]] = []
+        self.cpu_per_gb: dict[str, list[float | None]] = {}
 
     def inside(self, *argv: str, baseline: bool = False) -> dict:
         name, env = (f"{self.name}-base", {"PYTHONPATH": str(self.baseline)}) if baseline else (self.name, {})
@@ -241,88 +307,108 @@ class Bench:
                    "python3", str(self.script), "client", *argv], **env)
         return json.loads(out)
 
-    def outside(self, *argv: str, nice: int = 0) -> dict:
-        return json.loads(run(["nice", "-n", str(nice), sys.executable, __file__, "client", *argv]))
+    def outside(self, *argv: str, cpus: str | None = None) -> dict:
+        """The client on the host: as the host runs it, or with ``cpus`` under the sandbox's CPU
+        policy (in :attr:`cgroup`, pinned to that cpuset, at the commands' nice level)."""
+        numbers = None if cpus is None else cpu_numbers(cpus)
 
-    def download(self, size: int, runs: int) -> list[float]:
-        """Median seconds of a ``size``-byte download: through the proxy, directly, directly at nice
-        19, and through the baseline's proxy when there is one; each party's CPU in
-        :attr:`cpu_per_gb`."""
-        daemons = [daemon_pid(self.name), None, None]
+        def policy() -> None:
+            self.cgroup.join()
+            if numbers is not None:
+                os.sched_setaffinity(0, numbers)
+            os.nice(COMMAND_NICE)
+
+        argv = [sys.executable, __file__, "client", *argv]
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              preexec_fn=None if cpus is None else policy)
+        if done.returncode != 0:
+            sys.exit(f"{' '.join(argv)} failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+        return json.loads(done.stdout)
+
+    def cases(self) -> dict[str, Any]:
+        """Each case's client, by label: the sandbox's through its proxy, the host's as it runs,
+        the host's like each appliance's CPU policy, and the baseline's sandbox's through its
+        proxy when there is one. One label a distinct cpuset: appliances on the same CPUs share
+        their ``like`` case."""
+        cases: dict[str, Any] = {SANDBOX: lambda *argv: self.inside("--proxy", *argv),
+                                 HOST: lambda *argv: self.outside(*argv)}
+        for cpus in dict.fromkeys(self.cpusets.values()):
+            cases[like(cpus)] = lambda *argv, cpus=cpus: self.outside(*argv, cpus=cpus)
         if self.baseline is not None:
-            daemons.append(daemon_pid(f"{self.name}-base", PYTHONPATH=str(self.baseline)))
-        spent: list[list[float]] = [[0.0] * 3 for _ in daemons]
+            cases[BASELINE] = lambda *argv: self.inside("--proxy", *argv, baseline=True)
+        return cases
+
+    def download(self, size: int, runs: int) -> dict[str, float]:
+        """Median seconds of a ``size``-byte download, by case (:meth:`cases`); each party's CPU
+        in :attr:`cpu_per_gb`."""
+        daemons = {SANDBOX: daemon_pid(self.name)}
+        if self.baseline is not None:
+            daemons[BASELINE] = daemon_pid(f"{self.name}-base", PYTHONPATH=str(self.baseline))
+        spent: dict[str, list[float]] = {}
         seconds = self._in_turns(runs, "download", "127.0.0.1", str(self.port), str(size),
                                  value=lambda answer: answer["seconds"],
-                                 spent=(spent, lambda case: [self.server_pid, daemons[case]]))
+                                 spent=(spent, lambda case: [self.server_pid, daemons.get(case)]))
         gigabytes = runs * size / 1e9
-        self.cpu_per_gb = [[total / gigabytes if party < 2 or daemon else None for party, total in enumerate(case)]
-                           for case, daemon in zip(spent, daemons, strict=True)]
+        self.cpu_per_gb = {case: [total / gigabytes if party < 2 or case in daemons else None
+                                  for party, total in enumerate(totals)] for case, totals in spent.items()}
         return seconds
 
-    def latency(self, count: int) -> list[list[float]]:
+    def latency(self, count: int) -> dict[str, list[float]]:
         """Median seconds to connected, to the tunnel open and to the first byte (each median
-        apart), as :meth:`download`, in turns of :data:`BATCH` connections."""
+        apart), by case, in turns of :data:`BATCH` connections."""
         return self._in_turns(max(1, count // BATCH), "latency", "127.0.0.1", str(self.port), str(BATCH),
                               value=lambda answer: answer["marks"])
 
     def _in_turns(self, turns: int, *argv: str, value: Any,
-                  spent: tuple[list[list[float]], Any] | None = None) -> list[Any]:
-        """The client's median for ``argv`` in the sandbox through the proxy, on the host directly,
-        on the host at the nice level the sandbox's commands run at (19), and in the baseline's
-        sandbox through its proxy when there is one, taking turns. With ``spent`` (totals by case,
-        and ``watched(case)``: process ids or None), each turn adds the client's CPU seconds, then
-        those of the processes watched, to its case's totals."""
-        cases: list[tuple[Any, list[float]]] = [
-            (lambda: self.inside("--proxy", *argv), []),
-            (lambda: self.outside(*argv), []),
-            (lambda: self.outside(*argv, nice=COMMAND_NICE), []),
-        ]
-        if self.baseline is not None:
-            cases.append((lambda: self.inside("--proxy", *argv, baseline=True), []))
+                  spent: tuple[dict[str, list[float]], Any] | None = None) -> dict[str, Any]:
+        """The client's median for ``argv`` by case (:meth:`cases`), taking turns. With ``spent``
+        (totals by case, and ``watched(case)``: process ids or None), each turn adds the client's
+        CPU seconds, then those of the processes watched, to its case's totals."""
+        found: dict[str, list[Any]] = {}
         for _ in range(turns):
-            for case, (measure, found) in enumerate(cases):
+            for case, measure in self.cases().items():
                 pids = spent[1](case) if spent else []
                 before = [cpu_seconds(pid) if pid else 0.0 for pid in pids]
-                answer = measure()
+                answer = measure(*argv)
                 if spent:
-                    totals = spent[0][case]
+                    totals = spent[0].setdefault(case, [0.0] * 3)
                     totals[0] += answer["cpu"]
                     for place, (pid, seconds) in enumerate(zip(pids, before, strict=True), 1):
                         totals[place] += cpu_seconds(pid) - seconds if pid else 0.0
                 if "bytes" in answer:
                     assert answer["bytes"] == int(argv[-1]), answer
                 got = value(answer)
-                found.extend(got if isinstance(got, list) else [got])
-        return [_median(found) for _, found in cases]
+                found.setdefault(case, []).extend(got if isinstance(got, list) else [got])
+        return {case: _median(values) for case, values in found.items()}
 
-    def pip(self, index: str, cert: str | None, runs: int) -> tuple[list[float], str]:
-        """Median seconds of ``pip install`` into a fresh venv: in the sandbox, on the host, and
-        on the host at nice 19; and pip's versions."""
+    def pip(self, index: str, cert: str | None, runs: int) -> tuple[dict[str, float], str]:
+        """Median seconds of ``pip install`` into a fresh venv, by case: in the sandbox, on the
+        host, and on the host like the sandbox; and pip's versions."""
         options = ["install", "--isolated", "--no-cache-dir", "--index-url", index]
         sandbox_cert = []
         if cert:
             shutil.copy(cert, self.workspace / "index-ca.pem")
             os.chmod(self.workspace / "index-ca.pem", 0o644)
             sandbox_cert = ["--cert", str(self.workspace / "index-ca.pem")]
-        times: list[list[float]] = [[], [], []]
+        cpus = self.cpusets[SANDBOX]
+        times: dict[str, list[float]] = {SANDBOX: [], HOST: [], like(cpus): []}
         versions = ""
         for number in range(runs):
             venv = self.workspace / f"venv-{number}"
             run([CLI, "exec", "--name", self.name, "--timeout", "300", "--", "python3", "-m", "venv", str(venv)])
             answer = self.inside("timed", "--", f"{venv}/bin/python", "-m", "pip", *options, *sandbox_cert, *PACKAGES)
-            times[0].append(_installed(answer, "in the sandbox"))
-            for nice, found in ((0, times[1]), (COMMAND_NICE, times[2])):
+            times[SANDBOX].append(_installed(answer, "in the sandbox"))
+            for case, policy in ((HOST, None), (like(cpus), cpus)):
                 with tempfile.TemporaryDirectory(prefix="protolink-bench-venv-") as host_venv:
                     run([sys.executable, "-m", "venv", host_venv])
                     answer = self.outside("timed", "--", f"{host_venv}/bin/python", "-m", "pip", *options,
-                                          *(["--cert", cert] if cert else []), *PACKAGES, nice=nice)
-                    found.append(_installed(answer, "on the host"))
+                                          *(["--cert", cert] if cert else []), *PACKAGES, cpus=policy)
+                    times[case].append(_installed(answer, "on the host"))
                     host_pip = run([f"{host_venv}/bin/python", "-m", "pip", "--version"]).split(" from")[0]
             sandbox_pip = run([CLI, "exec", "--name", self.name, "--", f"{venv}/bin/python", "-m", "pip",
                                "--version"]).split(" from")[0]
             versions = f"sandbox {sandbox_pip}, host {host_pip}"
-        return [statistics.median(found) for found in times], versions
+        return {case: statistics.median(found) for case, found in times.items()}, versions
 
 
 def _median(found: list[Any]) -> Any:
@@ -338,10 +424,14 @@ def _installed(answer: dict, where: str) -> float:
     return float(answer["seconds"])
 
 
-def row(what: str, sandbox: str, host: str, nice: str, ratio: str, target: str, met: bool,
-        baseline: str = "") -> None:
-    print(f"{what:<40}{sandbox:>12}{host:>12}{nice:>14}{ratio:>10}  {target:<10}{'met' if met else 'NOT met':<9}"
-          f"{baseline}")
+def row(what: str, who: str, figures: tuple[str, str, str], ratios: tuple[str, str], met: tuple[bool, bool],
+        target: str) -> None:
+    """One line of the table: a proxied case against the host's client and the host's client like
+    the sandbox, both ratios, and whether each meets the target."""
+    verdict = ", ".join(f"{against} {'met' if ok else 'NOT met'}" for against, ok in zip(("host", "like"), met,
+                                                                                          strict=True))
+    print(f"{what:<36}{who:<10}" + "".join(f"{figure:>12}" for figure in figures)
+          + "".join(f"{ratio:>10}" for ratio in ratios) + f"  {target:<10}{verdict}")
 
 
 def main() -> None:
@@ -381,7 +471,11 @@ def main() -> None:
                     run([CLI, "up", "--name", appliance, "--root", f"{workspace}:rw", "--cpus", args.cpus,
                          *(["--image", image] if image else []), *rules], PROTOLINK_EGRESS_TEST_ALLOW_LOOPBACK="1", **env)
                     started.append((appliance, env))
-                measure(Bench(name, workspace, port, script, args.baseline, server.pid), args, index, cert, allow)
+                bench = Bench(name, workspace, port, script, args.baseline, server.pid)
+                try:
+                    measure(bench, args, index, cert, allow)
+                finally:
+                    bench.cgroup.remove()
             finally:
                 for appliance, env in started:
                     run([CLI, "down", "--name", appliance], **env)
@@ -391,40 +485,51 @@ def main() -> None:
 
 def measure(bench: Bench, args: argparse.Namespace, index: str, cert: str | None, allow: list[str]) -> None:
     load = os.getloadavg()
-    baseline = f", baseline's CPU {cpuset(bench.name + '-base')}" if args.baseline else ""
-    print(f"appliance {bench.name} ({args.cpus} CPU: {cpuset(bench.name)}{baseline}), allowed: "
-          f"{', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
+    proxied = [SANDBOX, *([BASELINE] if args.baseline else [])]
+    print(f"appliances: {bench.name} (this code), " + (f"{bench.name}-base (the baseline's), " if args.baseline else "")
+          + f"{args.cpus} CPU each, on CPUs " + ", ".join(f"{case} {bench.cpusets[case]}" for case in proxied)
+          + f"; allowed: {', '.join([f'127.0.0.1/32:{bench.port} (loopback server)', *allow])}; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"{'':<40}{'sandbox':>12}{'host':>12}{'host nice 19':>14}{'ratio':>10}  target{'':<14}"
-          + ("baseline (its sandbox; ratio)" if args.baseline else ""))
+    print("host: the host's client as the host runs it (unpinned, nice 0); like: the same client under the "
+          f"sandbox's CPU policy (its cpuset, nice {COMMAND_NICE}, "
+          + (f"cgroup {bench.cgroup.path}" if bench.cgroup.path else "the bench's own cgroup: none could be made")
+          + ").\nvs like is the proxy's cost (README's "
+          "target rows quote it); vs host adds the sandbox's CPU policy.")
+    print(f"{'':<46}{'proxied':>12}{'host':>12}{'like':>12}{'vs host':>10}{'vs like':>10}  target")
     size = args.size_mb * 1_000_000
-    proxied, direct, niced, *before = bench.download(size, args.runs)
-    ratio = direct / proxied
-    row(f"{args.size_mb} MB download, median of {args.runs}", f"{size / proxied / 1e6:.0f} MB/s",
-        f"{size / direct / 1e6:.0f} MB/s", f"{size / niced / 1e6:.0f} MB/s", f"{ratio:.2f}x",
-        f">= {THROUGHPUT_TARGET}x", ratio >= THROUGHPUT_TARGET,
-        "".join(f"{size / seconds / 1e6:.0f} MB/s; {direct / seconds:.2f}x" for seconds in before))
+    seconds = bench.download(size, args.runs)
+    for case in proxied:
+        host, alike = seconds[HOST], seconds[like(bench.cpusets[case])]
+        ratios = (host / seconds[case], alike / seconds[case])
+        row(f"{args.size_mb} MB download, median of {args.runs}", _WHO[case],
+            tuple(f"{size / taken / 1e6:.0f} MB/s" for taken in (seconds[case], host, alike)),
+            tuple(f"{ratio:.2f}x" for ratio in ratios), tuple(ratio >= THROUGHPUT_TARGET for ratio in ratios),
+            f">= {THROUGHPUT_TARGET}x")
 
     def parties(case: list[float | None]) -> str:
-        return "/".join("-" if seconds is None else f"{seconds:.2f}" for seconds in case)
+        return "/".join("-" if spent is None else f"{spent:.2f}" for spent in case)
 
-    print(f"  CPU s per GB, client/server/daemon: sandbox {parties(bench.cpu_per_gb[0])}, host "
-          f"{parties(bench.cpu_per_gb[1])}, host nice 19 {parties(bench.cpu_per_gb[2])}"
-          + "".join(f", baseline {parties(case)}" for case in bench.cpu_per_gb[3:]))
+    print("  CPU s per GB, client/server/daemon: "
+          + ", ".join(f"{_WHO.get(case, case)} {parties(spent)}" for case, spent in bench.cpu_per_gb.items()))
     marks = bench.latency(args.connections)
-    proxied, direct, niced, *before = (case[-1] for case in marks)
-    added = (proxied - direct) * 1e3
-    row(f"connect + first byte, median of {args.connections}", f"{proxied * 1e3:.2f} ms", f"{direct * 1e3:.2f} ms",
-        f"{niced * 1e3:.2f} ms", f"+{added:.2f} ms", f"<= {LATENCY_TARGET_MS:g} ms", added <= LATENCY_TARGET_MS,
-        "".join(f"{seconds * 1e3:.2f} ms; +{(seconds - direct) * 1e3:.2f} ms" for seconds in before))
+    for case in proxied:
+        first_byte = [marks[label][-1] for label in (case, HOST, like(bench.cpusets[case]))]
+        added = [first_byte[0] - direct for direct in first_byte[1:]]
+        row(f"connect + first byte, median of {args.connections}", _WHO[case],
+            tuple(f"{taken * 1e3:.2f} ms" for taken in first_byte), tuple(f"{more * 1e3:+.2f} ms" for more in added),
+            tuple(more * 1e3 <= LATENCY_TARGET_MS for more in added), f"<= {LATENCY_TARGET_MS:g} ms")
     labels = ("connected", "CONNECT answered", "first byte")
-    for where, case in (("sandbox", marks[0]), *((("baseline", marks[3]),) if before else ())):
-        print(f"  {where}, medians from the start: "
-              + ", ".join(f"{label} {mark * 1e3:.2f} ms" for label, mark in zip(labels, case, strict=True)))
+    for case in proxied:
+        print(f"  {_WHO[case]}, medians from the start: "
+              + ", ".join(f"{label} {mark * 1e3:.2f} ms" for label, mark in zip(labels, marks[case], strict=True)))
     if args.pip_runs:
-        (inside, outside, niced), versions = bench.pip(index, cert, args.pip_runs)
-        row(f"pip install ({len(PACKAGES)} + deps), median of {args.pip_runs}", f"{inside:.1f} s", f"{outside:.1f} s",
-            f"{niced:.1f} s", f"{inside / outside:.2f}x", f"<= {PIP_TARGET}x", inside / outside <= PIP_TARGET)
+        times, versions = bench.pip(index, cert, args.pip_runs)
+        host, alike = times[HOST], times[like(bench.cpusets[SANDBOX])]
+        ratios = (times[SANDBOX] / host, times[SANDBOX] / alike)
+        row(f"pip install ({len(PACKAGES)} + deps), median of {args.pip_runs}", _WHO[SANDBOX],
+            tuple(f"{taken:.1f} s" for taken in (times[SANDBOX], host, alike)),
+            tuple(f"{ratio:.2f}x" for ratio in ratios), tuple(ratio <= PIP_TARGET for ratio in ratios),
+            f"<= {PIP_TARGET}x")
         print(f"index {index} ({versions})")
     load = os.getloadavg()
     print(f"load at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

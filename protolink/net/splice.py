@@ -116,10 +116,10 @@ class Flow:
             self._unsent += passed
             if passed < moved or self._limit == 0:
                 self.open = False  # what was read past the cut stays in the pipe, dropped at close
-            if not self.open or self._unsent >= self._size:
+            if not self.open or (self._writing and self._unsent >= self._size):
                 self._read_no_more()
         if not self._writing:
-            self._send()
+            self._send()  # stops reading itself if the sink leaves the pipe full
 
     def _send(self) -> None:
         while self._unsent:
