@@ -20,13 +20,12 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from turns import print_turns  # bench/turns.py, beside this file
+
 PAUSE_SECONDS = 0.05
 COLUMNS = ("path hot", "all hot", "path paused", "all paused")
 #: The fields of a ``command.ended`` as the service emits them.
@@ -73,37 +72,13 @@ async def one_turn(records: int, paused: int) -> dict[str, float]:
             "path paused": statistics.median(path_paused) * 1e6, "all paused": statistics.median(all_paused) * 1e6}
 
 
-def run_turn(code: Path, records: int, paused: int) -> dict[str, float]:
-    """One turn in a process of its own whose ``protolink`` is the one in ``code``."""
-    answer = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", "--records", str(records),
-                             "--paused", str(paused)], cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
-                            check=True, capture_output=True, text=True)
-    return json.loads(answer.stdout.strip().splitlines()[-1])
-
-
 def main(args: argparse.Namespace) -> None:
     if args.one:
         print(json.dumps(asyncio.run(one_turn(args.records, args.paused))))
         return
-    sides = {"this": HERE.parent}
-    archive = None
-    if args.baseline:
-        archive = Path(tempfile.mkdtemp(prefix="pl-audit-base-"))
-        tar = subprocess.run(["git", "-C", str(HERE.parent), "archive", args.baseline], check=True,
-                             capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(archive)], input=tar, check=True)
-        sides = {args.baseline: archive, **sides}
     print(f"{os.cpu_count()} CPUs; microseconds per event: on the call's path, and all told")
-    print(f"{'turn':<6}{'code':<10}" + "".join(f"{column:>13}" for column in COLUMNS) + "   load")
-    try:
-        for turn in range(1, args.turns + 1):
-            for side, code in sides.items():
-                found = run_turn(code, args.records, args.paused)
-                print(f"{turn:<6}{side:<10}" + "".join(f"{found[c]:>13.1f}" for c in COLUMNS)
-                      + f"   {os.getloadavg()[0]:.1f}", flush=True)
-    finally:
-        if archive is not None:
-            shutil.rmtree(archive, ignore_errors=True)
+    print_turns(__file__, args.baseline, args.turns, ("--records", str(args.records), "--paused", str(args.paused)),
+                COLUMNS, width=13)
 
 
 if __name__ == "__main__":
