@@ -18,17 +18,14 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
 from service import TRUE, _Silent, pool_full, running_service  # bench/service.py, beside this file
+from turns import print_turns
 
 from protolink.sandbox import engine
 from protolink.sandbox.appliance import ADDRESS_LABEL
@@ -36,7 +33,6 @@ from protolink.sandbox.client import attach, channel_options
 from protolink.sandbox.service.client import Sandbox, SandboxStatus, connect
 from protolink.wire._pb import service_pb2
 
-HERE = Path(__file__).resolve().parent
 SETTLE_SECONDS = 1.5
 TIMED = ("total", "create", "attach", "first", "second", "direct")
 COLUMNS = (*TIMED, "svc cpu")
@@ -104,38 +100,13 @@ async def straight(docker: Any, sandbox_id: str) -> float:
         await channel.close()
 
 
-def run_turn(code: Path, image: str, runs: int) -> dict[str, float]:
-    """One turn in a process of its own whose ``protolink`` is the one in ``code``."""
-    environment = {**os.environ, "PYTHONPATH": str(code)}
-    answer = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", "--image", image,
-                             "--runs", str(runs)], cwd=code, env=environment, check=True, capture_output=True,
-                            text=True)
-    return json.loads(answer.stdout.strip().splitlines()[-1])
-
-
 def main(args: argparse.Namespace) -> None:
     if args.one:
         print(json.dumps(asyncio.run(one_turn(args.image, args.runs))))
         return
-    sides = {"this": HERE.parent}
-    archive = None
-    if args.baseline:
-        archive = Path(tempfile.mkdtemp(prefix="pl-split-base-"))
-        tar = subprocess.run(["git", "-C", str(HERE.parent), "archive", args.baseline], check=True,
-                             capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(archive)], input=tar, check=True)
-        sides = {args.baseline: archive, **sides}
     print(f"image {args.image}; {os.cpu_count()} CPUs; medians of {args.runs} in ms")
-    print(f"{'turn':<6}{'code':<10}" + "".join(f"{column:>9}" for column in COLUMNS) + "   load")
-    try:
-        for turn in range(1, args.turns + 1):
-            for side, code in sides.items():
-                found = run_turn(code, args.image, args.runs)
-                print(f"{turn:<6}{side:<10}" + "".join(f"{found[c] * 1000:>9.1f}" for c in COLUMNS)
-                      + f"   {os.getloadavg()[0]:.1f}", flush=True)
-    finally:
-        if archive is not None:
-            shutil.rmtree(archive, ignore_errors=True)
+    print_turns(__file__, args.baseline, args.turns, ("--image", args.image, "--runs", str(args.runs)), COLUMNS,
+                width=9, scale=1000)
 
 
 if __name__ == "__main__":

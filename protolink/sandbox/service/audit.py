@@ -46,9 +46,12 @@ _KEYS = frozenset({"seq", "time", "kind", "fields", "prev", "hash"})
 _TAIL_CHUNK = 64 * 1024
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
 def canonical(value: JSON) -> bytes:
     """``value`` as canonical JSON: sorted keys, no spaces, ASCII only, no NaN or infinity."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+    return _CANONICAL.encode(value).encode()
 
 
 def sha256_digest(text: str) -> str:
@@ -66,6 +69,23 @@ def _sha256(data: bytes) -> str:
 
 def _record_hash(record: Mapping[str, Any]) -> str:
     return _sha256(canonical({key: value for key, value in record.items() if key != "hash"}))
+
+
+def _canonical_fields(fields: Mapping[str, JSON]) -> bytes:
+    """The canonical JSON of ``fields`` as a record holds it: keys that are not strings (JSON
+    makes them strings) are normalized first, so that the line reads back to the same bytes."""
+    plain = dict(fields)
+    encoded = canonical(plain)
+    return encoded if _string_keys(plain) else canonical(json.loads(encoded))
+
+
+def _string_keys(value: object) -> bool:
+    """Whether every mapping in ``value``, nested ones too, has only string keys."""
+    if isinstance(value, dict):  # the only mapping JSON encodes
+        return all(isinstance(key, str) and _string_keys(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(map(_string_keys, value))
+    return True
 
 
 class AuditLog:
@@ -120,17 +140,22 @@ class AuditLog:
         if not isinstance(kind, str) or not kind:
             raise SerializationError(f"an audit record's kind must be a non-empty string, not {kind!r}")
         try:
-            body = json.loads(canonical({"kind": kind, "fields": dict(fields)}))  # a plain copy, checked
+            encoded = _canonical_fields(fields)
         except (TypeError, ValueError) as error:
             raise SerializationError(f"the fields of audit record {kind!r} are not JSON: {error}") from None
         with self._mutex:
             if self._fd < 0:
                 raise AuditLogError(f"the audit log {self.path} is closed")
+            seq = self._seq + 1
             time = datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
-            record = {"seq": self._seq + 1, "time": time, **body, "prev": self._head}
-            line = canonical({**record, "hash": _record_hash(record)})
+            # The canonical JSON of the record, written out in its keys' order: without its hash
+            # (what the hash covers), then with it.
+            after = b'"kind":%b,"prev":"%b","seq":%d,"time":%b}' % (canonical(kind), self._head.encode(), seq,
+                                                                    canonical(time))
+            digest = _sha256(b'{"fields":%b,%b' % (encoded, after))
+            line = b'{"fields":%b,"hash":"%b",%b' % (encoded, digest.encode(), after)
             self._append(line + b"\n")
-            self._seq, self._head = record["seq"], _sha256(line)
+            self._seq, self._head = seq, _sha256(line)
 
     def close(self) -> None:
         """Flush the file to the disk and release it (and its lock); closing twice is harmless."""

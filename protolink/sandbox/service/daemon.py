@@ -53,7 +53,7 @@ async def serve(name: str, config: ServiceConfig, *, tcp: str | None = None,
     tokens = Tokens(files.tokens)
     ensure_default(tokens, files.default_token)
     audit = AuditLog(files.audit)
-    events = Events([Flattened(audit), *sinks])
+    events = Events([Flattened(audit), *sinks], loop=asyncio.get_running_loop())
     manager = Manager(name, config, files, events)
     server = ServiceServer(manager, tokens, events, unix_path=str(files.socket), tcp=tcp,
                            tcp_credentials=tcp_credentials)
@@ -75,6 +75,7 @@ async def serve(name: str, config: ServiceConfig, *, tcp: str | None = None,
             loop.remove_signal_handler(signum)
         await server.stop()
         await manager.close()
+        events.flush()
         audit.close()
         files.socket.unlink(missing_ok=True)
 

@@ -4,8 +4,6 @@ call (:class:`Commands`, whose start and end become events)."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,16 +57,13 @@ class _Running:
 class Commands:
     """The processes of one forwarded Execute call, followed from their requests to their end.
 
-    Each is followed from the moment its request is seen; its events (``command.started``,
-    ``command.ended``, which :meth:`call_ended` gives the ones still running when the call ends:
-    the sandbox kills them then) are emitted just after, in the event loop's next turn, in order: the
-    request, or the event that ends it, goes on its way first (an audit record costs some
-    100 us, which the command's answer would otherwise wait for)."""
+    Each is followed from the moment its request is seen; its events are ``command.started`` and
+    ``command.ended``, which :meth:`call_ended` gives the ones still running when the call ends
+    (the sandbox kills them then)."""
 
     def __init__(self, events: Events, tenant: str, sandbox: str) -> None:
         self.events, self.tenant, self.sandbox = events, tenant, sandbox
         self.running: dict[int, _Running] = {}
-        self._loop = asyncio.get_running_loop()
 
     def request(self, data: bytes) -> None:
         try:
@@ -113,4 +108,4 @@ class Commands:
         self.running.clear()
 
     def _emit(self, kind: str, **fields: Any) -> None:
-        self._loop.call_soon(functools.partial(self.events.emit, kind, self.tenant, self.sandbox, **fields))
+        self.events.emit(kind, self.tenant, self.sandbox, **fields)

@@ -218,3 +218,19 @@ def test_a_missing_log_cannot_be_verified(tmp_path):
     with pytest.raises(AuditLogError, match="cannot read"):
         verify(tmp_path / "none.jsonl")
 
+
+
+def test_each_line_is_its_records_canonical_json_whatever_the_fields_hold(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    with AuditLog(path) as log:
+        log.record("command.ended", {"argv": ("/bin/echo", "caf\u00e9 \u2028 \"quoted\""), "exit_code": None,
+                                     "duration_seconds": 1e-7, "nested": {"b": [1, 2.5, -0.0], "a": {}}})
+        log.record("kind with \"quotes\" and \u00e9", {})
+        log.record("request", {"by_number": {3: "three", 1: "one"}, "list": [{2: True}]})  # JSON makes them strings
+    report = verify(path)
+    assert (report.intact, report.count) == (True, 3), report.problems
+    lines = path.read_bytes().splitlines()
+    assert all(canonical(json.loads(line)) == line for line in lines)
+    third = json.loads(lines[2])
+    assert third["fields"] == {"by_number": {"1": "one", "3": "three"}, "list": [{"2": True}]}
+    assert json.loads(lines[0])["fields"]["argv"] == ["/bin/echo", "caf\u00e9 \u2028 \"quoted\""]
