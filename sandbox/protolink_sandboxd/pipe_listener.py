@@ -15,7 +15,8 @@ cannot open it. A connection is greeted with its key and a pipe's read end (the 
 kernel passes descriptors to the host); a connection that cannot take it is closed and the host
 keeps to gRPC. Its first datagram must carry the token when the server has one; its pings are
 answered, and a host silent for HOST_SILENT_SECONDS is gone. At most
-``max_connections`` connections are held (more are answered ``AT_LIMIT`` and closed at once); a hand-off that would wait
+``max_connections`` connections are held (more are answered ``AT_LIMIT`` and closed at once), each
+with at most MAX_WAITING requests waiting for its call; a hand-off that would wait
 (the host does not read its connection) is not made, and that command's output comes as events.
 A closed connection, or one that breaks the protocol, is a canceled call: its processes are
 killed and reaped.
@@ -60,6 +61,9 @@ log = logging.getLogger("sandbox")
 Calls = Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]]
 #: The most datagrams taken from a connection in one go, so that one host cannot hold the loop.
 MAX_AT_ONCE = 64
+#: The most requests of a connection held for its call; beyond, the connection is not read until
+#: the call has taken some (the host's sends wait for room: back-pressure, not memory).
+MAX_WAITING = 256
 
 
 class PipeListener:
@@ -140,6 +144,7 @@ class _Channel:
         self._sock = sock
         self._loop = asyncio.get_running_loop()
         self._requests: asyncio.Queue[bytes] = asyncio.Queue()
+        self._paused = False  # not read while MAX_WAITING requests wait
         self._heard_at = self._loop.time()
         self._silence = self._loop.call_later(HOST_SILENT_SECONDS, self._check_silence)
         self._loop.add_reader(sock.fileno(), self._receive)
@@ -165,7 +170,7 @@ class _Channel:
 
     def _receive(self) -> None:
         """Queue the requests that have come, answer pings; the host's close (or a datagram too
-        long, or a descriptor sent along) ends the call."""
+        long, or a descriptor sent along) ends the call; a full queue stops the reading (:meth:`_taken` resumes it)."""
         self._heard_at = self._loop.time()
         for _ in range(MAX_AT_ONCE):
             try:
@@ -183,9 +188,23 @@ class _Channel:
                     self._sock.sendmsg([PONG], [], socket.MSG_DONTWAIT)
                 continue
             self._requests.put_nowait(data)
+            if self._requests.qsize() >= MAX_WAITING:
+                self._loop.remove_reader(self._sock.fileno())
+                self._paused = True
+                return
+
+    async def _taken(self) -> bytes:
+        """The next request, reading the connection again once there is room for more."""
+        request = await self._requests.get()
+        if self._paused and not self._task.done():
+            self._paused = False
+            self._loop.add_reader(self._sock.fileno(), self._receive)
+        return request
 
     def _check_silence(self) -> None:
         """End the call of a host that has sent nothing for HOST_SILENT_SECONDS (it pings)."""
+        if self._paused:  # the host is waiting for this call, not silent
+            self._heard_at = self._loop.time()
         if self._loop.time() - self._heard_at >= HOST_SILENT_SECONDS:
             log.info("commands: a host sent nothing for %g s; its call ends", HOST_SILENT_SECONDS)
             self.end()
@@ -194,7 +213,7 @@ class _Channel:
 
     async def _serve(self, calls: Calls, authorized: Callable[[bytes], bool]) -> None:
         try:
-            if not authorized(await self._requests.get()):
+            if not authorized(await self._taken()):
                 raise SandboxAuthenticationError("missing or wrong token")
             async with contextlib.aclosing(calls(self._incoming())) as events:
                 async for event in events:
@@ -212,7 +231,7 @@ class _Channel:
     async def _incoming(self) -> AsyncIterator[bytes]:
         """The call's requests: it has no end of its own (the host's close cancels it)."""
         while True:
-            yield await self._requests.get()
+            yield await self._taken()
 
     async def _send(self, parts: list[bytes]) -> None:
         """Send one datagram, waiting while the host's side is full (back-pressure)."""

@@ -31,12 +31,14 @@ from protolink.wire.pipe_passing import (
     PONG,
     SOCKET_NAME,
 )
-from protolink_sandboxd.pipe_listener import PipeListener
+from protolink_sandboxd.pipe_listener import MAX_WAITING, PipeListener
 
 pytestmark = pytest.mark.root  # the socket is bound as its directory's owner (seteuid)
 
 MAX_CONNECTIONS = 2
 TOKEN = b"Bearer secret"
+#: How many requests the host sends before it lets the server read.
+SENT_BEFORE_A_TURN = 32
 
 
 async def echo_calls(requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -93,6 +95,44 @@ async def test_a_connection_without_the_token_is_refused_with_a_typed_error(tmp_
         error = status.from_wire(errors_pb2.Error.FromString(data[len(FAILURE):]))
         assert isinstance(error, SandboxAuthenticationError)
         assert await next_datagram(sock) == (b"", [])  # and the connection is closed
+
+
+async def test_a_call_that_takes_no_requests_holds_back_the_hosts_sends(tmp_path):
+    """Requests wait in the server only up to a bound: past it the host's sends wait for room,
+    and once the call takes them, every one is served, in order."""
+    go = asyncio.Event()
+
+    async def slow_calls(requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        await go.wait()
+        async for request in requests:
+            yield request
+
+    pipes = PipeListener(str(tmp_path), command_uid=65534, max_connections=MAX_CONNECTIONS)
+    pipes.serve(slow_calls, lambda supplied: supplied == TOKEN)
+    sock, _ = await greeted(tmp_path)
+    try:
+        sock.send(AUTHORIZATION + TOKEN)
+        sent, ceiling, blocked_since = 0, 100 * MAX_WAITING, None
+        loop = asyncio.get_running_loop()
+        while sent < ceiling:
+            try:
+                sock.send(b"request %d" % sent)
+            except BlockingIOError:
+                blocked_since = blocked_since or loop.time()
+                if loop.time() - blocked_since > 1.0:
+                    break  # the server has had many turns to read, and took nothing more
+                await asyncio.sleep(0.01)
+                continue
+            sent, blocked_since = sent + 1, None
+            if sent % SENT_BEFORE_A_TURN == 0:
+                await asyncio.sleep(0)  # the server's turn to read
+        assert sent < ceiling, "the server read every request of a call that took none"
+        go.set()
+        for number in range(sent):
+            assert await next_datagram(sock) == (EVENT + b"request %d" % number, [])
+    finally:
+        sock.close()
+        await pipes.aclose()
 
 
 async def test_the_read_ends_go_to_the_connection_the_key_names(tmp_path, listener):
