@@ -42,7 +42,7 @@ from protolink.execution.process_types import Emitter
 from protolink.wire import convert
 from protolink.wire._pb import process_pb2, sandbox_pb2
 from protolink.wire.output_events import OutputEvent, read_output_event
-from protolink.wire.status import CallEnd, checked_answer, from_wire
+from protolink.wire.status import CallEnd, Status, checked_answer, from_wire
 
 from .aio_call import AsyncCall
 from .pipe_connection import PassedPipes, Unsent
@@ -274,24 +274,23 @@ class GrpcCall:
         try:
             await self._call.write(request)
         except grpc.aio.AioRpcError as error:
-            raise Unsent(self._end.error(error)) from None
+            raise Unsent(self._end.error(Status.raised_by(error))) from None
         except (grpc.aio.UsageError, asyncio.InvalidStateError):  # the call is over
             if not self._call.done() or self._call.cancelled():
                 raise Unsent(SandboxUnavailableError("the sandbox's process stream has ended")) from None
             raise Unsent(self._end.error(await self._raised())) from None
 
-    async def _raised(self) -> grpc.aio.AioRpcError:
-        """The error the call, over, raises to a reader: its last status (for :class:`CallEnd`'s rule)."""
+    async def _raised(self) -> Status:
+        """The status the call, over, raises to a reader: its last (for :class:`CallEnd`'s rule)."""
         call = self._call
-        return grpc.aio.AioRpcError(await call.code(), await call.initial_metadata(), await call.trailing_metadata(),
-                                    await call.details())
+        return Status(await call.code(), await call.details() or "", tuple(await call.trailing_metadata() or ()))
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for data in self._call:
                 yield data
         except grpc.aio.AioRpcError as error:
-            raise self._end.error(error) from None
+            raise self._end.error(Status.raised_by(error)) from None
 
     def done(self) -> bool:
         return self._call.done()

@@ -24,7 +24,7 @@ from protolink.execution.paths import canonical_roots, resolve_under_roots
 from protolink.execution.transfer import DEFAULT_LIMITS, TransferLimits, TransferResult, open_source, receive
 from protolink.wire import transfer as wire
 from protolink.wire._pb import transfer_pb2
-from protolink.wire.status import CallEnd, checked_answer, from_rpc_error, parsed_answer
+from protolink.wire.status import CallEnd, Status, checked_answer, from_rpc_error, parsed_answer
 
 from .client import SandboxBackend
 
@@ -77,7 +77,7 @@ async def upload(backend: SandboxBackend, source: str | os.PathLike[str], destin
         except grpc.aio.AioRpcError as error:
             if failures:
                 raise failures[0] from None
-            raise end.error(error) from None
+            raise end.error(Status.raised_by(error)) from None
     return checked_answer(wire.summary, parsed_answer(response), path=target, limits=limits)
 
 

@@ -204,7 +204,7 @@ def from_wire(wire: errors_pb2.Error) -> Exception:
 
 def from_rpc_error(error: grpc.RpcError) -> Exception:
     """:func:`from_status` for an error raised by a grpc.aio call."""
-    return from_status(error.code(), error.details(), error.trailing_metadata() or ())
+    return from_status(*Status.raised_by(error))
 
 
 class Status(NamedTuple):
@@ -213,6 +213,11 @@ class Status(NamedTuple):
     code: grpc.StatusCode
     details: str
     trailing_metadata: tuple[tuple[str, str | bytes], ...]
+
+    @classmethod
+    def raised_by(cls, error: grpc.RpcError) -> Status:
+        """The status a call's ``error`` carries."""
+        return cls(error.code(), error.details() or "", tuple(error.trailing_metadata() or ()))
 
 
 class CallEnd:
@@ -231,14 +236,14 @@ class CallEnd:
         self.status: Status | None = None
         call.add_done_callback(self._ended)
 
-    def of(self, raised: grpc.aio.AioRpcError) -> Status:
+    def of(self, raised: Status) -> Status:
         """The call's status: the first one set, unless that was grpcio's INTERNAL of a failed
-        write, and then the one ``raised`` (the call's error) tells."""
+        write, and then ``raised``, the last (the one the call raises)."""
         if self.status is not None and not _write_failed(self.status):
             return self.status
-        return Status(raised.code(), raised.details() or "", tuple(raised.trailing_metadata() or ()))
+        return raised
 
-    def error(self, raised: grpc.aio.AioRpcError) -> Exception:
+    def error(self, raised: Status) -> Exception:
         """The exception to raise on the host for the call's end (:func:`from_status`)."""
         return from_status(*self.of(raised))
 

@@ -267,7 +267,7 @@ async def _relaying(context: grpc.aio.ServicerContext, target: Target, call: Any
     try:
         yield
     except grpc.aio.AioRpcError as error:
-        await _abort_as(context, end.of(error))
+        await _abort_as(context, end.of(Status.raised_by(error)))
     except asyncio.CancelledError:
         await _abort_if_ended(context, target)
         raise

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from protolink.errors import TransferLimitError
-from protolink.wire.status import CallEnd, abort_with, to_status
+from protolink.wire.status import CallEnd, Status, abort_with, to_status
 from tests.unit.sandbox.threaded_server import threaded_server
 
 CHUNK = bytes(1 << 20)
@@ -59,6 +59,6 @@ async def test_a_refusal_while_requests_are_written_is_the_calls_error(address):
             end = CallEnd(call)
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await call
-            error = end.error(raised.value)
+            error = end.error(Status.raised_by(raised.value))
             assert isinstance(error, TransferLimitError) and str(error) == str(REFUSAL)
-            assert end.of(raised.value).code == grpc.StatusCode.OUT_OF_RANGE
+            assert end.of(Status.raised_by(raised.value)).code == grpc.StatusCode.OUT_OF_RANGE
