@@ -198,7 +198,7 @@ class ProcessCall:
         if self._reader is not None:
             tasks.append(self._reader)
         for task in tasks:
-            task.cancel()  # each process's kills and reaps its group before it ends
+            task.cancel()  # a process's task kills and reaps its group before it ends
         await _settled(tasks)
 
     async def _read(self, requests: AsyncIterator[bytes]) -> None:

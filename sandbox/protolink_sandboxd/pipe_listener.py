@@ -196,7 +196,7 @@ class _Channel:
         authorization. The host's close (or a datagram too long, or a descriptor sent along)
         ends the call; MAX_WAITING events waiting stop the reading (:meth:`_serve` resumes it)."""
         self._heard_at = self._loop.time()
-        if self._task.done():  # ended before its first step: nothing more is started
+        if self._task.done():  # the call has ended (perhaps before its first step): nothing more starts
             return
         for _ in range(MAX_AT_ONCE):
             try:
