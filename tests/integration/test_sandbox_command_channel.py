@@ -1,8 +1,8 @@
 """The command channel (:mod:`protolink_sandboxd.pipe_listener`, :mod:`protolink.sandbox.pipe_connection`)
 against the real sandbox server: a local backend runs its commands there, with the same results
-and typed errors as on gRPC; a wrong token and a request that does not parse are refused typed; closing the connection kills the command;
-what does not fit a datagram, ``command_channel=False`` and a server that offers no channel (an
-older image's pipe socket) go over gRPC instead."""
+and typed errors as on gRPC; a wrong token, and a request that does not parse, are refused typed;
+closing the connection kills the command; what does not fit a datagram, ``command_channel=False``
+and a server that offers no channel (an older image's pipe socket) go over gRPC instead."""
 
 from __future__ import annotations
 
