@@ -145,17 +145,41 @@ _Queued = tuple[bytes, "asyncio.Future[None] | None"] | BaseException | None
 
 
 class ProcessCall:
-    """The processes of one Execute call; iterate :meth:`events` to serve it."""
+    """The processes of one Execute call; iterate :meth:`events` to serve it. Its requests come
+    from the iterator :meth:`events` is given (gRPC's), or one by one through :meth:`take` as
+    they are read (the command channel's: no queue, no task between the request and its process)."""
 
     def __init__(self, runner: Runner) -> None:
         self._runner = runner
         self._queue: asyncio.Queue[_Queued] = asyncio.Queue()
         self._running: dict[int, asyncio.Task[None]] = {}
+        self._reader: asyncio.Future[None] | None = None
         self._reading = True
+        self._taking = True
 
-    async def events(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        """The call's events, serialized, until it ends; raises what failed the call."""
-        reader = asyncio.ensure_future(self._read(requests))
+    @property
+    def waiting(self) -> int:
+        """How many of the call's events wait to be taken from :meth:`events`."""
+        return self._queue.qsize()
+
+    def take(self, data: bytes) -> None:
+        """Start the process request ``data`` asks for, or cancel the one it names. A request
+        that does not parse, or reuses the id of a running process, fails the call: it and
+        every request after it start nothing. Beyond the call's limit of processes, the request
+        gets a limit error of its own."""
+        if not self._taking:
+            return
+        try:
+            self._start_or_cancel(data)
+        except Exception as error:
+            self._fail(error)
+
+    async def events(self, requests: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
+        """The call's events, serialized, until it ends; raises what failed the call. With
+        ``requests``, the call ends once they have and its processes have finished; without,
+        the requests come through :meth:`take` until the call is closed."""
+        if requests is not None:
+            self._reader = asyncio.ensure_future(self._read(requests))
         try:
             while (item := await self._queue.get()) is not None:
                 if isinstance(item, BaseException):
@@ -165,22 +189,33 @@ class ProcessCall:
                     taken.set_result(None)
                 yield event
         finally:
-            reader.cancel()
-            for task in self._running.values():
-                task.cancel()  # each kills and reaps its group before it ends
-            await _settled([reader, *self._running.values()])
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Take no more requests; kill and reap every process the call started."""
+        self._taking = False
+        tasks = list(self._running.values())
+        if self._reader is not None:
+            tasks.append(self._reader)
+        for task in tasks:
+            task.cancel()  # a process's task kills and reaps its group before it ends
+        await _settled(tasks)
 
     async def _read(self, requests: AsyncIterator[bytes]) -> None:
         try:
             async for request in requests:
-                self._take(request)
-        except Exception as error:  # a request that does not parse, or a broken protocol
-            self._queue.put_nowait(error)
+                self.take(request)
+        except Exception as error:  # a broken protocol
+            self._fail(error)
         finally:
             self._reading = False
             self._end_if_done()
 
-    def _take(self, data: bytes) -> None:
+    def _fail(self, error: Exception) -> None:
+        self._taking = False
+        self._queue.put_nowait(error)
+
+    def _start_or_cancel(self, data: bytes) -> None:
         request = convert.parse(process_pb2.ExecuteRequest, data)
         if request.cancel:
             if (task := self._running.get(request.id)) is not None:

@@ -15,8 +15,9 @@ cannot open it. A connection is greeted with its key and a pipe's read end (the 
 kernel passes descriptors to the host); a connection that cannot take it is closed and the host
 keeps to gRPC. Its first datagram must carry the token when the server has one; its pings are
 answered, and a host silent for HOST_SILENT_SECONDS is gone. At most
-``max_connections`` connections are held (more are answered ``AT_LIMIT`` and closed at once), each
-with at most MAX_WAITING requests waiting for its call; a hand-off that would wait
+``max_connections`` connections are held (more are answered ``AT_LIMIT`` and closed at once).
+Each request is handed to the call as it is read (:meth:`~protolink_sandboxd.execute.ProcessCall.take`),
+and a connection is not read while MAX_WAITING of its call's events wait to be sent; a hand-off that would wait
 (the host does not read its connection) is not made, and that command's output comes as events.
 A closed connection, or one that breaks the protocol, is a canceled call: its processes are
 killed and reaped.
@@ -30,6 +31,7 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Protocol
 
 from protolink.errors import SandboxAuthenticationError
 from protolink.wire._pb import errors_pb2
@@ -57,12 +59,31 @@ from .spawner_client import descriptor_rights
 
 log = logging.getLogger("sandbox")
 
-#: One Execute call: its requests in, its events out, serialized (``ProcessCall(...).events``).
-Calls = Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]]
+
+class Call(Protocol):
+    """One Execute call (:class:`~protolink_sandboxd.execute.ProcessCall`): its requests in, one
+    by one, its events out, serialized."""
+
+    @property
+    def waiting(self) -> int:
+        """How many of its events wait to be taken from :meth:`events`."""
+
+    def take(self, request: bytes) -> None:
+        """Act on one request now; one that fails the call makes :meth:`events` raise."""
+
+    def events(self) -> AsyncIterator[bytes]:
+        """The call's events until it fails or is closed."""
+
+    async def aclose(self) -> None:
+        """Take no more requests; end what the call started."""
+
+
+#: A new Execute call per connection.
+Calls = Callable[[], Call]
 #: The most datagrams taken from a connection in one go, so that one host cannot hold the loop.
 MAX_AT_ONCE = 64
-#: The most requests of a connection held for its call; beyond, the connection is not read until
-#: the call has taken some (the host's sends wait for room: back-pressure, not memory).
+#: The most events of a connection's call waiting to be sent; beyond, the connection is not read
+#: until some are sent (the host's sends wait for room: back-pressure, not memory).
 MAX_WAITING = 256
 
 
@@ -143,12 +164,14 @@ class _Channel:
     def __init__(self, sock: socket.socket, calls: Calls, authorized: Callable[[bytes], bool]) -> None:
         self._sock = sock
         self._loop = asyncio.get_running_loop()
-        self._requests: asyncio.Queue[bytes] = asyncio.Queue()
-        self._paused = False  # not read while MAX_WAITING requests wait
+        self._call = calls()
+        self._authorized = authorized
+        self._admitted: asyncio.Future[None] = self._loop.create_future()
+        self._paused = False  # not read while MAX_WAITING events wait
         self._heard_at = self._loop.time()
         self._silence = self._loop.call_later(HOST_SILENT_SECONDS, self._check_silence)
         self._loop.add_reader(sock.fileno(), self._receive)
-        self._task = asyncio.ensure_future(self._serve(calls, authorized))
+        self._task = asyncio.ensure_future(self._serve())
         #: Done once the call has ended and the connection is closed.
         self.ended: asyncio.Future[None] = self._loop.create_future()
         self._task.add_done_callback(self._closed)
@@ -169,9 +192,12 @@ class _Channel:
         self._task.cancel()
 
     def _receive(self) -> None:
-        """Queue the requests that have come, answer pings; the host's close (or a datagram too
-        long, or a descriptor sent along) ends the call; a full queue stops the reading (:meth:`_taken` resumes it)."""
+        """Hand the requests that have come to the call, answer pings; the first must be the
+        authorization. The host's close (or a datagram too long, or a descriptor sent along)
+        ends the call; MAX_WAITING events waiting stop the reading (:meth:`_serve` resumes it)."""
         self._heard_at = self._loop.time()
+        if self._task.done():  # the call has ended (perhaps before its first step): nothing more starts
+            return
         for _ in range(MAX_AT_ONCE):
             try:
                 data, _, flags, _ = self._sock.recvmsg(DATAGRAM_BYTES)
@@ -187,19 +213,23 @@ class _Channel:
                 with contextlib.suppress(OSError):  # full: the host is behind on reading, and knows it
                     self._sock.sendmsg([PONG], [], socket.MSG_DONTWAIT)
                 continue
-            self._requests.put_nowait(data)
-            if self._requests.qsize() >= MAX_WAITING:
+            if self._admitted.done():
+                self._call.take(data)
+            elif not self._admit(data):
+                self._loop.remove_reader(self._sock.fileno())
+                return
+            if self._call.waiting >= MAX_WAITING:
                 self._loop.remove_reader(self._sock.fileno())
                 self._paused = True
                 return
 
-    async def _taken(self) -> bytes:
-        """The next request, reading the connection again once there is room for more."""
-        request = await self._requests.get()
-        if self._paused and not self._task.done():
-            self._paused = False
-            self._loop.add_reader(self._sock.fileno(), self._receive)
-        return request
+    def _admit(self, first: bytes) -> bool:
+        """Take the host's first datagram as its authorization: whether it is one this server takes."""
+        if self._authorized(first):
+            self._admitted.set_result(None)
+            return True
+        self._admitted.set_exception(SandboxAuthenticationError("missing or wrong token"))
+        return False
 
     def _check_silence(self) -> None:
         """End the call of a host that has sent nothing for HOST_SILENT_SECONDS (it pings)."""
@@ -211,14 +241,16 @@ class _Channel:
             return
         self._silence = self._loop.call_at(self._heard_at + HOST_SILENT_SECONDS, self._check_silence)
 
-    async def _serve(self, calls: Calls, authorized: Callable[[bytes], bool]) -> None:
+    async def _serve(self) -> None:
         try:
-            if not authorized(await self._taken()):
-                raise SandboxAuthenticationError("missing or wrong token")
-            async with contextlib.aclosing(calls(self._incoming())) as events:
+            await self._admitted
+            async with contextlib.aclosing(self._call.events()) as events:
                 async for event in events:
                     for piece in _datagrams(event):
                         await self._send([EVENT, piece])
+                    if self._paused and self._call.waiting < MAX_WAITING:
+                        self._paused = False
+                        self._loop.add_reader(self._sock.fileno(), self._receive)
         except OSError:
             pass  # the host has gone: the call is canceled
         except Exception as error:  # a request that does not parse, a broken protocol, a refusal
@@ -227,11 +259,8 @@ class _Channel:
                 log.error("internal error", exc_info=error)  # as the gRPC method logs it
             with contextlib.suppress(OSError):
                 self._sock.sendmsg([FAILURE, wire.SerializeToString()], [], socket.MSG_DONTWAIT)
-
-    async def _incoming(self) -> AsyncIterator[bytes]:
-        """The call's requests: it has no end of its own (the host's close cancels it)."""
-        while True:
-            yield await self._taken()
+        finally:
+            await self._call.aclose()  # also when canceled before the call's events were iterated
 
     async def _send(self, parts: list[bytes]) -> None:
         """Send one datagram, waiting while the host's side is full (back-pressure)."""

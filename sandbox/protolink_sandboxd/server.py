@@ -123,7 +123,7 @@ async def serve(config: ServerConfig, spawner: SpawnerClient, workers: WorkerPoo
     service = SandboxService(config, workers, sweeper, spawner, pipes)
     server.add_generic_rpc_handlers((service.handler(),))
     if pipes is not None:
-        pipes.serve(service.process_events, token_check.allows if token_check is not None else None)
+        pipes.serve(service.process_call, token_check.allows if token_check is not None else None)
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
     _listen(server, config)

@@ -117,15 +117,15 @@ class SandboxService:
         """The call's events; before its first large one, the send buffers of the server's Unix
         socket connections are enlarged (:mod:`protolink_sandboxd.send_buffers`; TCP sizes its own)."""
         enlarge = not self._config.tcp
-        async for event in self.process_events(requests):
+        async for event in self.process_call().events(requests):
             if enlarge and len(event) >= LARGE_EVENT_BYTES:
                 enlarge = False
                 enlarge_send_buffers(self._config.address.removeprefix("unix://"))
             yield event
 
-    def process_events(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        """The events of one Execute call of ``requests``, on gRPC or the command channel."""
-        return ProcessCall(self._runner).events(requests)
+    def process_call(self) -> ProcessCall:
+        """A new Execute call, served on gRPC (:meth:`execute`) or the command channel."""
+        return ProcessCall(self._runner)
 
     async def perform(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         row = operations()[method]

@@ -1,8 +1,8 @@
 """The command channel (:mod:`protolink_sandboxd.pipe_listener`, :mod:`protolink.sandbox.pipe_connection`)
 against the real sandbox server: a local backend runs its commands there, with the same results
-and typed errors as on gRPC; a wrong token is refused; closing the connection kills the command;
-what does not fit a datagram, ``command_channel=False`` and a server that offers no channel (an
-older image's pipe socket) go over gRPC instead."""
+and typed errors as on gRPC; a wrong token, and a request that does not parse, are refused typed;
+closing the connection kills the command; what does not fit a datagram, ``command_channel=False``
+and a server that offers no channel (an older image's pipe socket) go over gRPC instead."""
 
 from __future__ import annotations
 
@@ -122,21 +122,44 @@ async def test_typed_errors_equal_the_grpc_paths(server, spec):
     assert errors[0] == errors[1]
 
 
+async def greeted(running: RunningServer) -> socket.socket:
+    """A raw connection to the server's command channel, its greeting read."""
+    path = os.path.join(os.path.dirname(running.address.removeprefix("unix://")), SOCKET_NAME)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, path)
+    async with asyncio.timeout(30):
+        greeting, fds, _ = await receive_next(sock, DATAGRAM_BYTES, 1)
+    for fd in fds:
+        os.close(fd)
+    assert greeting.startswith(GREETING)
+    return sock
+
+
+async def refusal_after(sock: socket.socket, *datagrams: bytes) -> errors_pb2.Error:
+    """The FAILURE the server answers ``datagrams`` with."""
+    for datagram in datagrams:
+        sock.send(datagram)
+    async with asyncio.timeout(30):
+        refusal, _, _ = await receive_next(sock, DATAGRAM_BYTES, 0)
+    assert refusal.startswith(FAILURE)
+    return errors_pb2.Error.FromString(refusal[len(FAILURE):])
+
+
 async def test_a_wrong_token_is_refused_with_a_typed_error(server):
     running, _ = server
-    path = os.path.join(os.path.dirname(running.address.removeprefix("unix://")), SOCKET_NAME)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, path)
+    with await greeted(running) as sock:
+        refusal = await refusal_after(sock, AUTHORIZATION + f"Bearer {TOKEN}x".encode())
+    assert isinstance(status.from_wire(refusal), SandboxAuthenticationError)
+
+
+async def test_a_request_that_does_not_parse_fails_the_call_with_a_typed_error(server):
+    running, _ = server
+    with await greeted(running) as sock:
+        refusal = await refusal_after(sock, AUTHORIZATION + f"Bearer {TOKEN}".encode(), b"\xff\xff\xff garbage")
         async with asyncio.timeout(30):
-            greeting, fds, _ = await receive_next(sock, DATAGRAM_BYTES, 1)
-            for fd in fds:
-                os.close(fd)
-            assert greeting.startswith(GREETING)
-            sock.send(AUTHORIZATION + f"Bearer {TOKEN}x".encode())
-            refusal, _, _ = await receive_next(sock, DATAGRAM_BYTES, 0)
-    assert refusal.startswith(FAILURE)
-    assert isinstance(status.from_wire(errors_pb2.Error.FromString(refusal[len(FAILURE):])), SandboxAuthenticationError)
+            assert (await receive_next(sock, DATAGRAM_BYTES, 0))[0] == b""  # and the connection is closed
+    assert refusal.kind == errors_pb2.ERROR_KIND_INVALID_ARGUMENT
 
 
 async def test_a_closed_connection_kills_the_command(server, opened):

@@ -41,16 +41,34 @@ TOKEN = b"Bearer secret"
 SENT_BEFORE_A_TURN = 32
 
 
-async def echo_calls(requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """An Execute call that answers each request with its own bytes."""
-    async for request in requests:
-        yield request
+class EchoCall:
+    """An Execute call that answers each request with its own bytes, once ``sending`` is set."""
+
+    def __init__(self, sending: asyncio.Event | None = None) -> None:
+        self._answers: asyncio.Queue[bytes] = asyncio.Queue()
+        self._sending = sending
+
+    @property
+    def waiting(self) -> int:
+        return self._answers.qsize()
+
+    def take(self, request: bytes) -> None:
+        self._answers.put_nowait(request)
+
+    async def events(self) -> AsyncIterator[bytes]:
+        if self._sending is not None:
+            await self._sending.wait()
+        while True:
+            yield await self._answers.get()
+
+    async def aclose(self) -> None:
+        pass
 
 
 @pytest.fixture
 async def listener(tmp_path: Path) -> AsyncIterator[PipeListener]:
     pipes = PipeListener(str(tmp_path), command_uid=65534, max_connections=MAX_CONNECTIONS)
-    pipes.serve(echo_calls, lambda supplied: supplied == TOKEN)
+    pipes.serve(EchoCall, lambda supplied: supplied == TOKEN)
     yield pipes
     await pipes.aclose()
 
@@ -97,18 +115,12 @@ async def test_a_connection_without_the_token_is_refused_with_a_typed_error(tmp_
         assert await next_datagram(sock) == (b"", [])  # and the connection is closed
 
 
-async def test_a_call_that_takes_no_requests_holds_back_the_hosts_sends(tmp_path):
-    """Requests wait in the server only up to a bound: past it the host's sends wait for room,
-    and once the call takes them, every one is served, in order."""
+async def test_a_call_whose_events_are_not_sent_holds_back_the_hosts_sends(tmp_path):
+    """A call's events wait in the server only up to a bound: past it the host's sends wait for
+    room, and once the events go out, every request is served, in order."""
     go = asyncio.Event()
-
-    async def slow_calls(requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        await go.wait()
-        async for request in requests:
-            yield request
-
     pipes = PipeListener(str(tmp_path), command_uid=65534, max_connections=MAX_CONNECTIONS)
-    pipes.serve(slow_calls, lambda supplied: supplied == TOKEN)
+    pipes.serve(lambda: EchoCall(go), lambda supplied: supplied == TOKEN)
     sock, _ = await greeted(tmp_path)
     try:
         sock.send(AUTHORIZATION + TOKEN)
