@@ -194,8 +194,9 @@ static void take_descriptors(struct msghdr *message, int *fds, int *fd_count) {
     }
 }
 
-/* Read exactly `size` bytes; false at end of stream before the first byte, exit on a partial frame. */
-static int receive(unsigned char *into, size_t size, int *fds, int *fd_count) {
+/* Read up to `size` bytes from `fd`, and with `fds` the descriptors that come along (see
+ * take_descriptors); how many came before the end of the stream, or -1 with errno set. */
+static ssize_t read_with_fds(int fd, unsigned char *into, size_t size, int *fds, int *fd_count) {
     size_t got = 0;
     while (got < size) {
         struct iovec part = {into + got, size - got};
@@ -205,16 +206,23 @@ static int receive(unsigned char *into, size_t size, int *fds, int *fd_count) {
             message.msg_control = control.space;
             message.msg_controllen = sizeof control.space;
         }
-        ssize_t n = recvmsg(opt.channel, &message, fds ? MSG_CMSG_CLOEXEC : 0);
+        ssize_t n = recvmsg(fd, &message, fds ? MSG_CMSG_CLOEXEC : 0);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) die("recvmsg");
+        if (n < 0) return -1;
         if (fds) take_descriptors(&message, fds, fd_count);
-        if (n == 0) {
-            if (got == 0) return 0;
-            broken("the channel closed in the middle of a frame");
-        }
+        if (n == 0) break;
         got += (size_t)n;
     }
+    return (ssize_t)got;
+}
+
+/* Read exactly `size` bytes from the channel; false at end of stream before the first byte,
+ * exit on a partial frame. */
+static int receive(unsigned char *into, size_t size, int *fds, int *fd_count) {
+    ssize_t got = read_with_fds(opt.channel, into, size, fds, fd_count);
+    if (got < 0) die("recvmsg");
+    if (got == 0) return 0;
+    if ((size_t)got < size) broken("the channel closed in the middle of a frame");
     return 1;
 }
 
@@ -408,18 +416,7 @@ struct command {
 static int await_command(int link, struct command *command) {
     unsigned char header[4];
     int fds[PIPE_FDS], fd_count = 0;
-    size_t got = 0;
-    while (got < sizeof header) {
-        struct iovec part = {header + got, sizeof header - got};
-        union { struct cmsghdr header; char space[CMSG_SPACE(4 * sizeof(int))]; } control;
-        struct msghdr message = {.msg_iov = &part, .msg_iovlen = 1,
-                                 .msg_control = control.space, .msg_controllen = sizeof control.space};
-        ssize_t n = recvmsg(link, &message, MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return 0;
-        take_descriptors(&message, fds, &fd_count);
-        got += (size_t)n;
-    }
+    if (read_with_fds(link, header, sizeof header, fds, &fd_count) != (ssize_t)sizeof header) return 0;
     uint32_t length = get_u32(header);
     command->payload = malloc(length ? length : 1);
     if (fd_count != PIPE_FDS || !command->payload || !read_all(link, command->payload, length)) return 0;
