@@ -242,8 +242,11 @@ class ChannelCall:
         if self._pinging is not None:
             self._pinging.cancel()
         for direction, ready in self._waits.items():
+            # Unwatched even when the wait was just answered and its task has not run yet: a
+            # watch left on the closed descriptor would pass to the next socket of that number,
+            # which the loop's selector then never watches (its registration looks unchanged).
+            getattr(self._loop, _WATCHES[direction][1])(self._sock.fileno())
             if not ready.done():
-                getattr(self._loop, _WATCHES[direction][1])(self._sock.fileno())
                 ready.set_result(None)
         self._sock.close()
 

@@ -2,13 +2,15 @@
 played server: a burst of requests waits for room instead of breaking the call, a server that
 stops answering pings fails the call with a typed error, one that does not greet with this
 protocol is not asked again, and one that refuses a connection at its limit (saying so, or
-after it greeted one) leaves that call alone to gRPC; an idle call stays open for the next command longer than a gRPC call."""
+after it greeted one) leaves that call alone to gRPC; an idle call stays open for the next command longer than a gRPC call,
+and one closed as its server closes it leaves no watch on its descriptor for the next connection."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,16 @@ from protolink.sandbox import pipe_connection, process_stream
 from protolink.sandbox.pipe_connection import ChannelCall, ChannelCalls
 from protolink.sandbox.process_stream import ProcessStream
 from protolink.wire._pb import process_pb2
-from protolink.wire.pipe_passing import AT_LIMIT, AUTHORIZATION, DATAGRAM_BYTES, GREETING, KEY_BYTES, PING, SOCKET_NAME
+from protolink.wire.pipe_passing import (
+    AT_LIMIT,
+    AUTHORIZATION,
+    DATAGRAM_BYTES,
+    EVENT,
+    GREETING,
+    KEY_BYTES,
+    PING,
+    SOCKET_NAME,
+)
 
 from .test_passed_pipes import _rights, a_pipe_read_end
 
@@ -226,5 +237,35 @@ async def test_an_idle_call_on_the_channel_outlasts_a_grpc_calls_idle_time_then_
         while (datagram := (await server.datagrams(1))[0]) == PING:
             pass  # pinged while open
         assert datagram == b""  # closed once idle for idle_seconds
+    finally:
+        await stream.aclose()
+
+
+async def test_an_idle_call_closed_as_its_server_closes_leaves_no_watch_for_the_next(server, monkeypatch):
+    """The host's loop was held up (a blocking step of the caller's) while the server closed an
+    idle call's connection: when the loop runs again, the connection's end and the idle time's
+    end come in the same turn. The call is closed without leaving its descriptor watched, so the
+    next connection, which may get that descriptor's number, is greeted and read."""
+    monkeypatch.setattr(ChannelCall, "idle_seconds", 0.2)
+    stream = ProcessStream(ChannelCalls(server.path, (), lambda: "grpc", pipes_above=None))
+    try:
+        stream.open()
+        await server.datagrams(2)  # the authorization and the opening request
+        first = stream._call._sock.fileno()
+        server.connections.pop(0).close()
+        time.sleep(0.3)  # the loop is held up past the idle time; the close waits to be read
+        await asyncio.sleep(0.05)
+        assert stream._call is None
+        loop = asyncio.get_running_loop()
+        assert not loop.remove_reader(first), "the closed call's descriptor is still watched"
+        after = ChannelCall(server.path, AUTHORIZATION, None, lambda _: None)
+        try:
+            async with asyncio.timeout(pipe_connection.GREETING_SECONDS / 2):
+                assert await asyncio.shield(after._greeted)
+            server.connections[0].send(EVENT + b"answer")
+            async with asyncio.timeout(5):
+                assert await anext(after) == b"answer"
+        finally:
+            after.cancel()
     finally:
         await stream.aclose()
