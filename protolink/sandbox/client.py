@@ -37,7 +37,7 @@ from protolink.execution.process_types import (
 )
 from protolink.execution.resolve import Resolved
 from protolink.wire import convert
-from protolink.wire._pb import sandbox_pb2, sandbox_pb2_grpc
+from protolink.wire._pb import process_pb2, sandbox_pb2, sandbox_pb2_grpc
 from protolink.wire.operations import WIRE_OPERATIONS
 from protolink.wire.pipe_passing import DATAGRAM_BYTES
 from protolink.wire.keepalive import CLIENT_KEEPALIVE_OPTIONS
@@ -150,7 +150,7 @@ async def attach(
     backend = SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
                              owns_channel=owns_channel, address=address, output_pipes=output_pipes,
                              command_channel=command_channel)
-    backend._processes.open()  # the first command's connection and stream, set up meanwhile
+    (backend._channel_processes or backend._grpc_processes).open()  # the first command's connection, set up meanwhile
     return backend
 
 
@@ -189,15 +189,12 @@ class SandboxBackend(Operations):
         calls = (grpc_calls(channel, self._metadata) if address is None
                  else own_calls(address, self._metadata, max_message_bytes=max_message_bytes))
         in_flight = asyncio.Semaphore(int(info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
-        self._processes = ProcessStream(calls, in_flight=in_flight)
-        #: Where a request too large for a datagram of the command channel goes (a long argv or
-        #: environment): gRPC's stream, the one stream when there is no channel.
-        self._large_processes = self._processes
+        self._grpc_processes = ProcessStream(calls, in_flight=in_flight)
         local = channel_socket(address) if address is not None and command_channel else None
-        if local is not None:
-            self._processes = ProcessStream(ChannelCalls(local, self._metadata, calls,
-                                                         pipes_above=PIPES_ABOVE_BYTES if output_pipes else None),
-                                            in_flight=in_flight)
+        #: Where the server offers a command channel, every process that fits its datagrams runs there.
+        self._channel_processes = None if local is None else ProcessStream(
+            ChannelCalls(local, self._metadata, calls, pipes_above=PIPES_ABOVE_BYTES if output_pipes else None),
+            in_flight=in_flight)
         self.info_at_connect = info
         self.boundary = info.boundary
 
@@ -212,9 +209,9 @@ class SandboxBackend(Operations):
         """Close the connection; calls in flight fail, later calls are refused."""
         if not self._closed:
             self._closed = True
-            await self._processes.aclose()
-            if self._large_processes is not self._processes:
-                await self._large_processes.aclose()
+            for processes in (self._channel_processes, self._grpc_processes):
+                if processes is not None:
+                    await processes.aclose()
             if self._owns_channel:
                 await self._channel.close()
 
@@ -249,6 +246,13 @@ class SandboxBackend(Operations):
         self._resolutions.remember(argv[0], cwd, env, resolved)
         return resolved
 
+    def _processes_for(self, request: process_pb2.ExecuteRequest) -> ProcessStream:
+        """The command channel's stream, unless there is none or ``request`` does not fit its
+        datagrams (a long argv or environment): then gRPC's."""
+        if self._channel_processes is not None and request.ByteSize() <= CHANNEL_REQUEST_BYTES:
+            return self._channel_processes
+        return self._grpc_processes
+
     async def execute(self, spec: ProcessSpec, execution: Emitter) -> ProcessResult:
         """Run ``spec`` in the sandbox, emitting ``process.output`` events as output arrives.
 
@@ -263,7 +267,7 @@ class SandboxBackend(Operations):
         text = output.collector
         deadline_seconds = spec.timeout_seconds + EXECUTE_GRACE_SECONDS
         try:
-            processes = self._processes if request.ByteSize() <= CHANNEL_REQUEST_BYTES else self._large_processes
+            processes = self._processes_for(request)
             facts = await self._connected(lambda: processes.run(request, output, deadline_seconds))
         except asyncio.CancelledError:
             text.close()

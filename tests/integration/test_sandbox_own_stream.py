@@ -73,7 +73,8 @@ async def test_output_arrives_exactly_as_grpcios_client_receives_it(server):
     own_recorder, grpc_recorder = Recorder(), Recorder()
     async with await connect(running.address, command_channel=False) as own:
         mine = await own.execute(spec, own_recorder)
-        own._processes = process_stream.ProcessStream(process_stream.grpc_calls(own._channel, ()), max_in_flight=4)
+        await own._grpc_processes.aclose()
+        own._grpc_processes = process_stream.ProcessStream(process_stream.grpc_calls(own._channel, ()), max_in_flight=4)
         theirs = await own.execute(spec, grpc_recorder)
     assert (mine.stdout, mine.stderr) == (STDOUT, STDERR)
     assert (mine.stdout, mine.stderr, mine.exit_code, mine.truncated) == (
