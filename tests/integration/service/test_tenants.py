@@ -75,3 +75,21 @@ async def test_quotas_refuse_at_once_and_free_up_on_delete(service):
     with pytest.raises(QuotaExceededError, match="CPUs"):
         await small.create(memory_mib=128)  # and 1 CPU
     assert await small.list() == []
+
+
+async def test_a_refused_command_is_refused_with_its_type_every_time(service, run):
+    """Twenty commands of a stranger in a row are each refused with the typed refusal (never
+    the transport's INTERNAL, whatever the order the refusal and the request meet in), and the
+    owner's sandbox keeps working."""
+    known = await service.client(service.token("dave"))
+    async with await known.create() as sandbox:
+        stranger = ServiceClient(known.channel, "not-a-token", owns_channel=False)
+        intruder = await Sandbox.open(stranger, sandbox.status)
+        try:
+            for _ in range(20):
+                with pytest.raises(SandboxAuthenticationError):
+                    await run(intruder.backend, ["/bin/true"])
+        finally:
+            await intruder.backend.aclose()
+        result = await run(sandbox.backend, ["/bin/echo", "still here"])
+        assert (result.exit_code, result.stdout) == (0, "still here\n")
