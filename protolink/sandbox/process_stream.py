@@ -45,6 +45,7 @@ from protolink.wire._pb import process_pb2, sandbox_pb2
 from protolink.wire.output_events import OutputEvent, read_output_event
 from protolink.wire.status import CallEnd, Status, checked_answer, from_wire
 
+from . import deadlines
 from .aio_call import AsyncCall
 from .pipe_connection import PassedPipes, Unsent
 
@@ -113,7 +114,7 @@ class ProcessStream:
         self._next_id += 1
         finished = False
         try:
-            async with asyncio.timeout(deadline_seconds) as deadline:
+            async with deadlines.timeout(deadline_seconds) as deadline:
                 events = await self._send(request)
                 facts = await _follow(events, output, asked_for_pipes=bool(request.pipe_connection))
             finished = True

@@ -32,6 +32,7 @@ from protolink.net.addresses import IPAddress
 from protolink.net.network import Network, current_network
 from protolink.net.tunnel import Tunnel
 
+from .. import deadlines
 from .events import EgressEvent, EventKind
 from .lookups import Lookups
 from .policy import EgressPolicy
@@ -285,7 +286,7 @@ class EgressProxy:
         if request.address is not None:
             return (request.address,)
         try:
-            async with asyncio.timeout(policy.limits.connect_seconds):
+            async with deadlines.timeout(policy.limits.connect_seconds):
                 answers = await self._lookups.resolve(request.host, request.port)
             addresses = tuple(dict.fromkeys(ipaddress.ip_address(a.split("%", 1)[0]) for a in answers))
         except TimeoutError:
@@ -314,7 +315,7 @@ class EgressProxy:
         failures = []
         for address in addresses:
             try:
-                async with asyncio.timeout(self._policy.limits.connect_seconds):
+                async with deadlines.timeout(self._policy.limits.connect_seconds):
                     upstream = await self._network.connect_tcp(address, request.port)
             except (OSError, TimeoutError) as error:
                 failures.append(f"{address}: {error or type(error).__name__}")

@@ -14,12 +14,13 @@ address in any spelling is an address literal.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from protolink.net.addresses import IPAddress, parse_host
+
+from .. import deadlines
 
 #: Up to n bytes from the client; b"" at its end.
 Read = Callable[[int], Awaitable[bytes]]
@@ -67,7 +68,7 @@ async def read_request(read: Read, seconds: float, max_bytes: int) -> Request:
     """Read and parse one request head with ``read`` (``loop.sock_recv`` of the client's socket,
     or a stream's ``read``); Refusal when it is late, too large or not accepted."""
     try:
-        async with asyncio.timeout(seconds):
+        async with deadlines.timeout(seconds):
             head, leftover = await _read_head(read, max_bytes)
     except TimeoutError:
         raise Refusal(408, f"the request head was not complete within {seconds:g} seconds") from None

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
+import time
 import urllib.request
 
 import pytest
 
 from protolink.sandbox.egress import EgressLimits, EgressPolicy
+from protolink.sandbox.deadlines import LATE_SECONDS
 from protolink.sandbox.egress.proxy import EgressProxy
 
 from .support import LOOPBACK_RULES, Origin, ScriptedNetwork, accepting, serve, until_closed, wait_for
@@ -307,3 +309,20 @@ async def test_cancelling_a_handler_ends_its_connection_at_once(origin):
         await asyncio.wait_for(asyncio.gather(handlers[0], return_exceptions=True), 5)
         assert proxy.open_connections == 0 and events[-1].reason == "cancelled"
         writer.close()
+
+
+async def test_a_request_head_that_came_while_the_loop_was_held_past_its_deadline_is_served(origin):
+    """A blocking step of the host's caller held the loop past a connection's head deadline
+    while the command sent its request: the head waits unread behind the deadline's own
+    callback, and is served instead of refused as late."""
+    limits = EgressLimits(head_seconds=2.0)  # far longer than the few turns before the test holds the loop
+    network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
+    async with serve(EgressPolicy.parse(["files.example"], limits=limits), network) as served:
+        reader, writer = await served.open()
+        await wait_for(lambda: served.proxy.open_connections == 1)  # admitted: its head is awaited
+        writer.write(b"GET http://files.example/bytes/2 HTTP/1.1\r\n\r\n")  # sent at once: the buffer is empty
+        time.sleep(limits.head_seconds + 2 * LATE_SECONDS)  # held up well past the deadline
+        async with asyncio.timeout(30):
+            answer = await reader.read()
+        writer.close()
+        assert answer.endswith(b"\r\n\r\nxx"), answer
