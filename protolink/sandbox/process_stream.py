@@ -21,8 +21,8 @@ capped at the process's ``max_output_bytes`` whatever the server claims (then de
 emitted by the same :class:`~protolink.execution.output.OutputCollector` the host backend uses),
 each process's events wait in a bounded queue (a server that floods one makes the reader wait,
 it cannot fill this process's memory), and a process whose events stop coming, keepalives
-included, is given up (unless this side's loop was held up past that deadline: then what came
-meanwhile is read first).
+included, is given up. (A deadline this side's loop was held up past first reads what came
+meanwhile: :mod:`.deadlines`.)
 """
 
 from __future__ import annotations
@@ -51,9 +51,6 @@ from .pipe_connection import PassedPipes, Unsent
 
 #: A process that sends nothing (not even a keepalive) for this long is lost.
 IDLE_SECONDS = 20.0
-#: An idle deadline noticed this much after it passed says that this loop was held up (a blocking
-#: step of the caller's), not that the sandbox was silent: its events may wait unread.
-LATE_SECONDS = 0.5
 #: Events of one process that may wait for it to read them (an honest server's output events
 #: hold a mebibyte at most: it merges output into pieces of that size while this side is slow).
 QUEUED_EVENTS = 8
@@ -343,97 +340,69 @@ class Output:
 
 
 async def _follow(events: asyncio.Queue[_Item], output: Output, *, asked_for_pipes: bool) -> dict[str, Any]:
-    """Read one process's events to its Finished facts (see :class:`_Following`); a process
-    that sends nothing for IDLE_SECONDS is lost, unless this loop was the one held up."""
-    following = _Following(output, asked_for_pipes)
+    """Read one process's events to its Finished facts. Order: started?, output*, finished (or
+    error). Asked for the process's pipes, the server may hand them over on the command channel
+    instead of output events: they are read here as the host backend reads its own (see
+    :func:`_read_passed`)."""
+    begun = streamed = False
+    reading: OutputPipes | None = None
     loop = asyncio.get_running_loop()
     try:
-        while True:
-            try:
-                # One deadline for the whole process, pushed back by every event (no task per read).
-                async with asyncio.timeout(IDLE_SECONDS) as idle:
-                    return await following.to_finished(events, idle)
-            except TimeoutError:
-                if not idle.expired():
-                    raise
-                if loop.time() - idle.when() < LATE_SECONDS:
-                    raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
-                # Late: this loop was held up past the deadline, and what the sandbox sent
-                # meanwhile may wait unread. The wait is taken up again (a queue's get is cancel-safe).
-    finally:
-        await following.abandon()
-
-
-class _Following:
-    """One process's events, in their order: started?, output*, finished (or error). Asked for
-    the process's pipes, the server may hand them over on the command channel instead of output
-    events: they are read here as the host backend reads its own (see :func:`_read_passed`)."""
-
-    def __init__(self, output: Output, asked_for_pipes: bool) -> None:
-        self._output = output
-        self._asked_for_pipes = asked_for_pipes
-        self._begun = self._streamed = False
-        self._reading: OutputPipes | None = None
-
-    async def to_finished(self, events: asyncio.Queue[_Item], idle: asyncio.Timeout) -> dict[str, Any]:
-        """Take events until Finished, pushing ``idle`` back as they come; its facts."""
-        loop = asyncio.get_running_loop()
-        while True:
-            event = await events.get()
-            if isinstance(event, BaseException):
-                raise event
-            if isinstance(event, PassedPipes):
-                self._read(event)
-                continue
-            if isinstance(event, OutputEvent):
-                piece: OutputEvent | process_pb2.Output = event
-                kind = "output"
-            else:
-                piece = event.output
-                kind = event.WhichOneof("event")
-            if kind == "keepalive":
+        # One deadline for the whole process, pushed back by every event (no task per read).
+        async with deadlines.timeout(IDLE_SECONDS) as idle:
+            while True:
+                event = await events.get()
+                if isinstance(event, BaseException):
+                    raise event
+                if isinstance(event, PassedPipes):
+                    reading = _read_passed(event, asked_for_pipes and reading is None and not streamed, output)
+                    continue
+                if isinstance(event, OutputEvent):
+                    piece: OutputEvent | process_pb2.Output = event
+                    kind = "output"
+                else:
+                    piece = event.output
+                    kind = event.WhichOneof("event")
+                if kind == "keepalive":
+                    idle.reschedule(loop.time() + IDLE_SECONDS)
+                    continue
+                if kind == "error":
+                    raise from_wire(event.error)
+                if kind is None or (kind == "started" and begun):
+                    raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
+                begun = True
+                if kind == "output":
+                    channel = convert.CHANNELS.get(piece.channel)
+                    if channel is None:
+                        raise SandboxProtocolError(f"the sandbox sent output on unknown channel {piece.channel}")
+                    if reading is not None:
+                        raise SandboxProtocolError("the sandbox sent output events for a process whose pipes it passed")
+                    streamed = True
+                    idle.reschedule(None)  # however long the consumer takes
+                    await output.feed(channel, piece.data)
+                elif kind == "finished":
+                    facts = checked_answer(convert.finished_facts, event.finished)
+                    for passed in _passed_before(events):
+                        reading = _read_passed(passed, asked_for_pipes and reading is None and not streamed, output)
+                    if event.finished.output_passed and reading is None:
+                        raise SandboxProtocolError("the sandbox said it passed output pipes that never came")
+                    if not event.finished.output_passed and reading is not None:
+                        raise SandboxProtocolError("the sandbox passed output pipes and then said it had not")
+                    if reading is not None:
+                        idle.reschedule(None)  # the drain is bounded; the consumer takes what it takes
+                        await _drained(reading)
+                        reading = None
+                    await output.collector.finish()
+                    return facts
                 idle.reschedule(loop.time() + IDLE_SECONDS)
-                continue
-            if kind == "error":
-                raise from_wire(event.error)
-            if kind is None or (kind == "started" and self._begun):
-                raise SandboxProtocolError(f"the sandbox sent an unexpected {kind or 'empty'} event")
-            self._begun = True
-            if kind == "output":
-                channel = convert.CHANNELS.get(piece.channel)
-                if channel is None:
-                    raise SandboxProtocolError(f"the sandbox sent output on unknown channel {piece.channel}")
-                if self._reading is not None:
-                    raise SandboxProtocolError("the sandbox sent output events for a process whose pipes it passed")
-                self._streamed = True
-                idle.reschedule(None)  # however long the consumer takes
-                await self._output.feed(channel, piece.data)
-            elif kind == "finished":
-                facts = checked_answer(convert.finished_facts, event.finished)
-                for passed in _passed_before(events):
-                    self._read(passed)
-                if event.finished.output_passed and self._reading is None:
-                    raise SandboxProtocolError("the sandbox said it passed output pipes that never came")
-                if not event.finished.output_passed and self._reading is not None:
-                    raise SandboxProtocolError("the sandbox passed output pipes and then said it had not")
-                if self._reading is not None:
-                    idle.reschedule(None)  # the drain is bounded; the consumer takes what it takes
-                    await _drained(self._reading)
-                    self._reading = None
-                await self._output.collector.finish()
-                return facts
-            idle.reschedule(loop.time() + IDLE_SECONDS)
-
-    def _read(self, passed: PassedPipes) -> None:
-        allowed = self._asked_for_pipes and self._reading is None and not self._streamed
-        self._reading = _read_passed(passed, allowed, self._output)
-
-    async def abandon(self) -> None:
-        """Failed or canceled: read and feed nothing more."""
-        if self._reading is not None:
-            self._reading.close()
-            await self._reading.abandon()
-            self._reading = None
+    except TimeoutError:
+        if not idle.expired():
+            raise
+        raise SandboxUnavailableError(f"the sandbox sent nothing for {IDLE_SECONDS:g} seconds") from None
+    finally:
+        if reading is not None:  # failed or canceled: read and feed nothing more
+            reading.close()
+            await reading.abandon()
 
 
 def _read_passed(passed: PassedPipes, allowed: bool, output: Output) -> OutputPipes:

@@ -19,7 +19,7 @@ import pytest
 
 from protolink.errors import SandboxUnavailableError
 from protolink.net.descriptors import receive_next
-from protolink.sandbox import pipe_connection, process_stream
+from protolink.sandbox import deadlines, pipe_connection, process_stream
 from protolink.sandbox.pipe_connection import ChannelCall, ChannelCalls
 from protolink.sandbox.process_stream import Output, ProcessStream
 from protolink.wire._pb import process_pb2
@@ -286,7 +286,7 @@ async def test_a_process_that_answered_while_this_loop_was_held_up_is_not_taken_
         finished = process_pb2.ExecuteEvent(id=process_pb2.ExecuteRequest.FromString(sent).id,
                                             finished=process_pb2.Finished(exit_code=0))
         server.connections[0].send(EVENT + finished.SerializeToString())
-        time.sleep(0.2 + 2 * process_stream.LATE_SECONDS)  # held up well past the idle deadline
+        time.sleep(0.2 + 2 * deadlines.LATE_SECONDS)  # held up well past the idle deadline
         async with asyncio.timeout(5):
             assert (await running)["exit_code"] == 0
     finally:
