@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,47 @@ async def test_a_pooled_sandbox_runs_its_first_command_on_the_channel_held_open_
     tenant = sink.of("sandbox.created")[0].tenant
     assert [(e.tenant, e.sandbox, e.fields["exit_code"], e.fields["output_bytes"])
             for e in sink.of("command.ended")] == [(tenant, sandbox.id, 4, 4)]
+
+
+async def test_a_pooled_sandbox_whose_held_channel_closed_runs_its_first_command_on_a_new_one(
+        runtime, sandbox_image, docker_client, run):
+    """The connection held for a pool member's owner breaks while it waits (this side shut
+    down): the first command still runs, on a connection of its own, and is reported."""
+    sink = Collected()
+    async with serving(sandbox_image, sink, docker_client, pool=1) as files:
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        await pool_of_one(client)
+
+        async def held_alone() -> set[str]:
+            return found if len(found := command_channels()) == 1 else set()
+
+        held = await eventually(held_alone, "one connection held")
+        shut_down(held)
+
+        async def closed() -> bool:
+            return not command_channels() & held
+
+        await eventually(closed, "the held connection closed")
+        sandbox = await client.create()
+        assert sandbox.status.pooled
+        first = await run(sandbox.backend, ["/bin/sh", "-c", "printf new; exit 5"])
+        assert len(command_channels() - held) == 1  # the call stays open on its new connection
+        await sandbox.delete()
+        await client.aclose()
+    assert (first.stdout, first.exit_code) == ("new", 5)
+    assert [(e.sandbox, e.fields["exit_code"]) for e in sink.of("command.ended")] == [(sandbox.id, 5)]
+
+
+def shut_down(inodes: set[str]) -> None:
+    """Shut down both directions of this process's sockets of ``inodes``."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.removeprefix("socket:[").removesuffix("]") in inodes:
+            with socket.socket(fileno=os.dup(int(fd))) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 async def test_a_command_on_the_channel_ends_outputs_and_is_reported_as_on_grpc(
