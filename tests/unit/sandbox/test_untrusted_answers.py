@@ -218,6 +218,9 @@ async def test_a_call_waits_a_moment_for_a_lost_connection_to_come_back(tmp_path
         first = await servers.enter_async_context(serving(script, address))
         async with await connect(address) as backend:
             await first.stop(None)
+            async with asyncio.timeout(60):  # a hang guard: the client sees the connection end (a busy host takes a moment)
+                while backend._channel.get_state() is grpc.ChannelConnectivity.READY:
+                    await asyncio.sleep(0.01)
             with pytest.raises(SandboxUnavailableError):
                 await backend.info()
 
