@@ -32,16 +32,22 @@ SEQPACKET, CONNECTED = "0005", "03"
 LARGE_OUTPUT = 300_000
 
 
-def command_channels() -> set[str]:
-    """The inodes of this process's connected SOCK_SEQPACKET Unix sockets: its command channel connections."""
-    mine = set()
+def own_sockets() -> dict[str, int]:
+    """This process's sockets: each one's inode, and a descriptor of it."""
+    mine = {}
     for fd in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:["):
-            mine.add(target.removeprefix("socket:[").removesuffix("]"))
+            mine[target.removeprefix("socket:[").removesuffix("]")] = int(fd)
+    return mine
+
+
+def command_channels() -> set[str]:
+    """The inodes of this process's connected SOCK_SEQPACKET Unix sockets: its command channel connections."""
+    mine = own_sockets()
     rows = Path("/proc/net/unix").read_text().splitlines()[1:]
     return {fields[6] for fields in map(str.split, rows)
             if fields[4] == SEQPACKET and fields[5] == CONNECTED and fields[6] in mine}
@@ -114,13 +120,9 @@ async def test_a_pooled_sandbox_whose_held_channel_closed_runs_its_first_command
 
 def shut_down(inodes: set[str]) -> None:
     """Shut down both directions of this process's sockets of ``inodes``."""
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.removeprefix("socket:[").removesuffix("]") in inodes:
-            with socket.socket(fileno=os.dup(int(fd))) as sock:
+    for inode, fd in own_sockets().items():
+        if inode in inodes:
+            with socket.socket(fileno=os.dup(fd)) as sock:
                 sock.shutdown(socket.SHUT_RDWR)
 
 

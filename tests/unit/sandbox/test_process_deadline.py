@@ -1,7 +1,8 @@
 """A process's deadline on the host (:class:`~protolink.sandbox.process_stream.ProcessStream`)
 against a played command channel: a process the sandbox does not finish in time fails at its
 deadline, but one that finished while the host's loop was held up past its deadline is not failed
-as one that never finished."""
+as one that never finished, and one whose answer came while the loop was held up past its idle
+deadline is not taken for a silent sandbox."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from protolink.errors import SandboxUnavailableError
+from protolink.sandbox import process_stream
 from protolink.sandbox.deadlines import LATE_SECONDS
 from protolink.sandbox.pipe_connection import ChannelCalls
 from protolink.sandbox.process_stream import Output, ProcessStream
@@ -61,5 +63,25 @@ async def test_a_process_the_sandbox_does_not_finish_fails_at_its_deadline(serve
                 await asyncio.sleep(0.1)
         with pytest.raises(SandboxUnavailableError, match="did not finish the process within"):
             running.result()
+    finally:
+        await stream.aclose()
+
+
+async def test_a_process_that_answered_while_this_loop_was_held_up_is_not_taken_for_silent(server, monkeypatch):  # noqa: F811
+    """A blocking step of the caller's held the loop past a process's idle deadline while the
+    sandbox answered: the answer waits unread, and the process ends with it instead of failing
+    as a sandbox that sent nothing."""
+    monkeypatch.setattr(process_stream, "IDLE_SECONDS", 0.2)
+    stream = ProcessStream(ChannelCalls(server.path, (), lambda: "grpc", pipes_above=None))
+    try:
+        running = asyncio.ensure_future(
+            stream.run(process_pb2.ExecuteRequest(argv=["/bin/true"]), Output(100, Recorder()), 30))
+        _, sent = await server.datagrams(2)  # the authorization, the request
+        finished = process_pb2.ExecuteEvent(id=process_pb2.ExecuteRequest.FromString(sent).id,
+                                            finished=process_pb2.Finished(exit_code=0))
+        server.connections[0].send(EVENT + finished.SerializeToString())
+        time.sleep(0.2 + 2 * LATE_SECONDS)  # held up well past the idle deadline
+        async with asyncio.timeout(5):
+            assert (await running)["exit_code"] == 0
     finally:
         await stream.aclose()

@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from protolink.sandbox.egress import EgressLimits, EgressPolicy
 from protolink.sandbox.deadlines import LATE_SECONDS
+from protolink.sandbox.egress import EgressLimits, EgressPolicy
 from protolink.sandbox.egress.proxy import EgressProxy
 
 from .support import LOOPBACK_RULES, Origin, ScriptedNetwork, accepting, serve, until_closed, wait_for
