@@ -4,7 +4,7 @@
 
     SandboxConfig
     ├── roots     tuple[Root, ...]   resolved host directories, read-only unless writable
-    ├── image     str
+    ├── image     str                an image reference; the built images by their short names too ("sandbox", "ci")
     ├── limits    Limits             memory (swap included), pids, cpus, /tmp, /dev/shm, disk budget, nofile
     ├── identity  Identity           the uid/gid commands run as (never 0)
     ├── runtime   str | None         the engine's runtime, e.g. "runsc" (gVisor); None: its default
@@ -35,7 +35,7 @@ from protolink.wire.roots import Root
 
 from .egress.policy import EgressPolicy
 from .leftovers import process_owner
-from .provision import DEFAULT_IMAGE
+from .provision import DEFAULT_IMAGE, image_reference
 from .records import NAME
 
 MiB = 1 << 20
@@ -199,6 +199,7 @@ class SandboxConfig:
                  "must be letters, digits, '_', '.' and '-', a letter or digit first", self.name)
         _require(isinstance(self.image, str) and self.image.strip() == self.image != "", "image",
                  "must be an image reference", self.image)
+        object.__setattr__(self, "image", image_reference(self.image))
         _require(self.runtime is None or (isinstance(self.runtime, str) and self.runtime.strip() == self.runtime != ""),
                  "runtime", "must be a runtime's name, or None for the engine's default", self.runtime)
         for name, kind in (("limits", Limits), ("identity", Identity), ("network", NetworkPolicy), ("lease", Lease)):

@@ -20,6 +20,8 @@ from typing import Any
 
 from protolink.errors import SandboxEngineError
 
+from .provision import missing_image_hint
+
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 
 #: The API version each engine (``DOCKER_HOST``) answered with: asking costs a round trip per client.
@@ -154,8 +156,7 @@ _NO_BRIDGE = ("and TCP mode publishes the server's port through it: {}, or use t
 #: Each refusal the engine is known to give: a pattern of its words, and what is missing.
 _MISSING: tuple[tuple[str, Callable[[re.Match[str]], str]], ...] = (
     (r"No such image: (\S+)",
-     lambda m: f"the image {m[1]} is not on this engine (build it: `make image` in a protolink checkout, "
-               "or pull it where a registry is reachable)"),
+     lambda m: f"the image {m[1]} is not on this engine ({missing_image_hint(m[1])})"),
     (r"(?:unknown runtime specified|invalid runtime name):? (\S+)", lambda m: no_runtime(m[1])),
     (r'looking up the specified runtime path: exec: "([^"]+)"',
      lambda m: f"the engine knows the runtime, but its program {m[1]} is missing: install it (gVisor: see "

@@ -93,6 +93,21 @@ def built_kind(image: str) -> str | None:
     return None
 
 
+def image_reference(image: str) -> str:
+    """``image`` as the engine knows it: a built image's short name (``sandbox``, ``ci``) is its
+    ``:latest`` tag; any other reference is itself."""
+    kind = built_kind(image)
+    return BUILT_IMAGES[kind][0] if kind is not None else image
+
+
+def missing_image_hint(image: str) -> str:
+    """How to get ``image`` when the engine does not have it."""
+    kind = built_kind(image)
+    if kind is not None:
+        return f"build it with `{BUILT_IMAGES[kind][1]}` in a protolink checkout"
+    return "pull it where a registry is reachable, or build it"
+
+
 def ensure_image(image: str = DEFAULT_IMAGE, progress: Progress = _stderr) -> str:
     """The image to run, built first when needed, and returned.
 
@@ -109,11 +124,7 @@ def ensure_image(image: str = DEFAULT_IMAGE, progress: Progress = _stderr) -> st
         built = [line.rsplit(marker, 1)[1].strip() for line in _run_script("build-images.sh", progress, kind)
                  if marker in line]
         return built[-1] if built else BUILT_IMAGES[kind][0]
-    if kind is not None:
-        image, make = BUILT_IMAGES[kind]
-        hint = f"build it with `{make}` in a protolink checkout"
-    else:
-        hint = "pull or build it"
+    image = image_reference(image)
     if not image_exists(image):
-        raise SandboxError(f"the sandbox image {image} does not exist: {hint}")
+        raise SandboxError(f"the sandbox image {image} does not exist: {missing_image_hint(image)}")
     return image

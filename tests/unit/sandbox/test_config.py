@@ -127,6 +127,12 @@ def test_the_flat_options_land_in_their_parts(tmp_path):
     assert SandboxConfig.from_options().network == NoNetwork()
 
 
+def test_the_built_images_are_taken_by_their_short_names_as_the_cli_takes_them():
+    assert SandboxConfig.from_options(image="ci").image == "protolink/ci:latest"
+    assert SandboxConfig(image="sandbox").image == "protolink/sandbox:latest"
+    assert SandboxConfig(image="ci:latest").image == "ci:latest"  # a reference of its own
+
+
 def test_egress_is_off_by_default_and_takes_a_policy_or_its_rules():
     assert SandboxConfig().egress is None and SandboxConfig.from_options().egress is None
     assert SandboxConfig.from_options(egress=["pypi.org:443"]).egress == EgressPolicy.parse(["pypi.org:443"])

@@ -28,7 +28,9 @@ KNOWN = [
     (api_error(errors.APIError, 500, NO_DOCKER0), "bridge docker0 is missing, and TCP mode publishes"),
     (api_error(errors.NotFound, 404, "network bridge not found"), "no default bridge network, docker0"),
     (api_error(errors.ImageNotFound, 404, "No such image: protolink/sandbox:gone"),
-     "the image protolink/sandbox:gone is not on this engine"),
+     "the image protolink/sandbox:gone is not on this engine (pull it where a registry is reachable, or build it)"),
+    (api_error(errors.ImageNotFound, 404, "No such image: protolink/ci:latest"),
+     "the image protolink/ci:latest is not on this engine (build it with `make ci-image` in a protolink checkout)"),
     (api_error(errors.APIError, 400, "Unknown runtime specified runsc"), "the engine has no runtime 'runsc'"),
     (api_error(errors.APIError, 400, 'error while looking up the specified runtime path: exec: "/usr/bin/runsc": '
                                      "stat /usr/bin/runsc: no such file or directory"),
