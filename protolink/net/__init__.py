@@ -6,5 +6,6 @@ egress proxy and the sandbox server's egress relay share.
 ``network``: name resolution and pinned connections behind a replaceable
 :class:`~protolink.net.network.Network`; ``tunnel``: :class:`~protolink.net.tunnel.Tunnel`, two
 sockets joined (``splice``: one direction of it inside the kernel); ``descriptors``: messages
-with descriptors attached, as the host receives them. Standard library only.
+with descriptors attached, as the host receives them; ``tasks``: a task that owns the connection
+it is handed, released even when the task is canceled before it ran. Standard library only.
 """

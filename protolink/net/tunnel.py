@@ -62,7 +62,10 @@ class Tunnel:
 
     async def open(self, *, to_client: bytes = b"", to_server: bytes = b"", from_client: bytes = b"") -> None:
         """Send ``to_client`` and ``to_server`` (not counted), then ``from_client`` (what the client
-        sent before the join, past a request head) as if just received; then move the rest."""
+        sent before the join, past a request head) as if just received; then move the rest.
+        Aborted before, it sends nothing."""
+        if self._done.done():
+            return
         up = self._passed(from_client, up=True)
         try:
             for sock, data in ((self._client, to_client), (self._server, to_server + up)):

@@ -285,25 +285,23 @@ class EgressRelay:
         self._hand_listeners()
 
     def _pipe(self, command: socket.socket, standby: socket.socket) -> None:
-        task = asyncio.ensure_future(self._join(command, standby))
+        tunnel = Tunnel(command, standby, ended_by="server", pipe_bytes=PIPE_BYTES)
+        self._joined.add(tunnel)  # now, not once its task runs: aclose in this turn of the loop aborts it too
+        task = asyncio.ensure_future(self._join(tunnel, command, standby))
         self._tunnels.add(task)
         task.add_done_callback(self._tunnels.discard)
 
-    async def _join(self, command: socket.socket, host: socket.socket) -> None:
+    async def _join(self, tunnel: Tunnel, command: socket.socket, host: socket.socket) -> None:
         """Hand ``host`` over (HANDOVER alone), then carry bytes both ways until the host's side
         ends (the proxy is done, or closed it) or either connection is lost. A command that
         half-closes its side still gets the answer."""
         try:
-            tunnel = Tunnel(command, host, ended_by="server", pipe_bytes=PIPE_BYTES)
-            self._joined.add(tunnel)
-            try:
-                await tunnel.open(to_server=HANDOVER)
-                await tunnel.ended()
-                await tunnel.aclose(graceful=True, seconds=CLOSE_SECONDS)
-            finally:
-                self._joined.discard(tunnel)
-                tunnel.abort()
+            await tunnel.open(to_server=HANDOVER)
+            await tunnel.ended()
+            await tunnel.aclose(graceful=True, seconds=CLOSE_SECONDS)
         finally:
+            self._joined.discard(tunnel)
+            tunnel.abort()
             command.close()
             host.close()
 

@@ -72,13 +72,24 @@ class _Worker:
 
     @classmethod
     async def open(cls, pid: int, to_worker: int, from_worker: int, *, parsers: bool) -> _Worker:
-        """Talk to worker ``pid`` over the pipe ends ``to_worker`` and ``from_worker`` (taken over)."""
+        """Talk to worker ``pid`` over the pipe ends ``to_worker`` and ``from_worker``, taken over:
+        should this fail, or be canceled (the pool closes as the worker starts), the worker is
+        killed and reaped and the pipes closed."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
-        inbound, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
-                                                  os.fdopen(from_worker, "rb", buffering=0))
-        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
-                                                            os.fdopen(to_worker, "wb", buffering=0))
+        outbound = os.fdopen(to_worker, "wb", buffering=0)
+        inbound: asyncio.BaseTransport | None = None
+        try:
+            inbound, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                      os.fdopen(from_worker, "rb", buffering=0))
+            transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, outbound)
+        except BaseException:  # a connect that fails closes its own pipe's transport
+            if inbound is not None:
+                inbound.close()
+            else:
+                outbound.close()
+            await _kill_and_reap(pid)
+            raise
         return cls(pid, reader, asyncio.StreamWriter(transport, protocol, None, loop), inbound, parsers=parsers)
 
     @property
@@ -182,9 +193,10 @@ class WorkerPool:
         return reply
 
     async def aclose(self) -> None:
-        """Kill and reap every worker."""
+        """Kill and reap every worker, the one starting too."""
         if self._growing is not None:
             self._growing.cancel()
+            await asyncio.gather(self._growing, return_exceptions=True)
         await asyncio.gather(*(self._retire(worker) for worker in list(self._live)))
 
     async def retire_idle(self) -> None:

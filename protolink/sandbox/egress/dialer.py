@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from protolink.net.descriptors import receive_next
+from protolink.net.tasks import owning_task
 from protolink.wire.egress import HANDOVER
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ class RelayDialer:
             asyncio.get_running_loop().add_reader(listener.fileno(), self._accept_all, listener)
 
     def _serve(self, sock: socket.socket) -> None:
-        task = asyncio.ensure_future(self._handle(sock))
+        task = owning_task(self._handle(sock), sock.close)
         self._handling.add(task)
         task.add_done_callback(self._handling.discard)
 

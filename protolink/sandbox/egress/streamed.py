@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 import grpc
 
+from protolink.net.tasks import owning_task
+
 from .dialer import ConnectionHandler
 
 log = logging.getLogger(__name__)
@@ -220,7 +222,7 @@ class GatewayStreams:
             self._settled.set()
 
     def _carry(self, call: grpc.aio.StreamStreamCall) -> None:
-        task = asyncio.ensure_future(self._serve(call))
+        task = owning_task(self._serve(call), call.cancel)
         self._carrying.add(task)
         task.add_done_callback(self._carrying.discard)
 
@@ -229,7 +231,7 @@ class GatewayStreams:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setblocking(False)
         theirs.setblocking(False)
-        handling = asyncio.ensure_future(self._proxy.handle(theirs))
+        handling = owning_task(self._proxy.handle(theirs), theirs.close)
         try:
             await pipe(ours, call)
         except (OSError, grpc.aio.AioRpcError):

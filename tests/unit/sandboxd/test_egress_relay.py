@@ -256,6 +256,22 @@ async def test_closing_ends_every_connection(relay):
         held.close()
 
 
+async def test_closing_as_a_command_is_paired_ends_its_tunnel(relay):
+    """Paired in the turn of the event loop before the one that closes the relay, the tunnel has
+    not run yet when aclose ends the tunnels: it ends all the same, and the host is handed nothing."""
+    host = await standby_socket(relay)
+    command = socket.create_connection(("127.0.0.1", relay.port))  # queued now
+    await asyncio.sleep(0)  # the next turn: the relay accepts it and pairs it with the standby connection
+    await asyncio.sleep(0)  # the turn after: this step runs before the tunnel's first one
+    async with asyncio.timeout(GUARD):
+        await relay.aclose()
+    loop = asyncio.get_running_loop()
+    with command, host:
+        command.setblocking(False)
+        assert await within(loop.sock_recv(command, 1)) == b""  # accepted, then closed (not reset)
+        assert await within(loop.sock_recv(host, 1)) == b""  # no HANDOVER
+
+
 async def test_the_socket_is_its_owners_alone(relay):
     mode = os.stat(relay._socket_path).st_mode
     assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600

@@ -56,6 +56,19 @@ def _run(directory: str) -> None:
     asyncio.run(_forks_and_retires(Path(directory)))
 
 
+def test_a_worker_starting_as_the_pool_closes_is_killed_and_reaped(
+        directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closed once the worker is forked and before its pipes are connected (the server stops
+    as the first call starts one): no worker is left running, nor unreaped."""
+    monkeypatch.setenv("GRPC_ENABLE_FORK_SUPPORT", "false")
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as fresh:
+        fresh.submit(_run_closing, str(directory)).result(timeout=120)
+
+
+def _run_closing(directory: str) -> None:
+    asyncio.run(_closes_as_a_worker_starts(Path(directory)))
+
+
 async def _forks_and_retires(directory: Path) -> None:
     uid = unused_uid()
     pool = WorkerPool(uid=uid, gid=uid, memory_bytes=1 << 30, max_workers=2, max_message_bytes=1 << 20)
@@ -74,3 +87,27 @@ async def _forks_and_retires(directory: Path) -> None:
         assert len(pool.pids) == 1 and pool.pids != [first]
     finally:
         await pool.aclose()
+
+
+async def _closes_as_a_worker_starts(directory: Path) -> None:
+    uid = unused_uid()
+    pool = WorkerPool(uid=uid, gid=uid, memory_bytes=1 << 30, max_workers=2, max_message_bytes=1 << 20)
+    calling = asyncio.ensure_future(pool.call("ListFiles", listing(directory), seconds=60, what="a listing"))
+    while not (forked := children()):
+        await asyncio.sleep(0)  # a turn of the event loop at a time: connecting its pipes takes two
+    calling.cancel()  # the call is abandoned, and starts no other worker
+    await pool.aclose()
+    await asyncio.gather(calling, return_exceptions=True)
+    assert pool.pids == [] and not any(exists(pid) for pid in forked)  # killed and reaped
+
+
+def children() -> list[int]:
+    """The processes whose parent is this one."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and parent(int(entry.name)) == os.getpid():
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            pass
+    return found

@@ -125,6 +125,32 @@ async def test_closing_ends_standby_and_served_connections(relay, socket_path):
     await until(lambda: relay.standby == 0, "the relay sees the standby connections end")
 
 
+async def test_connections_accepted_as_the_dialer_closes_are_closed(socket_path):
+    """Accepted in the turn of the event loop before the one that closes the dialer, their tasks
+    are canceled before they ran: once aclose returns, the commands see their connections ended
+    all the same (not later, when the collector finds the sockets)."""
+    relay = EgressRelay(0, str(socket_path), command_uid=65534, pass_descriptors=True)
+    await relay.start()
+    handler = Echo()
+    dialer = RelayDialer(socket_path, handler, standby=1)
+    try:
+        await dialer.start()
+        await until(lambda: relay.handed_over, "the dialer holds the listeners")
+        assert await echo_through(relay, b"accepting") == b"accepting"
+        commands = [socket.create_connection(("127.0.0.1", relay.port)) for _ in range(2)]  # both queued now
+        await asyncio.sleep(0)  # the next turn: the dialer accepts both and makes their tasks
+        await asyncio.sleep(0)  # the turn after: this step runs before their first ones
+        await dialer.aclose()
+        assert handler.served == 1  # neither task ran
+        for command in commands:
+            with command:
+                command.setblocking(False)
+                assert command.recv(1) == b""
+    finally:
+        await dialer.aclose()
+        await relay.aclose()
+
+
 async def test_the_dialer_dials_again_when_the_relay_comes_back(socket_path):
     first = EgressRelay(0, str(socket_path), command_uid=65534)
     await first.start()
