@@ -22,7 +22,7 @@ emitted by the same :class:`~protolink.execution.output.OutputCollector` the hos
 each process's events wait in a bounded queue (a server that floods one makes the reader wait,
 it cannot fill this process's memory), and a process whose events stop coming, keepalives
 included, is given up. (A deadline this side's loop was held up past first reads what came
-meanwhile: :mod:`.deadlines`.)
+meanwhile: :mod:`protolink.deadlines`.)
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 
 import grpc
 
+from protolink import deadlines
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
 from protolink.execution.groups import completed_within
 from protolink.execution.local_processes import DRAIN_GRACE_SECONDS
@@ -45,7 +46,6 @@ from protolink.wire._pb import process_pb2, sandbox_pb2
 from protolink.wire.output_events import OutputEvent, read_output_event
 from protolink.wire.status import CallEnd, Status, checked_answer, from_wire
 
-from . import deadlines
 from .aio_call import AsyncCall
 from .pipe_connection import PassedPipes, Unsent
 

@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from protolink import deadlines
 from protolink.net.addresses import IPAddress
 from protolink.net.network import Network, current_network
 from protolink.net.tunnel import Tunnel
 
-from .. import deadlines
 from .events import EgressEvent, EventKind
 from .lookups import Lookups
 from .policy import EgressPolicy

@@ -18,9 +18,8 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from protolink import deadlines
 from protolink.net.addresses import IPAddress, parse_host
-
-from .. import deadlines
 
 #: Up to n bytes from the client; b"" at its end.
 Read = Callable[[int], Awaitable[bytes]]

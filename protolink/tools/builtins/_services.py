@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from protolink import deadlines
 from protolink.core.tools import Artifact, Preparation, ToolContext, jsonable
 from protolink.errors import ToolExecutionError
 
@@ -71,7 +71,7 @@ async def call_bounded(ctx: ToolContext, timeout_seconds: float, operation: str,
     """
 
     async def bounded(timeout: float) -> Any:
-        deadline = asyncio.timeout(timeout)
+        deadline = deadlines.timeout(timeout)
         try:
             async with deadline:
                 return await start()

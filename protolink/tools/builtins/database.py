@@ -8,12 +8,12 @@ the approval preview.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
+from protolink import deadlines
 from protolink.core.tools import (
     Artifact,
     Preparation,
@@ -142,7 +142,7 @@ def database_tools(backend: DatabaseBackend, *, timeout_seconds: float = 30) -> 
 
 async def _wait(call: Awaitable[Any], timeout: float, operation: str) -> Any:
     """Await ``call``, canceling it after ``timeout``; the backend's own deadline errors pass."""
-    deadline = asyncio.timeout(timeout)
+    deadline = deadlines.timeout(timeout)
     try:
         async with deadline:
             return await call

@@ -8,7 +8,6 @@ ignored and nothing is retried.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import inspect
 import json
@@ -19,6 +18,7 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from pydantic import ConfigDict, Field, JsonValue, create_model
 
+from protolink import deadlines
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
 from protolink.tools.net.media import check_header, is_json, is_text, media_type
 
@@ -200,8 +200,8 @@ async def _resolve(headers: Callable[[], HeaderValues | Awaitable[HeaderValues]]
 async def _send(method: str, url: str, headers: Mapping[str, str], content: bytes | None, ctx: ToolContext,
                 *, timeout_seconds: float, max_response_bytes: int) -> dict[str, Any]:
     async def bounded(timeout: float) -> tuple[httpx.Response, bytearray]:
-        scope = asyncio.timeout(timeout)
-        # One deadline (the asyncio scope) bounds connect, send and read; httpx adds none of its own.
+        scope = deadlines.timeout(timeout)
+        # One deadline (the scope) bounds connect, send and read; httpx adds none of its own.
         client = httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=None,
                                    transport=httpx.AsyncHTTPTransport(retries=0))
         try:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from protolink import deadlines
 from protolink.core.ids import new_id
 from protolink.core.tools import Artifact, Preparation, PreparedTool, ToolContext
 from protolink.errors import BudgetExceededError
@@ -160,7 +161,7 @@ async def _ask(
 ) -> UserInputResult:
     await ctx.emit("user_input.requested", request=request.to_dict())
     timeout, limited_by_budget = ctx.bound_timeout(timeout_seconds)
-    scope = asyncio.timeout(timeout)
+    scope = deadlines.timeout(timeout)
     try:
         async with scope:
             pending = callback(request)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from email.message import Message
 from http.client import HTTPException, parse_headers
 
-from protolink import __version__
+from protolink import __version__, deadlines
 from protolink.core.tools import ToolContext
 from protolink.errors import BudgetExceededError
 
@@ -200,7 +200,7 @@ async def transport_deadline(context: ToolContext, seconds: float, what: str) ->
     Expiry raises RuntimeError, or BudgetExceededError when the run budget was the tighter bound.
     """
     timeout, limited_by_budget = context.bound_timeout(seconds)
-    scope = asyncio.timeout(timeout)
+    scope = deadlines.timeout(timeout)
     try:
         async with scope:
             yield

@@ -13,7 +13,7 @@ import pytest
 
 from protolink.errors import SandboxUnavailableError
 from protolink.sandbox import process_stream
-from protolink.sandbox.deadlines import LATE_SECONDS
+from protolink.deadlines import LATE_SECONDS
 from protolink.sandbox.pipe_connection import ChannelCalls
 from protolink.sandbox.process_stream import Output, ProcessStream
 from protolink.wire._pb import process_pb2

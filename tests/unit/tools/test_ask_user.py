@@ -13,6 +13,7 @@ from protolink.core.runs import RunContext
 from protolink.errors import BudgetExceededError, DirectCallError, PolicyDeniedError
 from protolink.tools import UserInputRequest, ask_user_tool
 from protolink.tools.builtins import UserInputResult
+from tests.held_loop import DEADLINE_SECONDS, hold_up
 
 
 def agent_with(callback, **options: Any) -> tuple[Agent, list[Event]]:
@@ -88,6 +89,22 @@ async def test_the_question_timeout_returns_timed_out_and_interrupts_the_callbac
     assert released.is_set()
     assert [e.type for e in events] == ["user_input.requested", "user_input.timed_out"]
     assert events[1].data == {"request_id": result.request_id}
+
+
+async def test_an_answer_typed_while_the_loop_was_held_past_the_timeout_is_answered():
+    """A blocking step of the caller's held its loop past the question's timeout while the user
+    answered on a terminal thread: the answer waits unread behind the timeout's own callback, and
+    the question is answered with it instead of timing out."""
+
+    async def typed(request: UserInputRequest) -> str:  # input() offloaded to a thread
+        held = hold_up(asyncio.get_running_loop())
+        return await asyncio.to_thread(lambda: held.wait(30) and "CSV")
+
+    agent, events = agent_with(typed, timeout_seconds=DEADLINE_SECONDS)
+    result = await agent.call_tool("ask_user", question="Which format?")
+
+    assert (result.status, result.answer) == ("answered", "CSV")
+    assert [e.type for e in events] == ["user_input.requested", "user_input.answered"]
 
 
 async def test_the_run_budget_bounds_the_wait_and_raises_the_budget_error():

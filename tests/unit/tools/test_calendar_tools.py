@@ -15,6 +15,7 @@ from protolink.errors import (
     ToolExecutionError,
 )
 from protolink.tools import InMemoryCalendar, calendar_tools
+from tests.held_loop import DEADLINE_SECONDS, hold_up
 
 from .service_support import Approvals, service_agent
 
@@ -152,6 +153,20 @@ async def test_each_operation_times_out():
     agent = service_agent(calendar_tools(RecordingCalendar(stall=True), timeout_seconds=0.05))
     with pytest.raises(TimeoutError, match="did not finish within"):
         await agent.call_tool("list_calendar_events", **WEEK)
+
+
+async def test_an_answer_that_came_while_the_loop_was_held_past_the_timeout_is_returned():
+    """A blocking step of the caller's held its loop past the operation's timeout while the
+    backend's worker thread (as IMAP's are) answered: the answer waits unread behind the
+    timeout's own callback, and the call returns it instead of failing as one that timed out."""
+
+    class AnsweredWhileHeld(RecordingCalendar):
+        async def list_events(self, **arguments: Any) -> dict[str, Any]:
+            held = hold_up(asyncio.get_running_loop())
+            return await asyncio.to_thread(lambda: held.wait(30) and {"items": [], "next_page_token": None})
+
+    agent = service_agent(calendar_tools(AnsweredWhileHeld(), timeout_seconds=DEADLINE_SECONDS))
+    assert await agent.call_tool("list_calendar_events", **WEEK) == {"items": [], "next_page_token": None}
 
 
 async def test_the_run_budget_bounds_the_timeout():

@@ -17,6 +17,7 @@ import pytest
 from protolink import Agent, AgentCard, CapabilityPolicy, RunContext
 from protolink.errors import BudgetExceededError, ToolArgumentError, ToolExecutionError
 from protolink.tools import DatabaseBackend, SQLiteDatabase, database_tools
+from tests.held_loop import DEADLINE_SECONDS, hold_up
 
 ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
 
@@ -351,6 +352,38 @@ async def test_the_run_budget_bounds_the_query(db_path):
     with pytest.raises(BudgetExceededError):
         await agent.call_tool("query_database", sql=ENDLESS, context=RunContext(max_seconds=0.3))
     assert descriptors_on(db_path) == 0
+
+
+async def test_an_answer_that_came_while_the_loop_was_held_past_the_deadline_is_returned():
+    """A blocking step of the caller's held its loop past the call's deadline while the backend's
+    worker thread answered: the answer waits unread behind the deadline's own callback, and the
+    call returns it instead of failing as one that did not finish in time."""
+
+    class AnsweredWhileHeld(ListBackend):
+        """An adapter over a blocking driver, which answers from a worker thread."""
+
+        async def query(self, *, sql: str, parameters: Any, max_rows: int) -> dict[str, Any]:
+            held = hold_up(asyncio.get_running_loop())
+            answer = {"columns": ["x"], "rows": [[1]], "truncated": False}
+            return await asyncio.to_thread(lambda: held.wait(30) and answer)
+
+    agent = make_agent(AnsweredWhileHeld(), timeout_seconds=DEADLINE_SECONDS)
+    assert (await agent.call_tool("query_database", sql="SELECT x FROM t"))["rows"] == [[1]]
+
+
+async def test_a_query_that_never_finishes_times_out_when_the_loop_was_held_past_the_deadline(db_path):
+    """The time a held-up loop adds is bounded: a query that never finishes still fails the call
+    as a timeout, with the tool's error, and is interrupted."""
+    class Held(SQLiteDatabase):
+        async def query(self, **arguments: Any) -> dict[str, Any]:
+            hold_up(asyncio.get_running_loop())
+            return await super().query(**arguments)
+
+    agent = make_agent(Held(db_path, timeout_seconds=600), timeout_seconds=DEADLINE_SECONDS)
+    async with asyncio.timeout(60):  # only a guard against a hang: the worker must stop
+        with pytest.raises(TimeoutError, match=f"did not finish within {DEADLINE_SECONDS:g} seconds"):
+            await agent.call_tool("query_database", sql=ENDLESS)
+    assert descriptors_on(db_path) == 0, "the worker's connection was interrupted and closed"
 
 
 # -- other backends ---------------------------------------------------------------------------

@@ -11,6 +11,8 @@ import asyncio
 import ipaddress
 import ssl
 import subprocess
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from protolink.tools.builtins import fetch
 from protolink.net.addresses import Destination
 from protolink.tools.net.http1 import open_response
 from protolink.net.network import SystemNetwork, use_network
+from tests.held_loop import DEADLINE_SECONDS, HELD_SECONDS
 from tests.unit.tools.web_support import Reply, ScriptedNetwork, Site, fixture
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the same loop as the async site fixture
@@ -167,6 +170,25 @@ async def test_a_silent_server_hits_the_transport_deadline(site, network, monkey
     with pytest.raises(RuntimeError, match="timed out after 0.2 seconds"):
         await fetch_url()(url="https://www.example.org/slow")
     await asyncio.wait_for(site.closed.wait(), 30)
+
+
+async def test_a_page_that_came_while_the_loop_was_held_past_the_deadline_is_returned(site, network, monkeypatch):
+    """A blocking step of the caller's held the loop past the transport deadline once the page
+    was sent: it waits unread behind the deadline's own callback, and the fetch returns it
+    instead of failing as one that timed out."""
+    monkeypatch.setattr(fetch, "TRANSPORT_SECONDS", DEADLINE_SECONDS)
+    body = b"sent in time"
+
+    async def sent_then_held() -> AsyncIterator[bytes]:
+        yield body
+        time.sleep(HELD_SECONDS)  # in the step that sent the page, before the client sees it
+
+    headers = [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))]
+    site.route("www.example.org", "/held", Reply(200, headers, body_stream=sent_then_held))
+
+    page = await fetch_url()(url="https://www.example.org/held")
+
+    assert page["text"] == "sent in time"
 
 
 async def test_cancellation_closes_the_connection(site, network):

@@ -1,7 +1,8 @@
 """http_tool(): a fixed API root, model-chosen paths below it, against a real HTTP server.
 
 The server is Python's http.server on 127.0.0.1 in a thread (hence ``allow_http=True``); it
-records every request and notices when a client goes away.
+records every request and notices when a client goes away, and can hold the client's event loop
+up before it answers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from protolink.errors import (
 )
 from protolink.tools import http_tool
 from tests.descriptors import open_tcp_sockets
+from tests.held_loop import DEADLINE_SECONDS, hold_up
 
 
 @dataclass
@@ -52,6 +54,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         self.server.received.append(Received(self.command, self.path, dict(self.headers), body))
         self.server.arrived.set()
+        if self.server.hold is not None:  # a blocking step of the client's, before the answer
+            assert hold_up(self.server.hold).wait(30)
         route = self.path.split("?", 1)[0]
         if route == "/v1/slow":
             while self.connection.recv(1):  # until the client closes the connection
@@ -107,6 +111,7 @@ class _Server(ThreadingHTTPServer):
         self.arrived = threading.Event()
         self.disconnected = threading.Event()
         self.finished = threading.Event()
+        self.hold: asyncio.AbstractEventLoop | None = None  # held up once a request has arrived
 
     @property
     def base(self) -> str:
@@ -384,6 +389,29 @@ async def test_a_timeout_fails_and_closes_the_client(server):
     agent = make_agent(http_tool(server.base, allow_http=True, timeout_seconds=0.3))
 
     with pytest.raises(RuntimeError, match="timed out after 0.3 seconds"):
+        await agent.call_tool("http_request", path="slow")
+    assert open_tcp_sockets(server.server_address[1]) == 0
+
+
+async def test_an_answer_that_came_while_the_loop_was_held_past_the_deadline_is_returned(server):
+    """A blocking step of the caller's held its loop past the call's deadline while the server
+    answered: the answer waits unread behind the deadline's own callback, and the call returns it
+    instead of failing as one that timed out."""
+    server.hold = asyncio.get_running_loop()
+    agent = make_agent(http_tool(server.base, allow_http=True, timeout_seconds=DEADLINE_SECONDS))
+
+    result = await agent.call_tool("http_request", path="items")
+
+    assert (result["status_code"], result["body"]) == (200, {"items": [1, 2]})
+
+
+async def test_a_server_that_never_answers_times_out_when_the_loop_was_held_past_the_deadline(server):
+    """The time a held-up loop adds is bounded: a server that never answers still fails the call
+    as a timeout, with the tool's error."""
+    server.hold = asyncio.get_running_loop()
+    agent = make_agent(http_tool(server.base, allow_http=True, timeout_seconds=DEADLINE_SECONDS))
+
+    with pytest.raises(RuntimeError, match=f"timed out after {DEADLINE_SECONDS:g} seconds"):
         await agent.call_tool("http_request", path="slow")
     assert open_tcp_sockets(server.server_address[1]) == 0
 

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from protolink.sandbox.deadlines import LATE_SECONDS
+from protolink.deadlines import LATE_SECONDS
 from protolink.sandbox.egress import EgressLimits, EgressPolicy
 from protolink.sandbox.egress.proxy import EgressProxy
 

@@ -3,30 +3,44 @@
 When a blocking step of the loop's caller holds it up past a deadline, the answer that came in
 time and the deadline's expiry are seen in the same turn of the loop: the answer's readiness
 callback only wakes the task that would take it, and the deadline's callback, in that turn,
-cancels the task before it runs. :func:`timeout` gives a deadline noticed that late
-:data:`LATE_SECONDS` more, so what came meanwhile is read first.
+cancels the task before it runs. :class:`timeout` gives a deadline noticed that late
+:data:`LATE_SECONDS` more, so what came meanwhile is read first. Standard library only: every
+layer may use it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Self
 
 #: A deadline noticed this much after it passed says that the loop was held up (a blocking step
 #: of its caller's), not that the other side was late: its answer may wait unread.
 LATE_SECONDS = 0.5
 
 
-class Deadline:
-    """The deadline :func:`timeout` keeps: :meth:`reschedule` and :meth:`expired` as
-    :class:`asyncio.Timeout`'s."""
+class timeout:
+    """:func:`asyncio.timeout` of ``seconds``, but one noticed LATE_SECONDS or more after it
+    passed expires LATE_SECONDS later (see the module). Entered, it is the deadline:
+    :meth:`reschedule` and :meth:`expired` as :class:`asyncio.Timeout`'s."""
 
-    def __init__(self, expiry: asyncio.Timeout, when: float | None) -> None:
-        self._expiry = expiry  # entered without a deadline: set only once one is noticed
-        self._loop = asyncio.get_running_loop()
+    __slots__ = ("_seconds", "_expiry", "_loop", "_noticing")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._expiry = asyncio.Timeout(None)  # set only once the deadline is noticed
         self._noticing: asyncio.TimerHandle | None = None
-        self.reschedule(when)
+
+    async def __aenter__(self) -> Self:
+        await self._expiry.__aenter__()
+        self._loop = asyncio.get_running_loop()
+        self.reschedule(self._loop.time() + self._seconds)
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> bool | None:
+        self.forget()
+        return await self._expiry.__aexit__(kind, error, traceback)
 
     def reschedule(self, when: float | None) -> None:
         """Expire at the loop's time ``when`` (None: never)."""
@@ -48,15 +62,3 @@ class Deadline:
         self._noticing = None
         now = self._loop.time()
         self._expiry.reschedule(now + LATE_SECONDS if now - when >= LATE_SECONDS else now)
-
-
-@contextlib.asynccontextmanager
-async def timeout(seconds: float) -> AsyncIterator[Deadline]:
-    """:func:`asyncio.timeout` of ``seconds``, but one noticed LATE_SECONDS or more after it
-    passed expires LATE_SECONDS later (see the module)."""
-    async with asyncio.timeout(None) as expiry:
-        deadline = Deadline(expiry, asyncio.get_running_loop().time() + seconds)
-        try:
-            yield deadline
-        finally:
-            deadline.forget()
