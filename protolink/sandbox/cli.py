@@ -69,7 +69,8 @@ async def _up(args: argparse.Namespace) -> int:
     from .appliance import Appliance, appliance_config, find
     from .config import Identity
     from .docker import roots_from_env
-    from .provision import DEFAULT_IMAGE, ensure_engine, ensure_image
+    from .images import DEFAULT_IMAGE
+    from .provision import ensure_engine, ensure_image
     from .writable_roots import check_writable, default_workspace
 
     egress = None
@@ -490,7 +491,7 @@ def _kube_manifest(args: argparse.Namespace) -> int:
     from .appliance import appliance_config
     from .egress.policy import parse_policy
     from .placements.kubernetes import ClusterFacts, NodeFacts, manifests
-    from .provision import DEFAULT_IMAGE
+    from .images import DEFAULT_IMAGE
 
     try:
         config = appliance_config(args.name, roots=[Root.parse(text) for text in args.root],

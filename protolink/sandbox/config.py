@@ -35,7 +35,7 @@ from protolink.wire.roots import Root
 
 from .egress.policy import EgressPolicy
 from .leftovers import process_owner
-from .provision import DEFAULT_IMAGE, image_reference
+from .images import DEFAULT_IMAGE, image_reference
 from .records import NAME
 
 MiB = 1 << 20

@@ -20,7 +20,7 @@ from typing import Any
 
 from protolink.errors import SandboxEngineError
 
-from .provision import missing_image_hint
+from .images import missing_image_hint
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 

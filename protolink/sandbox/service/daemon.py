@@ -27,7 +27,7 @@ from protolink.errors import SandboxError
 
 from ..hostdirs import write_private
 from ..leftovers import process_owner
-from ..provision import DEFAULT_IMAGE
+from ..images import DEFAULT_IMAGE
 from .config import ServiceConfig
 from .audit import AuditLog
 from .events import Events, EventSink, Flattened

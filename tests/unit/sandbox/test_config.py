@@ -21,7 +21,7 @@ from protolink.sandbox.config import (
 )
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.egress.policy import DENY_ALL, EgressPolicy
-from protolink.sandbox.provision import DEFAULT_IMAGE
+from protolink.sandbox.images import DEFAULT_IMAGE
 from protolink.wire.roots import Root
 
 

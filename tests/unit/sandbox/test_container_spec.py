@@ -32,7 +32,7 @@ from protolink.sandbox.placements.docker import (
     cpu_limit,
 )
 from protolink.sandbox.egress.policy import DENY_ALL, EgressPolicy
-from protolink.sandbox.provision import DEFAULT_IMAGE
+from protolink.sandbox.images import DEFAULT_IMAGE
 from protolink.wire.roots import Root
 
 CREATED = 1_700_000_000

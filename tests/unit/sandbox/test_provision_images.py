@@ -13,7 +13,8 @@ import pytest
 from protolink.sandbox.cli import COMMAND_ENV
 from protolink.sandbox.config import NOBODY
 from protolink.sandbox.placements.server import CAPABILITIES, SECRET_DIR, SOCKET_DIR
-from protolink.sandbox.provision import BUILT_IMAGES, SCRIPTS, built_kind
+from protolink.sandbox.images import BUILT_IMAGES, built_kind
+from protolink.sandbox.provision import SCRIPTS
 from protolink_sandboxd.spawner import PROGRAM
 
 ROOT = Path(__file__).resolve().parents[3]

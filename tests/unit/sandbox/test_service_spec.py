@@ -12,7 +12,7 @@ from protolink.sandbox.config import Identity, Lease, Limits, MiB, PublishedPort
 from protolink.sandbox.egress.policy import EgressPolicy
 from protolink.sandbox.placements.docker import EngineFacts, HostFacts, container_spec
 from protolink.sandbox.placements.swarm import PlacementFacts, SwarmFacts, service_spec
-from protolink.sandbox.provision import DEFAULT_IMAGE
+from protolink.sandbox.images import DEFAULT_IMAGE
 from protolink.wire.roots import Root
 
 CREATED = 1_700_000_000
