@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from protolink.errors import SandboxError, SandboxNotReachedError
+from protolink.errors import SandboxError, SandboxNotReachedError, ToolExecutionError
 
 # ``exec`` is timed against ``docker exec``: only what it needs is imported here (no asyncio,
 # grpc or protobuf: :mod:`.exec_client`); the docker SDK, the images, the container options
@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from .exec_client import Command, Outcome
 
 DEFAULT_NAME = "protolink-appliance"
+#: exec's defaults: a command runs as long as it would on a host, within a day, and its output is
+#: passed through up to the appliance's limit (exec keeps none of it).
+EXEC_TIMEOUT_SECONDS = 86400.0
+EXEC_OUTPUT_BYTES = 1 << 30
 
 
 def _say(message: str) -> None:
@@ -342,9 +346,14 @@ async def _egress_log(args: argparse.Namespace) -> int:
     return 0
 
 
+#: exec's own exit statuses, beside its command's: as ``timeout`` and ``docker exec`` give them.
+TIMED_OUT, SANDBOX_FAILED, NOT_STARTED, NOT_UP = 124, 125, 126, 3
+
+
 def _exec(args: argparse.Namespace) -> int:
-    """Run the command, its output passed through as it comes; its exit code, 1 when it was
-    killed by a signal or never reported one, 3 when the appliance is not up."""
+    """Run the command, its output passed through as it comes. Its exit status is a shell's:
+    the command's exit code, 128 + N when signal N ended it; 124 when it timed out, 126 when it
+    could not start, 125 when the sandbox failed, 3 when the appliance is not up."""
     from .exec_client import Command
 
     argv = typed_argv(args.command)
@@ -353,20 +362,29 @@ def _exec(args: argparse.Namespace) -> int:
     try:
         outcome = _execute_in(args.name, command)
     except BrokenPipeError:  # what reads the output went away: the command ends with the connection
-        return 1
-    except (OSError, RuntimeError) as error:  # the sandbox's own error for this command (it could not start)
+        import signal
+
+        return 128 + signal.SIGPIPE
+    except ToolExecutionError as error:  # the sandbox's own word: the command could not start
         _say(str(error))
-        return 1
+        return NOT_STARTED
+    except (OSError, SandboxError) as error:
+        _say(str(error))
+        return SANDBOX_FAILED
     if outcome is None:
         _say(f"{args.name} is not up: run `protolink-sandbox up` first")
-        return 3
+        return NOT_UP
+    if outcome.truncated:
+        _say("output truncated")
     if outcome.timed_out:
         import shlex
 
         _say(f"timed out after {args.timeout:g} s: {shlex.join(argv)}")
-    if outcome.truncated:
-        _say("output truncated")
-    return outcome.exit_code if outcome.exit_code is not None and outcome.exit_code >= 0 else 1
+        return TIMED_OUT
+    if outcome.exit_code is None:
+        _say("the sandbox did not report how the command ended")
+        return SANDBOX_FAILED
+    return outcome.exit_code if outcome.exit_code >= 0 else 128 - outcome.exit_code
 
 
 def _execute_in(name: str, command: Command) -> Outcome | None:
@@ -529,8 +547,11 @@ def _verbs() -> tuple[argparse.ArgumentParser, Any]:
 def _add_exec(commands: Any) -> argparse.ArgumentParser:
     execute: argparse.ArgumentParser = commands.add_parser("exec", help="run one command in the appliance")
     execute.add_argument("--cwd", default="/tmp")
-    execute.add_argument("--timeout", type=float, default=60.0)
-    execute.add_argument("--max-output-bytes", type=int, default=1 << 20)
+    execute.add_argument("--timeout", type=float, default=EXEC_TIMEOUT_SECONDS,
+                         help=f"seconds before the command's group is killed (exit 124; default {EXEC_TIMEOUT_SECONDS:g})")
+    execute.add_argument("--max-output-bytes", type=int, default=EXEC_OUTPUT_BYTES,
+                         help="bytes of output passed through, both channels together; the rest is dropped "
+                              "(default: the appliance's limit, 1 GiB)")
     execute.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]")
     return execute
 

@@ -129,7 +129,7 @@ def appliance(docker_client, sandbox_image, tmp_path_factory) -> Iterator[tuple[
         cli("down", "--name", name)
 
 
-CAP = 1 << 20  # exec's default --max-output-bytes
+CAP = 1 << 20  # the --max-output-bytes the tests of the cap give
 
 
 def test_exec_writes_the_commands_bytes_exactly(appliance):
@@ -137,24 +137,28 @@ def test_exec_writes_the_commands_bytes_exactly(appliance):
     binary = exec_bytes(name, "--", "/bin/sh", "-c", f"cat {root}/bytes; cat {root}/bytes >&2")
     assert (binary.returncode, binary.stdout, binary.stderr) == (0, (root / "bytes").read_bytes(),
                                                                  (root / "bytes").read_bytes())
-    at_cap = exec_bytes(name, "--", "cat", str(root / "at-cap"))
+    at_cap = exec_bytes(name, "--max-output-bytes", str(CAP), "--", "cat", str(root / "at-cap"))
     assert (at_cap.returncode, at_cap.stdout, at_cap.stderr) == (0, (root / "at-cap").read_bytes(), b"")
-    past_cap = exec_bytes(name, "--", "cat", str(root / "past-cap"))
+    past_cap = exec_bytes(name, "--max-output-bytes", str(CAP), "--", "cat", str(root / "past-cap"))
     assert (past_cap.returncode, past_cap.stdout) == (0, (root / "at-cap").read_bytes())
     assert past_cap.stderr == b"protolink-sandbox: output truncated\n"
+    whole = exec_bytes(name, "--", "cat", str(root / "past-cap"))  # by default, as much as the appliance allows
+    assert (whole.returncode, whole.stdout, whole.stderr) == (0, (root / "past-cap").read_bytes(), b"")
     smaller = exec_bytes(name, "--max-output-bytes", "300", "--", "/bin/sh", "-c", f"cat {root}/bytes >&2")
     assert (smaller.stdout, smaller.stderr) == (b"", bytes(range(256)) + bytes(range(44)) +
                                                 b"protolink-sandbox: output truncated\n")
 
 
-def test_exec_ends_as_its_command_ends(appliance):
+def test_exec_ends_as_its_command_ends_in_a_shell(appliance):
     name, root = appliance
     assert exec_bytes(name, "--", "/bin/sh", "-c", "exit 7").returncode == 7
     assert exec_bytes(name, "--", "/bin/sh", "-c", "exit 255").returncode == 255
     killed = exec_bytes(name, "--", "/bin/sh", "-c", "echo before; kill -KILL $$")
-    assert (killed.returncode, killed.stdout) == (1, b"before\n")  # killed by a signal: 1
+    assert (killed.returncode, killed.stdout) == (128 + 9, b"before\n")  # killed by signal N: 128 + N
+    terminated = exec_bytes(name, "--", "/bin/sh", "-c", "kill -TERM $$")
+    assert terminated.returncode == 128 + 15
     slow = exec_bytes(name, "--timeout", "1", "--", "sleep", "60")
-    assert slow.returncode == 1
+    assert slow.returncode == 124  # as timeout(1)
     assert slow.stderr == b"protolink-sandbox: timed out after 1 s: /usr/bin/env -- sleep 60\n"
     long = exec_bytes(name, "--", "/bin/sh", "-c", 'echo $#; printf %s "$@" | wc -c', "sh", *["x" * 100_000] * 3)
     assert (long.returncode, long.stdout.split()) == (0, [b"3", b"300000"])  # more than a first window of request
@@ -167,7 +171,7 @@ def test_exec_of_a_command_that_cannot_start_says_why(appliance):
     looked_up = exec_bytes(name, "--", "no-such-command")  # looked up on PATH inside the appliance
     assert looked_up.returncode == 127 and b"no-such-command" in looked_up.stderr
     missing = exec_bytes(name, "--", "/no/such/file")
-    assert missing.returncode == 1
+    assert missing.returncode == 126  # as docker exec: it could not be started
     assert missing.stderr == b"protolink-sandbox: could not start '/no/such/file': No such file or directory\n"
 
 
@@ -185,5 +189,5 @@ def test_exec_over_tcp_sends_the_token_and_a_wrong_one_is_refused(docker_client,
     assert (shown.returncode, shown.stdout) == (4, b"over tcp\n"), shown.stderr
     (runtime_dir() / f"{name}.token").write_text("wrong")
     refused = exec_bytes(name, "--", "/bin/sh", "-c", "echo ran")
-    assert (refused.returncode, refused.stdout) == (1, b"")
+    assert (refused.returncode, refused.stdout) == (125, b"")  # the sandbox's own failure
     assert refused.stderr == b"protolink-sandbox: missing or wrong token\n"
