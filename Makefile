@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml
 pytest = timeout --foreground --kill-after=60 $(TEST_TIMEOUT) $(BIN)/python -m pytest -q $(1) || { status=$$?; \
 	  [ $$status -ne 124 ] || echo "make $@: stopped after $(TEST_TIMEOUT) s (TEST_TIMEOUT)" >&2; exit $$status; }
 
-## test: the whole suite, after building the images it runs (a fresh machine's debootstrap takes minutes)
-test: install image ci-image podman
+## test: the whole suite, after building the images it runs (a fresh machine's debootstrap takes
+## minutes) and installing what it uses: podman, and runsc for the Swarm cluster's gVisor node
+test: install image ci-image podman gvisor
 	@$(call pytest)
 
 ## test-gvisor: the attack corpus (tests/security) again, every sandbox under gVisor's runsc

@@ -81,7 +81,8 @@ DATA_ROOT_OPTIONS = "size=4g,mode=0711,exec,dev,suid"
 #: A gVisor node's daemon configuration: the host's ``runsc`` as its default runtime, with the
 #: arguments the host's engine gives it (scripts/gvisor-up.sh): only ``lo`` in the sandbox, and
 #: the server's sockets made on the node (where its gateway reaches them).
-GVISOR_DAEMON = {"runtimes": {GVISOR_RUNTIME: {"path": "/usr/bin/runsc",
+GVISOR_PROGRAM = "/usr/bin/runsc"
+GVISOR_DAEMON = {"runtimes": {GVISOR_RUNTIME: {"path": GVISOR_PROGRAM,
                                                "runtimeArgs": ["--network=none", "--host-uds=create"]}},
                  "default-runtime": GVISOR_RUNTIME}
 
@@ -182,6 +183,9 @@ class SwarmCluster:
 
     def start(self) -> None:
         """Make the image, the network and the nodes; form the swarm."""
+        if self.gvisor_size and not Path(GVISOR_PROGRAM).is_file():
+            # A node's dockerd refuses to start without its default runtime's program.
+            raise RuntimeError(f"the gVisor nodes run this host's {GVISOR_PROGRAM}, which is missing: `make gvisor`")
         started = time.monotonic()
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
         image = self._image()
