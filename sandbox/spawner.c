@@ -118,8 +118,11 @@ static struct warm warm;
 static int subreapers;
 static cpu_set_t all_cpus;
 static int devnull = -1, signals = -1;
-/* Written by the vfork child (it shares this memory) when it cannot exec. */
-static volatile int child_error;
+/* Written by the vfork child (it shares this memory) when it cannot exec; and whether what
+ * failed was entering the working directory. */
+static volatile int child_error, child_in_directory;
+/* What a keeper reports in place of its command's pid when the command did not start. */
+enum { NOT_STARTED = -1, NO_DIRECTORY = -2 };
 
 static _Noreturn void die(const char *what) {
     fprintf(stderr, "protolink-spawner: %s: %s\n", what, strerror(errno));
@@ -453,15 +456,20 @@ static _Noreturn void keep(int link, pid_t spawner) {
     if (!await_command(link, &command)) _exit(0);
     /* Every CPU again: a command may have pinned this keeper while it waited. */
     if (sched_setaffinity(0, sizeof all_cpus, &all_cpus) != 0) _exit(1);
-    child_error = 0;
+    child_error = child_in_directory = 0;
     pid_t pid = vfork();
     if (pid == 0) {
         /* The child takes the command user's real uid itself (its effective uid already is),
          * with the system call: the C library's wrapper would act on the keeper's threads. The
          * keeper's own real uid stays the shield, so commands can never signal it. */
         if (syscall(SYS_setresuid, opt.uid, (uid_t)-1, (uid_t)-1) != 0 || setsid() < 0 || dup2(devnull, 0) < 0
-            || dup2(command.out, 1) < 0 || dup2(command.err, 2) < 0 || chdir(command.cwd) < 0) {
+            || dup2(command.out, 1) < 0 || dup2(command.err, 2) < 0) {
             child_error = errno;
+            _exit(127);
+        }
+        if (chdir(command.cwd) < 0) {
+            child_error = errno;
+            child_in_directory = 1;
             _exit(127);
         }
         umask(COMMAND_UMASK);
@@ -478,7 +486,7 @@ static _Noreturn void keep(int link, pid_t spawner) {
     close(devnull);
     if (started[1]) {
         if (pid > 0) while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
-        started[0] = -1;
+        started[0] = child_in_directory ? NO_DIRECTORY : NOT_STARTED;
     }
     if (!write_all(link, started, sizeof started) || started[1]) _exit(0);
     int status = 0;
@@ -555,6 +563,11 @@ static pid_t start(const char *payload, uint32_t length, int out, int err, uint6
         close(taken.link);
         errno = started[1] > 0 ? started[1] : ECHILD;
         if (errno == ECHILD) *failure = "the command's keeper ended before it reported the start";
+        if (started[0] == NO_DIRECTORY) {
+            static char directory_failure[128];
+            snprintf(directory_failure, sizeof directory_failure, "its working directory: %s", strerror(errno));
+            *failure = directory_failure;
+        }
         return -1;
     }
     remember(taken.keeper, request, taken.link);

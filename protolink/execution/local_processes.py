@@ -163,7 +163,7 @@ class _Child:
                 os.close(fd)
             if isinstance(error, OSError):
                 reason = error.strerror or str(error)
-                raise ToolExecutionError(f"could not start {self.spec.argv[0]!r}: {reason}") from None
+                raise ToolExecutionError(f"could not start {self.spec.argv[0]!r} in {self.spec.cwd!r}: {reason}") from None
             raise
         finally:
             os.close(stdout_write)

@@ -172,7 +172,11 @@ def test_exec_of_a_command_that_cannot_start_says_why(appliance):
     assert looked_up.returncode == 127 and b"no-such-command" in looked_up.stderr
     missing = exec_bytes(name, "--", "/no/such/file")
     assert missing.returncode == 126  # as docker exec: it could not be started
-    assert missing.stderr == b"protolink-sandbox: could not start '/no/such/file': No such file or directory\n"
+    assert missing.stderr == b"protolink-sandbox: could not start '/no/such/file' in '/tmp': No such file or directory\n"
+    nowhere = exec_bytes(name, "--cwd", "/no/such/directory", "--", "true")
+    assert nowhere.returncode == 126
+    assert nowhere.stderr == (b"protolink-sandbox: could not start '/usr/bin/env' in '/no/such/directory': "
+                              b"its working directory: No such file or directory\n")
 
 
 def test_exec_without_an_appliance_exits_3(docker_client):
