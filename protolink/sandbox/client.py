@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import math
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -106,7 +107,8 @@ async def connect(
 
     Waits up to ``timeout`` seconds for the server to answer (it may still be starting), then
     returns a backend named after the server's boundary. ``token`` is sent with every call
-    (required for TCP). Raises SandboxUnavailableError when no server answers in time.
+    (required for TCP). Raises SandboxNotReachedError (a SandboxUnavailableError) naming the
+    address when no server answers in time.
     ``output_pipes=False`` keeps every process's output on the Execute stream, ``command_channel=False``
     every process on gRPC (see :func:`attach`).
     """
@@ -116,6 +118,11 @@ async def connect(
         return await attach(channel, metadata, timeout=timeout, max_message_bytes=max_message_bytes, owns_channel=True,
                             address=address if _own_connection_reaches(address) else None, output_pipes=output_pipes,
                             command_channel=command_channel)
+    except SandboxNotReachedError:
+        await channel.close()
+        socket_path = address.removeprefix("unix://") if address.startswith("unix://") else None
+        missing = ": its socket does not exist" if socket_path is not None and not os.path.exists(socket_path) else ""
+        raise SandboxNotReachedError(f"no sandbox server answered at {address} within {timeout:g} s{missing}") from None
     except BaseException:
         await channel.close()
         raise
@@ -143,10 +150,7 @@ async def attach(
     may pass their output's pipes to this host there (unless ``output_pipes`` is False); without
     ``address``, on the gRPC channel. The
     processes' call is opened at once (:meth:`.process_stream.ProcessStream.open`)."""
-    response = info if info is not None else await _call(
-        sandbox_pb2_grpc.SandboxStub(channel).Info, sandbox_pb2.InfoRequest(),
-        metadata=tuple(metadata), timeout=timeout, wait_for_ready=True,
-    )
+    response = info if info is not None else await _first_answer(channel, metadata, timeout)
     backend = SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
                              owns_channel=owns_channel, address=address, output_pipes=output_pipes,
                              command_channel=command_channel)
@@ -356,6 +360,20 @@ class SandboxBackend(Operations):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._channel.channel_ready(), RECONNECT_SECONDS)
         return False
+
+
+async def _first_answer(channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]],
+                        timeout: float) -> sandbox_pb2.InfoResponse:
+    """The server's Info, waiting up to ``timeout`` seconds for it to answer (it may be starting);
+    SandboxNotReachedError when it does not."""
+    try:
+        response = await sandbox_pb2_grpc.SandboxStub(channel).Info(
+            sandbox_pb2.InfoRequest(), metadata=tuple(metadata), timeout=timeout, wait_for_ready=True)
+    except grpc.aio.AioRpcError as error:
+        if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise SandboxNotReachedError(f"no sandbox server answered within {timeout:g} s") from None
+        raise from_rpc_error(error) from None
+    return parsed_answer(response)
 
 
 async def _call(method: Any, request: Message, **options: Any) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
+from protolink.errors import SandboxError, SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
 from protolink.execution.process_types import ProcessSpec
 from protolink.sandbox import connect, process_stream
 from protolink.sandbox.client import attach
@@ -196,8 +196,11 @@ async def test_invalid_limits_are_refused_at_connect(fake):
 
 
 async def test_nothing_listening_is_unavailable_without_a_hang(tmp_path):
-    with pytest.raises(SandboxUnavailableError):
-        await connect(f"unix://{tmp_path / 'nobody.sock'}", timeout=0.5)
+    address = f"unix://{tmp_path / 'nobody.sock'}"
+    with pytest.raises(SandboxNotReachedError) as raised:
+        await connect(address, timeout=0.5)
+    assert isinstance(raised.value, SandboxUnavailableError)
+    assert str(raised.value) == f"no sandbox server answered at {address} within 0.5 s: its socket does not exist"
 
 
 async def test_a_closed_backend_refuses_calls(fake):
