@@ -356,7 +356,7 @@ def test_the_command_line_refuses_a_garbled_answer_in_one_line(raw_server, tmp_p
     address, answers = raw_server
     answers.append(ANSWER + frame(0, 0, 1, message(b"\xff\xff")))
     done = exec_through_cli(tmp_path, address, monkeypatch)
-    assert (done.returncode, done.stdout) == (1, "")
+    assert (done.returncode, done.stdout) == (125, "")  # the sandbox's failure, not the command's
     assert done.stderr == "protolink-sandbox: the sandbox sent an answer that does not parse\n[]\n"
 
 

@@ -221,7 +221,7 @@ def test_a_command_that_cannot_start_fails_with_its_errno(started, place):
     kind, message, _ = started.run(["/no/such/program"])
     assert (kind, message) == (spawner.FAILED, os.strerror(2))
     kind, message, _ = started.run(["/bin/true"], str(place / "missing"))
-    assert (kind, message) == (spawner.FAILED, os.strerror(2))
+    assert (kind, message) == (spawner.FAILED, f"its working directory: {os.strerror(2)}")
     private = place / "private"
     private.mkdir(mode=0o700)
     tool = private / "tool"
