@@ -368,7 +368,7 @@ def _exec(args: argparse.Namespace) -> int:
     except ToolExecutionError as error:  # the sandbox's own word: the command could not start
         _say(str(error))
         return NOT_STARTED
-    except (OSError, SandboxError) as error:
+    except (OSError, RuntimeError) as error:  # the sandbox's failure (or its error for this call)
         _say(str(error))
         return SANDBOX_FAILED
     if outcome is None:
