@@ -30,6 +30,7 @@ from protolink.errors import SandboxError, SandboxNotReachedError, ToolExecution
 # grpc or protobuf: :mod:`.exec_client`); the docker SDK, the images, the container options
 # and the event loop load in the verbs that use them.
 from . import records
+from .addresses import socket_gone
 from .engine import engine_errors
 from .typed import COMMAND_ENV, typed_argv
 
@@ -41,6 +42,13 @@ DEFAULT_NAME = "protolink-appliance"
 #: passed through up to the appliance's limit (exec keeps none of it).
 EXEC_TIMEOUT_SECONDS = 86400.0
 EXEC_OUTPUT_BYTES = 1 << 30
+
+
+def _reader_gone() -> int:
+    """The exit status once what reads the output has gone: a shell's for SIGPIPE."""
+    import signal
+
+    return 128 + signal.SIGPIPE
 
 
 def _say(message: str) -> None:
@@ -362,9 +370,7 @@ def _exec(args: argparse.Namespace) -> int:
     try:
         outcome = _execute_in(args.name, command)
     except BrokenPipeError:  # what reads the output went away: the command ends with the connection
-        import signal
-
-        return 128 + signal.SIGPIPE
+        return _reader_gone()
     except ToolExecutionError as error:  # the sandbox's own word: the command could not start
         _say(str(error))
         return NOT_STARTED
@@ -393,7 +399,7 @@ def _execute_in(name: str, command: Command) -> Outcome | None:
     from .exec_client import CONNECT_SECONDS, execute
 
     record = records.load(name)
-    if record is not None and not _socket_gone(record.address):
+    if record is not None and not socket_gone(record.address):
         try:
             return execute(record.address, records.read_token(name), command)
         except SandboxNotReachedError:
@@ -405,10 +411,6 @@ def _execute_in(name: str, command: Command) -> Outcome | None:
         records.forget(name)
         return None
     return execute(address(container), records.read_token(name), command, connect_seconds=CONNECT_SECONDS)
-
-
-def _socket_gone(address: str) -> bool:
-    return address.startswith("unix://") and not os.path.exists(address.removeprefix("unix://"))
 
 
 _CI_DESCRIPTION = """Copy REPO (a directory, or a git URL cloned here) into a fresh workspace, run the
@@ -667,10 +669,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SandboxError, ValueError) as error:
         _say(str(error))
         return 1
-    except BrokenPipeError:  # what reads the output went away (`status | head -1`): end as a shell would
-        import signal
-
-        return 128 + signal.SIGPIPE
+    except BrokenPipeError:  # what reads the output went away (`status | head -1`)
+        return _reader_gone()
     except KeyboardInterrupt:  # how `egress --log --follow` ends
         return 130
 

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import functools
 import math
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ from protolink.wire.keepalive import CLIENT_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
+from .addresses import socket_gone
 from .pipe_connection import ChannelCalls, channel_socket
 from .process_stream import PIPES_ABOVE_BYTES, Output, ProcessStream, grpc_calls, own_calls
 from .resolutions import Resolutions
@@ -120,8 +120,7 @@ async def connect(
                             command_channel=command_channel)
     except SandboxNotReachedError:
         await channel.close()
-        socket_path = address.removeprefix("unix://") if address.startswith("unix://") else None
-        missing = ": its socket does not exist" if socket_path is not None and not os.path.exists(socket_path) else ""
+        missing = ": its socket does not exist" if socket_gone(address) else ""
         raise SandboxNotReachedError(f"no sandbox server answered at {address} within {timeout:g} s{missing}") from None
     except BaseException:
         await channel.close()
