@@ -32,7 +32,7 @@ from protolink.errors import SandboxError, SandboxNotReachedError, ToolExecution
 from . import records
 from .addresses import socket_gone
 from .engine import engine_errors
-from .typed import COMMAND_ENV, typed_argv
+from .typed import COMMAND_ENV, command_env, typed_argv
 
 if TYPE_CHECKING:
     from .exec_client import Command, Outcome
@@ -365,7 +365,7 @@ def _exec(args: argparse.Namespace) -> int:
     from .exec_client import Command
 
     argv = typed_argv(args.command)
-    command = Command(argv=argv, cwd=args.cwd, env=COMMAND_ENV, timeout_seconds=args.timeout,
+    command = Command(argv=argv, cwd=args.cwd, env=args.env, timeout_seconds=args.timeout,
                       max_output_bytes=args.max_output_bytes)
     try:
         outcome = _execute_in(args.name, command)
@@ -549,6 +549,10 @@ def _verbs() -> tuple[argparse.ArgumentParser, Any]:
 def _add_exec(commands: Any) -> argparse.ArgumentParser:
     execute: argparse.ArgumentParser = commands.add_parser("exec", help="run one command in the appliance")
     execute.add_argument("--cwd", default="/tmp")
+    execute.add_argument("-e", "--env", action="append", default=[], metavar="NAME[=VALUE]",
+                         help="set a variable for the command (repeatable); a bare NAME passes this host's value. "
+                              f"The command also gets {', '.join(f'{k}={v}' for k, v in COMMAND_ENV.items())} "
+                              "unless set here. Its standard input is empty")
     execute.add_argument("--timeout", type=float, default=EXEC_TIMEOUT_SECONDS,
                          help=f"seconds before the command's group is killed (exit 124; default {EXEC_TIMEOUT_SECONDS:g})")
     execute.add_argument("--max-output-bytes", type=int, default=EXEC_OUTPUT_BYTES,
@@ -625,15 +629,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .ci.command import split_test
 
         argv, test = split_test(argv)
-    args = (_exec_parser() if argv[:1] == ["exec"] else _parser()).parse_args(argv)
+    parser = _exec_parser() if argv[:1] == ["exec"] else _parser()
+    args = parser.parse_args(argv)
     if args.verb == "ci":
         args.test = test
     if args.verb == "exec":
         args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not args.command:
-            _parser().error("exec needs a command: protolink-sandbox exec -- COMMAND [ARG...]")
+            parser.error("exec needs a command: protolink-sandbox exec -- COMMAND [ARG...]")
+        try:
+            args.env = command_env(args.env, os.environ)
+        except ValueError as error:
+            parser.error(str(error))
     if args.verb == "egress" and args.follow and not args.log:
-        _parser().error("--follow goes with --log")
+        parser.error("--follow goes with --log")
     if args.verb == "audit":
         return _audit(args)
     if args.verb == "kube-manifest":

@@ -3,10 +3,27 @@ environment it gets, and where a bare name is looked up. Imports nothing: ``exec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 #: What a typed command's environment holds.
 COMMAND_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+
+
+def command_env(settings: Sequence[str], host: Mapping[str, str]) -> dict[str, str]:
+    """COMMAND_ENV with ``settings`` applied in order, as ``docker exec --env`` takes them:
+    ``NAME=VALUE`` sets NAME (a later setting wins); a bare ``NAME`` passes this host's value.
+    ValueError for an empty name, or a bare name this host has not set."""
+    env = dict(COMMAND_ENV)
+    for setting in settings:
+        name, given, value = setting.partition("=")
+        if not name:
+            raise ValueError(f"--env takes NAME=VALUE or NAME, got {setting!r}")
+        if not given:
+            if name not in host:
+                raise ValueError(f"--env {name}: {name} is not set here (give its value: --env {name}=VALUE)")
+            value = host[name]
+        env[name] = value
+    return env
 
 
 def typed_argv(argv: Sequence[str]) -> list[str]:

@@ -166,6 +166,20 @@ def test_exec_ends_as_its_command_ends_in_a_shell(appliance):
     assert (where.returncode, where.stdout) == (0, f"{root}\n".encode())
 
 
+def test_exec_sets_the_variables_given_as_docker_exec_does(appliance, monkeypatch):
+    name, _ = appliance
+    monkeypatch.setenv("FROM_HOST", "host value")
+    shown = exec_bytes(name, "-e", "GREETING=a=b c", "--env", "FROM_HOST", "--env", "HOME=/srv", "-e", "EMPTY=",
+                       "--", "/bin/sh", "-c", 'printf "%s|%s|%s|%s|%s" "$GREETING" "$FROM_HOST" "$HOME" "${EMPTY-unset}" "$PATH"')
+    assert (shown.returncode, shown.stdout) == (0, b"a=b c|host value|/srv||/usr/local/bin:/usr/bin:/bin")
+    unset = exec_bytes(name, "--env", "NOT_SET_ON_THIS_HOST", "--", "true")
+    assert unset.returncode == 2 and b"NOT_SET_ON_THIS_HOST is not set here" in unset.stderr
+    nameless = exec_bytes(name, "-e", "=value", "--", "true")
+    assert nameless.returncode == 2 and b"--env takes NAME=VALUE or NAME" in nameless.stderr
+    quiet = exec_bytes(name, "--", "cat")  # its standard input is empty: it ends at once
+    assert (quiet.returncode, quiet.stdout) == (0, b"")
+
+
 def test_exec_of_a_command_that_cannot_start_says_why(appliance):
     name, _ = appliance
     looked_up = exec_bytes(name, "--", "no-such-command")  # looked up on PATH inside the appliance
