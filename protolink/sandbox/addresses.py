@@ -1,4 +1,5 @@
-"""A sandbox server's address: ``unix:///path`` (a socket on this host) or ``[tcp://]host:port``.
+"""A sandbox server's (or the sandbox service's) address: ``unix:///path`` (a socket on this host) or
+``[tcp://]host:port``.
 
 Standard library only: the ``exec`` path, which is timed, uses it.
 """
@@ -7,7 +8,15 @@ from __future__ import annotations
 
 import os
 
+_UNIX = "unix://"
+
+
+def socket_path(address: str) -> str | None:
+    """The path of the Unix socket ``address`` names (``unix:///path``); None for TCP."""
+    return address.removeprefix(_UNIX) if address.startswith(_UNIX) else None
+
 
 def socket_gone(address: str) -> bool:
     """Whether ``address`` is a Unix socket's whose file is not there: nothing can answer at it."""
-    return address.startswith("unix://") and not os.path.exists(address.removeprefix("unix://"))
+    path = socket_path(address)
+    return path is not None and not os.path.exists(path)

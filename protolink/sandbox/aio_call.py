@@ -23,6 +23,7 @@ from typing import Protocol
 from protolink.errors import SandboxError, SandboxNotReachedError, SandboxUnavailableError
 from protolink.wire.keepalive import PING_SECONDS, PING_TIMEOUT_SECONDS
 
+from .addresses import socket_path
 from .grpc_call import CallState, authority, host_and_port
 
 CONNECT_SECONDS = 5.0
@@ -100,8 +101,8 @@ class AsyncCall(asyncio.BufferedProtocol):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(CONNECT_SECONDS):
-                if address.startswith("unix://"):
-                    await loop.create_unix_connection(lambda: self, address.removeprefix("unix://"))
+                if (path := socket_path(address)) is not None:
+                    await loop.create_unix_connection(lambda: self, path)
                 else:
                     host, port = host_and_port(address)
                     await loop.create_connection(lambda: self, host, port)

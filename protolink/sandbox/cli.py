@@ -30,7 +30,7 @@ from protolink.errors import SandboxError, SandboxNotReachedError, ToolExecution
 # grpc or protobuf: :mod:`.exec_client`); the docker SDK, the images, the container options
 # and the event loop load in the verbs that use them.
 from . import records
-from .addresses import socket_gone
+from .addresses import socket_gone, socket_path
 from .engine import engine_errors
 from .typed import COMMAND_ENV, command_env, typed_argv
 
@@ -158,7 +158,7 @@ async def _start_service(args: argparse.Namespace, image: str) -> str:
     lines = [f"service: {', '.join(record['addresses'])} (pid {record['pid']}; default token {files.default_token}): "
              f"from protolink.sandbox.service import connect; service = await connect(name={args.name!r})"]
     if record.get("fingerprint"):
-        tcp = next(where for where in record["addresses"] if not where.startswith("unix://"))
+        tcp = next(where for where in record["addresses"] if socket_path(where) is None)
         lines.append(f"service tls: {record['fingerprint']}: remote clients pin it: "
                      f"connect({tcp!r}, token=..., fingerprint={record['fingerprint']!r})")
     return "\n".join(lines)
@@ -172,8 +172,9 @@ async def _start_egress(name: str, container_id: str, address: str, allow: list[
 
     container = await asyncio.to_thread(find, name)
     pid = int(container.attrs["State"]["Pid"]) if container is not None else 0
-    channel_dir = Path(address.removeprefix("unix://")).parent
-    return await start_daemon(name, channel_dir, container_id, pid, allow)
+    path = socket_path(address)
+    assert path is not None, "an appliance with egress listens on a Unix socket (SandboxConfig checks it)"
+    return await start_daemon(name, Path(path).parent, container_id, pid, allow)
 
 
 def _allowed(answer: dict[str, Any]) -> str:
@@ -201,8 +202,8 @@ async def _down(args: argparse.Namespace) -> int:
     record = records.load(args.name)
     records.forget(args.name)
     if container is None:
-        if record is not None and record.address.startswith("unix://"):  # removed behind our back
-            remove_host_dirs({HOSTDIRS_LABEL: os.path.dirname(record.address.removeprefix("unix://"))})
+        if record is not None and (path := socket_path(record.address)) is not None:  # removed behind our back
+            remove_host_dirs({HOSTDIRS_LABEL: os.path.dirname(path)})
         _say(f"{args.name} is not up")
         return 0
     await asyncio.to_thread(container.remove, force=True)

@@ -44,7 +44,7 @@ from protolink.wire.keepalive import CLIENT_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
-from .addresses import socket_gone
+from .addresses import socket_gone, socket_path
 from .pipe_connection import ChannelCalls, channel_socket
 from .process_stream import PIPES_ABOVE_BYTES, Output, ProcessStream, grpc_calls, own_calls
 from .resolutions import Resolutions
@@ -386,7 +386,7 @@ async def _call(method: Any, request: Message, **options: Any) -> Any:
 def _own_connection_reaches(address: str) -> bool:
     """Whether :mod:`.aio_call` connects to ``address`` as grpcio does: a Unix socket's absolute
     path, or a host and port (gRPC's other target schemes stay with grpcio)."""
-    return address.startswith("unix://") or _HOST_AND_PORT.fullmatch(address.removeprefix("tcp://")) is not None
+    return socket_path(address) is not None or _HOST_AND_PORT.fullmatch(address.removeprefix("tcp://")) is not None
 
 
 def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:

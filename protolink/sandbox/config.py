@@ -302,5 +302,7 @@ def _check_root(path: str) -> None:
 
 
 def _docker_socket() -> str | None:
+    """The Unix socket ``DOCKER_HOST`` names, if any: the engine's URL (docker-py's syntax, whose
+    bare ``unix://`` is the default socket), not a sandbox's address (:mod:`.addresses`)."""
     host = os.environ.get("DOCKER_HOST", "")
     return host.removeprefix("unix://") if host.startswith("unix://") else None

@@ -37,6 +37,7 @@ from protolink.wire.protections import REFUSED, parse_refusal, seccomp_profile
 from protolink.wire.roots import Root
 
 from . import engine, leftovers
+from .addresses import socket_gone
 from .config import PublishedPort, SandboxConfig
 from .disk import DiskWatch
 from .egress.events import EgressEvent
@@ -414,10 +415,9 @@ class DockerSandbox:
         assert self.address is not None
         deadline = time.monotonic() + self.start_timeout
         next_check = time.monotonic() + 0.25
-        socket_path = self.address.removeprefix("unix://") if not self._tcp else None
         last_error: BaseException | None = None
         while time.monotonic() < deadline:
-            if socket_path is None or os.path.exists(socket_path):
+            if not socket_gone(self.address):
                 try:
                     # Short attempts on fresh channels: a channel that failed once backs off for a second.
                     return await connect(self.address, token=self._token, timeout=1.0)

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from protolink.errors import SandboxError, SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
 
 from . import hpack_codec
+from .addresses import socket_path
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -54,11 +55,11 @@ def open_socket(address: str, timeout: float) -> socket.socket:
     """A connected socket to ``unix:///path`` or ``[tcp://]host:port``; SandboxNotReachedError
     when nothing answers there (nothing was sent)."""
     try:
-        if address.startswith("unix://"):
+        if (path := socket_path(address)) is not None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.settimeout(timeout)
-                sock.connect(address.removeprefix("unix://"))
+                sock.connect(path)
             except BaseException:
                 sock.close()
                 raise
@@ -79,7 +80,7 @@ def host_and_port(address: str) -> tuple[str, int]:
 
 def authority(address: str) -> str:
     """The ``:authority`` a call to ``address`` names."""
-    return "localhost" if address.startswith("unix://") else address.removeprefix("tcp://")
+    return "localhost" if socket_path(address) is not None else address.removeprefix("tcp://")
 
 
 class CallState:

@@ -57,6 +57,8 @@ from protolink.wire.pipe_passing import (
 from protolink.wire.keepalive import PING_SECONDS
 from protolink.wire.status import checked_answer, from_wire
 
+from .addresses import socket_path
+
 #: How long the reader waits, pinging, for anything from the server before the call fails. Longer
 #: than gRPC's 6 s: its pings are answered by its transport's threads, the channel's pongs by the
 #: server's event loop, which a sandbox busy on a loaded machine (a document bomb beside two CPU
@@ -358,9 +360,8 @@ _WATCHES = {"read": ("add_reader", "remove_reader"), "write": ("add_writer", "re
 def channel_socket(address: str) -> str | None:
     """Where the server at ``address`` offers its command channel: beside a Unix socket (a
     sandbox on this host); None for TCP."""
-    if not address.startswith("unix://"):
-        return None
-    return os.path.join(os.path.dirname(address.removeprefix("unix://")), SOCKET_NAME)
+    path = socket_path(address)
+    return None if path is None else os.path.join(os.path.dirname(path), SOCKET_NAME)
 
 
 def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:

@@ -32,6 +32,7 @@ from protolink.wire.roots import Root
 from protolink.wire.status import from_rpc_error
 
 from .. import transfer
+from ..addresses import socket_path
 from ..client import SandboxBackend, attach, channel_options
 from ..transfer import TransferResult
 from .files import DEFAULT_NAME, ServiceFiles
@@ -87,7 +88,7 @@ async def connect(address: str | None = None, token: str | None = None, *, name:
     owned = channel is None
     if channel is None:
         address = address or files.address
-        if address.startswith("unix://"):
+        if socket_path(address) is not None:
             channel = grpc.aio.insecure_channel(address, options=channel_options())
         elif fingerprint is not None:
             channel = await pinned_channel(address.removeprefix("tcp://"), fingerprint, options=channel_options(),

@@ -22,6 +22,7 @@ from protolink.wire._pb import sandbox_pb2
 from protolink.wire.roots import Root
 
 from .. import engine
+from ..addresses import socket_path
 from ..appliance import ADDRESS_LABEL
 from ..client import channel_options
 from ..config import Identity
@@ -146,8 +147,12 @@ class OnDocker:
         """Serve the egress of an adopted sandbox again (its relay waits for a host to dial in)."""
         if placed.template.allow is None:
             return
+        path = socket_path(placed.address)
+        if path is None:  # its address label is gone: there is no channel directory to dial into
+            log.warning("sandbox %s: its egress could not be resumed: it has no Unix socket address", placed.id)
+            return
         try:
-            placed.egress = await EgressService.start(Path(placed.address.removeprefix("unix://")).parent,
+            placed.egress = await EgressService.start(Path(path).parent,
                                                       parse_policy(placed.template.allow), sandbox=placed.id,
                                                       on_event=egress_events(self.events, placed))
         except ConnectionError as error:
