@@ -148,12 +148,12 @@ async def attach(
     channel, where it offers one (:mod:`.pipe_connection`; unless ``command_channel`` is False), and
     may pass their output's pipes to this host there (unless ``output_pipes`` is False); without
     ``address``, on the gRPC channel. The
-    processes' call is opened at once (:meth:`.process_stream.ProcessStream.open`)."""
+    processes' call is opened at once (:meth:`SandboxBackend.open_ahead`)."""
     response = info if info is not None else await _first_answer(channel, metadata, timeout)
     backend = SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
                              owns_channel=owns_channel, address=address, output_pipes=output_pipes,
                              command_channel=command_channel)
-    (backend._channel_processes or backend._grpc_processes).open()  # the first command's connection, set up meanwhile
+    backend.open_ahead()
     return backend
 
 
@@ -230,6 +230,12 @@ class SandboxBackend(Operations):
         """True when the server reports SERVING (grpc.health.v1); SandboxUnavailableError if it does not answer."""
         response = await self._unary(self._health.Check, health_pb2.HealthCheckRequest(service=""), HEALTH_SECONDS)
         return response.status == health_pb2.HealthCheckResponse.SERVING
+
+    def open_ahead(self) -> None:
+        """Open the first command's connection now, on the stream commands use (the command
+        channel's where the server offers one, else gRPC's): it is set up while the caller
+        does something else, and ends when idle (:meth:`.process_stream.ProcessStream.open`)."""
+        (self._channel_processes or self._grpc_processes).open()
 
     # ExecutionBackend --------------------------------------------------------------------
 
