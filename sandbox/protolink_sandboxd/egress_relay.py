@@ -284,16 +284,19 @@ class EgressRelay:
         self._serve_waiting()
         self._hand_listeners()
 
-    def _pipe(self, command: socket.socket, standby: socket.socket) -> None:
-        tunnel = Tunnel(command, standby, ended_by="server", pipe_bytes=PIPE_BYTES)
+    def _pipe(self, command: socket.socket, host: socket.socket) -> None:
+        """Join ``command`` to the standby connection ``host`` in a task of its own; both are
+        closed once it is done."""
+        tunnel = Tunnel(command, host, ended_by="server", pipe_bytes=PIPE_BYTES)
         self._joined.add(tunnel)  # now, not once its task runs: aclose in this turn of the loop aborts it too
-        task = asyncio.ensure_future(self._join(tunnel, command, standby))
+        task = asyncio.ensure_future(self._join(tunnel))
         self._tunnels.add(task)
         task.add_done_callback(self._tunnels.discard)
+        task.add_done_callback(lambda _: (command.close(), host.close()))
 
-    async def _join(self, tunnel: Tunnel, command: socket.socket, host: socket.socket) -> None:
-        """Hand ``host`` over (HANDOVER alone), then carry bytes both ways until the host's side
-        ends (the proxy is done, or closed it) or either connection is lost. A command that
+    async def _join(self, tunnel: Tunnel) -> None:
+        """Hand the host's side over (HANDOVER alone), then carry bytes both ways until it ends
+        (the proxy is done, or closed it) or either connection is lost. A command that
         half-closes its side still gets the answer."""
         try:
             await tunnel.open(to_server=HANDOVER)
@@ -302,8 +305,6 @@ class EgressRelay:
         finally:
             self._joined.discard(tunnel)
             tunnel.abort()
-            command.close()
-            host.close()
 
     def _drop_dead(self) -> None:
         alive = deque(standby for standby in self._idle if _alive(standby))
