@@ -101,6 +101,32 @@ async def test_a_pooled_sandbox_claimed_just_before_a_stop_is_adopted_by_the_nex
     await claimed.backend.aclose()
 
 
+#: A command that asks the egress proxy for a tunnel and prints its answer's status line.
+ASK_THE_PROXY = """
+import os, socket
+host, port = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1].rsplit(":", 1)
+with socket.create_connection((host, int(port)), timeout=60) as proxy:
+    proxy.sendall(b"CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n")
+    print(proxy.recv(256).split(b"\\r\\n")[0].decode())
+"""
+
+
+async def test_a_killed_service_serves_the_egress_of_the_sandboxes_it_adopts(make_service, run):
+    """The host's side of egress goes with the service; the next run dials the adopted sandbox's
+    relay again, and its proxy decides: allowing nothing, it refuses."""
+    service = make_service()
+    client = await service.client()
+    kept = await client.create(allow=[])
+    service.kill()
+    service.start()
+    client = await service.client()
+    again = await client.open(kept.id)
+    asked = await run(again.backend, ["/opt/protolink/bin/python", "-c", ASK_THE_PROXY], timeout=90)
+    assert (asked.exit_code, asked.stdout) == (0, "HTTP/1.1 403 Forbidden\n"), asked.stderr
+    await again.delete()
+    await kept.backend.aclose()
+
+
 async def test_a_sandbox_past_its_time_to_live_or_idle_timeout_is_removed_and_reported(service, docker_client):
     client = await service.client()
     short = await client.create(ttl_seconds=1)
