@@ -16,6 +16,11 @@ def socket_path(address: str) -> str | None:
     return address.removeprefix(_UNIX) if address.startswith(_UNIX) else None
 
 
+def grpc_target(address: str) -> str:
+    """``address`` as grpcio takes it: ``unix:///path`` as it is, ``host:port`` without ``tcp://``."""
+    return address.removeprefix("tcp://")
+
+
 def socket_gone(address: str) -> bool:
     """Whether ``address`` is a Unix socket's whose file is not there: nothing can answer at it."""
     path = socket_path(address)

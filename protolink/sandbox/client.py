@@ -44,7 +44,7 @@ from protolink.wire.keepalive import CLIENT_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
-from .addresses import socket_gone, socket_path
+from .addresses import grpc_target, socket_gone, socket_path
 from .pipe_connection import ChannelCalls, channel_socket
 from .process_stream import PIPES_ABOVE_BYTES, Output, ProcessStream, grpc_calls, own_calls
 from .resolutions import Resolutions
@@ -112,7 +112,7 @@ async def connect(
     ``output_pipes=False`` keeps every process's output on the Execute stream, ``command_channel=False``
     every process on gRPC (see :func:`attach`).
     """
-    channel = grpc.aio.insecure_channel(address.removeprefix("tcp://"), options=channel_options(max_message_bytes))
+    channel = grpc.aio.insecure_channel(grpc_target(address), options=channel_options(max_message_bytes))
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     try:
         return await attach(channel, metadata, timeout=timeout, max_message_bytes=max_message_bytes, owns_channel=True,
@@ -392,7 +392,7 @@ async def _call(method: Any, request: Message, **options: Any) -> Any:
 def _own_connection_reaches(address: str) -> bool:
     """Whether :mod:`.aio_call` connects to ``address`` as grpcio does: a Unix socket's absolute
     path, or a host and port (gRPC's other target schemes stay with grpcio)."""
-    return socket_path(address) is not None or _HOST_AND_PORT.fullmatch(address.removeprefix("tcp://")) is not None
+    return socket_path(address) is not None or _HOST_AND_PORT.fullmatch(grpc_target(address)) is not None
 
 
 def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from protolink.errors import SandboxError, SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
 
 from . import hpack_codec
-from .addresses import socket_path
+from .addresses import grpc_target, socket_path
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -74,13 +74,13 @@ def open_socket(address: str, timeout: float) -> socket.socket:
 
 def host_and_port(address: str) -> tuple[str, int]:
     """The host and port of ``[tcp://]host:port`` (ValueError if there is no port)."""
-    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    host, _, port = grpc_target(address).rpartition(":")
     return host.strip("[]"), int(port)
 
 
 def authority(address: str) -> str:
     """The ``:authority`` a call to ``address`` names."""
-    return "localhost" if socket_path(address) is not None else address.removeprefix("tcp://")
+    return "localhost" if socket_path(address) is not None else grpc_target(address)
 
 
 class CallState:

@@ -63,9 +63,14 @@ class ServerConfig:
         return self.listen.removeprefix("tcp://")
 
     @property
+    def socket_path(self) -> str:
+        """The path of the server's Unix socket (meaningless for a TCP server)."""
+        return self.listen.removeprefix("unix://")
+
+    @property
     def egress_socket(self) -> str:
         """Where the host dials in for egress: ``egress.sock`` beside the server's Unix socket."""
-        return os.path.join(os.path.dirname(self.address.removeprefix("unix://")), SOCKET_NAME)
+        return os.path.join(os.path.dirname(self.socket_path), SOCKET_NAME)
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:

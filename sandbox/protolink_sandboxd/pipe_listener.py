@@ -106,7 +106,7 @@ class PipeListener:
         """The listener beside the server's Unix socket; None for a TCP server (not this host's)."""
         if config.tcp:
             return None
-        return cls(os.path.dirname(config.address.removeprefix("unix://")), command_uid=config.command_uid,
+        return cls(os.path.dirname(config.socket_path), command_uid=config.command_uid,
                    max_connections=config.max_concurrency)
 
     def serve(self, calls: Calls, token_allows: Callable[[bytes], bool] | None = None) -> None:

@@ -86,7 +86,7 @@ def _listen(server: grpc.aio.Server, config: ServerConfig) -> None:
     if config.tcp:
         _bind(server, config)
         return
-    bind_as_directory_owner(config.address.removeprefix("unix://"), config.command_uid, lambda: _bind(server, config))
+    bind_as_directory_owner(config.socket_path, config.command_uid, lambda: _bind(server, config))
 
 
 def _bind(server: grpc.aio.Server, config: ServerConfig) -> None:

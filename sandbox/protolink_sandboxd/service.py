@@ -120,7 +120,7 @@ class SandboxService:
         async for event in self.process_call().events(requests):
             if enlarge and len(event) >= LARGE_EVENT_BYTES:
                 enlarge = False
-                enlarge_send_buffers(self._config.address.removeprefix("unix://"))
+                enlarge_send_buffers(self._config.socket_path)
             yield event
 
     def process_call(self) -> ProcessCall:

@@ -32,7 +32,7 @@ from protolink.wire.roots import Root
 from protolink.wire.status import from_rpc_error
 
 from .. import transfer
-from ..addresses import socket_path
+from ..addresses import grpc_target, socket_path
 from ..client import SandboxBackend, attach, channel_options
 from ..transfer import TransferResult
 from .files import DEFAULT_NAME, ServiceFiles
@@ -91,13 +91,13 @@ async def connect(address: str | None = None, token: str | None = None, *, name:
         if socket_path(address) is not None:
             channel = grpc.aio.insecure_channel(address, options=channel_options())
         elif fingerprint is not None:
-            channel = await pinned_channel(address.removeprefix("tcp://"), fingerprint, options=channel_options(),
+            channel = await pinned_channel(grpc_target(address), fingerprint, options=channel_options(),
                                            connect_seconds=timeout)
         elif credentials is None:
             raise ValueError(f"{address} is TCP: pass fingerprint= (the one `up` printed), credentials= (TLS) or "
                              "a channel=; tokens never travel in clear")
         else:
-            channel = grpc.aio.secure_channel(address.removeprefix("tcp://"), credentials, options=channel_options())
+            channel = grpc.aio.secure_channel(grpc_target(address), credentials, options=channel_options())
     client = ServiceClient(channel, token, owns_channel=owned)
     try:
         await client.list(timeout=timeout, wait_for_ready=True)
