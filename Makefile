@@ -59,10 +59,11 @@ proto: install
 ## sandbox-up: build when needed and start the appliance; ROOTS="/abs/dir:rw /abs/other" (or PROTOLINK_SANDBOX_ROOTS),
 ## none for a default workspace; CHOWN_WRITABLE=1 hands a writable root the commands' uid cannot write to that uid;
 ## ALLOW="pypi.org:443 files.pythonhosted.org:443" gives its commands those hosts through the egress proxy;
+## CA_FILE=/etc/ssl/certs/ca-certificates.crt makes them trust that bundle (a network that intercepts TLS);
 ## it also starts the sandbox service (docs/service.md): POOL=N warm sandboxes, SERVICE_CONFIG=FILE its templates
 sandbox-up: install engine
 	$(BIN)/protolink-sandbox up $(foreach root,$(ROOTS),--root $(root)) $(if $(CHOWN_WRITABLE),--chown-writable) \
-		$(foreach rule,$(ALLOW),--allow=$(rule)) $(if $(POOL),--pool $(POOL)) \
+		$(foreach rule,$(ALLOW),--allow=$(rule)) $(if $(CA_FILE),--ca-file $(CA_FILE)) $(if $(POOL),--pool $(POOL)) \
 		$(if $(SERVICE_CONFIG),--service-config $(SERVICE_CONFIG))
 
 sandbox-down: install

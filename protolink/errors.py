@@ -26,6 +26,7 @@
         │   ├── SandboxLostError                   its node or task is gone: never recreated
         │   └── SandboxEngineError                 the Docker Engine lacks something a sandbox needs
         ├── RootNotWritableError   (PermissionError) a writable root the command user cannot write
+        ├── CaFileError            (ValueError)    a CA file that is missing, too large or holds no certificate
         ├── SandboxProtocolError                   a malformed, oversized or unexpected answer
         ├── SandboxAuthenticationError             the token is missing or wrong
         ├── SandboxLimitError                      a supervised worker hit a hard limit and was killed
@@ -158,6 +159,15 @@ class RootNotWritableError(SandboxError, PermissionError):
     def __init__(self, message: str, *, path: str, uid: int, gid: int, fix: str) -> None:
         super().__init__(message)
         self.path, self.uid, self.gid, self.fix = path, uid, gid, fix
+
+
+class CaFileError(SandboxError, ValueError):
+    """A certificate authority file given to a sandbox (``ca_file``) that is missing, not a
+    readable regular file, too large, or holds no certificate; the message names the path."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class SandboxProtocolError(SandboxError):

@@ -10,7 +10,8 @@ from protolink._lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(["SandboxError", "SandboxUnavailableError", "SandboxNotReachedError", "SandboxEngineError",
-                     "SandboxProtectionError", "SandboxLostError", "RootNotWritableError", "SandboxProtocolError", "SandboxAuthenticationError", "SandboxLimitError"],
+                     "SandboxProtectionError", "SandboxLostError", "RootNotWritableError", "CaFileError",
+                     "SandboxProtocolError", "SandboxAuthenticationError", "SandboxLimitError"],
                     "protolink.errors"),
     "connect": "protolink.sandbox.client",
     "SandboxBackend": "protolink.sandbox.client",

@@ -5,7 +5,8 @@ a long-running sandbox appliance and its sandbox service, and a CI runner.
 (scripts/build-images.sh), starts the appliance with the roots given as ``--root PATH[:rw]`` or in
 ``PROTOLINK_SANDBOX_ROOTS`` (comma-separated), or else over a default workspace, waits until it
 answers, and prints the address to connect to; with ``--allow HOST[:PORT]`` its commands reach
-those hosts through a host-side proxy that a detached daemon runs (:mod:`.egress.daemon`).
+those hosts through a host-side proxy that a detached daemon runs (:mod:`.egress.daemon`), and
+with ``--ca-file PEM`` they trust that bundle (a copy of it).
 ``down`` removes it (and its daemon), ``status`` shows it, ``exec`` runs one command in it,
 ``egress`` changes its allow-list live or shows its decisions. ``up`` also starts the sandbox
 service (:mod:`.service`; a sandbox per request), which ``down`` stops, removing every sandbox it
@@ -90,6 +91,10 @@ async def _up(args: argparse.Namespace) -> int:
         from .egress.policy import parse_policy
 
         egress = parse_policy(args.allow)  # a rule it cannot parse ends here, before anything slow
+    if args.ca_file is not None:
+        from .ca_file import read_ca_file
+
+        read_ca_file(args.ca_file)  # a file it would refuse ends here, before anything is made
     if args.swarm is not None:  # a table that does not hold ends here, before anything slow
         from .service.config import load_swarm_table
 
@@ -102,7 +107,7 @@ async def _up(args: argparse.Namespace) -> int:
         roots = [Root(str(workspace), writable=True)]
     config = appliance_config(args.name, roots=roots, image=args.image or DEFAULT_IMAGE, memory=args.memory_mib << 20,
                               pids=args.pids, cpus=args.cpus, disk_bytes=args.disk_mib << 20, runtime=args.runtime,
-                              tcp=args.tcp, egress=egress)
+                              tcp=args.tcp, egress=egress, ca_file=args.ca_file)
     # Before anything slow; it logs what it hands over.
     await asyncio.to_thread(check_writable, config.roots, identity.uid, identity.gid, hand_over=args.chown_writable)
     await asyncio.to_thread(ensure_engine, _say)
@@ -435,6 +440,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="hand a writable root that the command user (uid 65534) cannot write to that user "
                          "(chown) instead of refusing it")
     _add_config_options(up)
+    up.add_argument("--ca-file", default=None, metavar="PEM",
+                    help="a CA bundle every command trusts (a copy of it, read-only): SSL_CERT_FILE, PIP_CERT and "
+                         "the other trust variables name it, for a network that intercepts TLS")
     up.add_argument("--pool", type=int, default=0, help="warm sandboxes the service keeps of its default template")
     up.add_argument("--service-tcp", default=None, metavar="HOST:PORT",
                     help="the sandbox service also listens here, with TLS (a certificate of its own, whose "

@@ -11,12 +11,15 @@
     ├── network   NetworkPolicy      NoNetwork (Unix socket) | PublishedPort (TCP with a token)
     ├── egress    EgressPolicy|None  what commands may reach through the host's proxy (None: nothing,
     │                                and no proxy at all); only with NoNetwork
+    ├── ca_file   str | None         a host CA bundle (PEM) every command trusts (a copy of it), or None
     ├── lease     Lease              owner, session, expiry: the labels the reaper reads
     └── name      str                the sandbox's name (its boundary, its container)
 
 Every part is frozen and checked when it is made: a value no sandbox may have raises a
 ``ValueError`` that names the field. Roots are checked against this host's file system (they
-must be resolved, existing directories, never a system path or one holding the Docker socket);
+must be resolved, existing directories, never a system path or one holding the Docker socket),
+and so is the CA file (:func:`~protolink.sandbox.ca_file.read_ca_file`: a
+:class:`~protolink.errors.CaFileError`);
 :func:`resolve_roots` makes such roots from what a user gives. Nothing here asks an engine:
 placements (:mod:`protolink.sandbox.placements`) translate a configuration into what one
 orchestrator runs, and :class:`~protolink.sandbox.docker.DockerSandbox` runs it.
@@ -33,6 +36,7 @@ from typing import TypeAlias
 
 from protolink.wire.roots import Root
 
+from .ca_file import read_ca_file
 from .egress.policy import EgressPolicy
 from .leftovers import process_owner
 from .images import DEFAULT_IMAGE, image_reference
@@ -191,6 +195,7 @@ class SandboxConfig:
     lease: Lease = field(default_factory=Lease)
     name: str = ""
     egress: EgressPolicy | None = None
+    ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -209,6 +214,10 @@ class SandboxConfig:
         _require(self.egress is None or isinstance(self.network, NoNetwork), "egress",
                  "must go with the Unix socket (NoNetwork): a PublishedPort sandbox has a network interface of its own",
                  self.network)
+        _require(self.ca_file is None or (isinstance(self.ca_file, str) and os.path.isabs(self.ca_file)), "ca_file",
+                 "must be an absolute path, or None for the image's certificate authorities alone", self.ca_file)
+        if self.ca_file is not None:
+            read_ca_file(self.ca_file)
         _require(isinstance(self.roots, tuple), "roots", "must be a tuple of Root", self.roots)
         seen: set[str] = set()
         for root in self.roots:
@@ -242,13 +251,15 @@ class SandboxConfig:
         name: str | None = None,
         tcp: str | None = None,
         egress: EgressPolicy | Iterable[str] | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> SandboxConfig:
         """The configuration the flat keywords describe: ``roots`` (paths or :class:`Root`) and
         ``writable`` paths are resolved (:func:`resolve_roots`); ``tcp="HOST:PORT"`` is TCP mode
         (:class:`PublishedPort`), none a Unix socket; ``egress`` is a policy or its rule texts
         (:meth:`EgressPolicy.parse <protolink.sandbox.egress.policy.EgressPolicy.parse>`; an
         empty list allows nothing, yet starts the proxy, so that a live sandbox can be opened
-        later); ``owner`` defaults to this process and ``name`` to ``protolink-sandbox-<session>``."""
+        later); ``ca_file`` is made absolute; ``owner`` defaults to this process and ``name`` to
+        ``protolink-sandbox-<session>``."""
         return cls(
             roots=resolve_roots(roots, writable),
             image=image,
@@ -259,6 +270,7 @@ class SandboxConfig:
             lease=Lease(owner=owner, expiry_seconds=expiry_seconds) if owner else Lease(expiry_seconds=expiry_seconds),
             name=name or "",
             egress=egress if egress is None or isinstance(egress, EgressPolicy) else EgressPolicy.parse(egress),
+            ca_file=None if ca_file is None else os.path.abspath(ca_file),
         )
 
 

@@ -38,6 +38,7 @@ from protolink.wire.roots import Root
 
 from . import engine, leftovers
 from .addresses import socket_gone
+from .ca_file import copy_ca_file
 from .config import PublishedPort, SandboxConfig
 from .disk import DiskWatch
 from .egress.events import EgressEvent
@@ -53,6 +54,7 @@ from .placements.docker import (
     container_spec,
     unix_address,
 )
+from .placements.server import CA_NAME
 from .usage import pids_in
 from .writable_roots import check_writable
 
@@ -119,8 +121,8 @@ class DockerSandbox:
     <protolink.sandbox.config.SandboxConfig.from_options>` (``roots``, ``writable``, ``image``,
     ``memory``, ``pids``, ``cpus``, ``tmpfs_bytes``, ``disk_bytes``, ``runtime``,
     ``command_uid``, ``command_gid``, ``expiry_seconds``, ``owner``, ``name``, ``tcp``,
-    ``egress``), never both. ``memory`` (bytes, swap included), ``pids`` and ``cpus`` bound the whole container (a
-    whole number of CPUs is a cpuset, a fraction a CFS quota: see
+    ``egress``, ``ca_file``), never both. ``memory`` (bytes, swap included), ``pids`` and
+    ``cpus`` bound the whole container (a whole number of CPUs is a cpuset, a fraction a CFS quota: see
     :func:`~protolink.sandbox.placements.docker.cpu_limit`); ``tmpfs_bytes`` bounds /tmp;
     ``disk_bytes`` bounds how much the writable roots may grow. Commands run as
     ``command_uid``/``command_gid`` (default 65534, nobody; never 0): a writable root they
@@ -137,6 +139,12 @@ class DockerSandbox:
     ``on_egress_event`` (an :class:`~protolink.sandbox.egress.events.EgressEvent`);
     :meth:`set_egress` changes the policy of the running sandbox. Without ``egress`` (the
     default) there is no proxy, no relay and no proxy variable.
+    ``ca_file`` (a host path of a PEM bundle) makes every command trust it: the sandbox gets a
+    copy taken when it starts, read-only at :data:`~protolink.sandbox.placements.server.CA_PATH`,
+    and commands get :data:`~protolink.wire.trust.CA_VARIABLES` naming it (a variable the
+    command sets itself keeps its value). A file that is missing, not a readable regular file,
+    over 4 MiB or without a PEM certificate raises :class:`~protolink.errors.CaFileError` when the
+    configuration is made.
     ``expiry_seconds`` bounds how long the reaper lets the container live; ``owner`` defaults
     to this process, so the container is reaped once the process is gone. ``start_timeout``
     bounds how long :meth:`start` waits for the server to answer.
@@ -375,6 +383,8 @@ class DockerSandbox:
         if self._token is not None:
             # Read once by the server (uid 0 in the container) and deleted; commands cannot open it.
             write_private(host_dir / "token", self._token)
+        if self.config.ca_file is not None:
+            copy_ca_file(self.config.ca_file, host_dir / CA_NAME)
         host = HostFacts(channel_dir=host_dir, created=int(time.time()), seccomp_profile=seccomp_profile())
         spec = self._spec(engine_facts, host)
         try:

@@ -47,6 +47,9 @@ class ServerConfig:
     spawner_program: str = PROGRAM
     #: The loopback port of the egress relay (:mod:`protolink_sandboxd.egress_relay`); 0: no egress.
     egress_port: int = 0
+    #: The CA file every command trusts (its path in the container, named in
+    #: :data:`~protolink.wire.trust.CA_VARIABLES`); None: the image's authorities alone.
+    ca_file: str | None = None
     #: Serve even when a protection is missing, logging it (:mod:`protolink_sandboxd.protections`).
     serve_unprotected: bool = False
     #: Protections the placement holds where the server cannot see them, which it does not
@@ -98,6 +101,9 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--egress-port", type=_port, default=0, metavar="PORT",
                         help="relay commands' proxy connections from 127.0.0.1:PORT to the host, which dials in "
                              f"at {SOCKET_NAME} beside the Unix socket; commands get the proxy variables")
+    parser.add_argument("--ca-file", default=None, metavar="PATH",
+                        help="a CA bundle every command trusts: commands get SSL_CERT_FILE, PIP_CERT and the other "
+                             "trust variables naming it, unless they set one themselves")
     parser.add_argument("--serve-unprotected", action="store_true",
                         help="serve even when a protection the server checks is missing, logging what is: for a "
                              "server run outside any container (a development host); a sandbox never passes it")
@@ -116,6 +122,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         parser.error("--spawner-program must be an absolute path")
     if args.egress_port and not args.listen.startswith("unix://"):
         parser.error("--egress-port needs a unix:// listening socket (the host dials in beside it)")
+    if args.ca_file is not None and not os.path.isabs(args.ca_file):
+        parser.error("--ca-file must be an absolute path")
     if args.command_memory_bytes < 0:
         parser.error("--command-memory-bytes must be 0 (none) or a positive number of bytes")
     for name in ("max_document_seconds", "operation_seconds"):
@@ -138,6 +146,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         operation_seconds=args.operation_seconds,
         spawner_program=args.spawner_program,
         egress_port=args.egress_port,
+        ca_file=args.ca_file,
         serve_unprotected=args.serve_unprotected,
         held_elsewhere=frozenset(args.held_elsewhere),
     )

@@ -117,9 +117,10 @@ class Runner:
     """What every Execute call shares: the launcher, the processes it starts, the stray sweep,
     the slots, the server's activity (a running process counts as a running call), and the
     ``environment`` every command gets (the egress proxy's variables, when the sandbox has
-    egress): a variable the request's own environment names keeps the request's value, so a
-    caller may point one elsewhere or set ``NO_PROXY`` itself; the others are added. (Either way
-    the container has no network interface: only the relay leads out.)"""
+    egress; the trust variables, when it has a CA file): a variable the request's own
+    environment names keeps the request's value, so a caller may point one elsewhere or set
+    ``NO_PROXY`` or ``PIP_CERT`` itself; the others are added. (Either way the container has no
+    network interface: only the relay leads out.)"""
 
     def __init__(self, spawner: SpawnerClient, sweeper: StraySweeper, activity: Activity, *, max_concurrency: int,
                  max_output_bytes: int, environment: Mapping[str, str] | None = None,

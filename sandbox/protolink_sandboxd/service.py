@@ -29,6 +29,7 @@ import protolink
 from protolink.wire import convert
 from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
 from protolink.wire.status import KINDS, abort_with, to_status
+from protolink.wire.trust import ca_environment
 
 from . import frames
 from .activity import Activity
@@ -62,7 +63,7 @@ class SandboxService:
         self._workers = workers
         self.activity = Activity()
         self._runner = Runner(spawner, sweeper, self.activity, max_concurrency=config.max_concurrency,
-                              max_output_bytes=config.max_output_bytes, environment=_proxy_environment(config),
+                              max_output_bytes=config.max_output_bytes, environment=_command_environment(config),
                               pipes=pipes)
 
     @functools.cached_property
@@ -211,14 +212,17 @@ class SandboxService:
                 raise PermissionError(f"{written} is in a read-only root of this sandbox")
 
 
-def _proxy_environment(config: ServerConfig) -> dict[str, str] | None:
-    """The proxy variables of every command with egress; None without (and the relay's
-    module is not loaded)."""
-    if not config.egress_port:
-        return None
-    from .egress_relay import proxy_environment
+def _command_environment(config: ServerConfig) -> dict[str, str]:
+    """The variables every command gets: with egress the proxy's (without, the relay's module
+    is not loaded), with a CA file the trust variables naming it."""
+    environment: dict[str, str] = {}
+    if config.egress_port:
+        from .egress_relay import proxy_environment
 
-    return proxy_environment(config.egress_port)
+        environment |= proxy_environment(config.egress_port)
+    if config.ca_file is not None:
+        environment |= ca_environment(config.ca_file)
+    return environment
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:

@@ -14,6 +14,7 @@ of the docker SDK's ``containers.create`` (:class:`ContainerSpec`). What it make
   the disk budget when a root is writable, 1 MiB of logs;
 - roots bind-mounted at their own paths, read-only unless writable; the host's private
   directory at :data:`~.server.SOCKET_DIR` (Unix socket) or :data:`~.server.SECRET_DIR` (TCP mode's token);
+  with a CA file, the copy the host made of it in that directory at :data:`~.server.CA_PATH`, read-only;
 - no network (``network_mode="none"``), or in TCP mode the server's port published on the
   engine's host; with egress, the server's relay on loopback :data:`~.server.EGRESS_PORT` (the host
   dials in through the channel directory; still no network); the labels of
@@ -33,7 +34,7 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from .. import leftovers
 from ..config import MiB, NoNetwork, PublishedPort, SandboxConfig
-from .server import CAPABILITIES, SOCKET_NAME, TCP_PORT, channel_mount, server_command
+from .server import CA_NAME, CA_PATH, CAPABILITIES, SOCKET_NAME, TCP_PORT, channel_mount, server_command
 
 #: A tmpfs holds at most one entry per this many bytes of its size (and at least
 #: :data:`MIN_TMPFS_ENTRIES`). ``size=`` alone does not bound entries: a flood of empty files
@@ -69,8 +70,9 @@ class EngineFacts:
 @dataclass(frozen=True)
 class HostFacts:
     """What the host prepared for one container: its private directory (only the host user can
-    open it; it gets the server's socket, or TCP mode's token), the time it is created (Unix
-    seconds, for its labels), and the seccomp profile's JSON."""
+    open it; it gets the server's socket, or TCP mode's token, and the copy of the CA file,
+    :data:`~.server.CA_NAME`), the time it is created (Unix seconds, for its labels), and the
+    seccomp profile's JSON."""
 
     channel_dir: Path
     created: int
@@ -197,7 +199,8 @@ def root_mounts(config: SandboxConfig) -> tuple[Mount, ...]:
 
 
 def _mounts(config: SandboxConfig, channel_dir: Path) -> tuple[Mount, ...]:
-    return (*root_mounts(config), Mount(channel_mount(config), str(channel_dir), type="bind"))
+    ca = () if config.ca_file is None else (Mount(CA_PATH, str(channel_dir / CA_NAME), type="bind", read_only=True),)
+    return (*root_mounts(config), Mount(channel_mount(config), str(channel_dir), type="bind"), *ca)
 
 
 def ulimits(config: SandboxConfig, engine: EngineFacts, *, more_writable: bool = False) -> tuple[Ulimit, ...]:

@@ -104,8 +104,11 @@ def manifests(config: SandboxConfig, cluster: ClusterFacts, node: NodeFacts) -> 
 
 
 def pod_manifest(config: SandboxConfig, cluster: ClusterFacts, node: NodeFacts) -> dict[str, Any]:
-    """The Pod that runs ``config`` on a cluster of ``cluster`` with what ``node`` prepared."""
+    """The Pod that runs ``config`` on a cluster of ``cluster`` with what ``node`` prepared; a
+    configuration with a CA file is refused (its copy is made on the Docker placement's host)."""
     _check_name(config)
+    if config.ca_file is not None:
+        raise ValueError("kubernetes placement: ca_file is not placed (the Docker placement's host makes its copy)")
     profile = {"type": "Localhost", "localhostProfile": cluster.seccomp_profile}
     container: dict[str, Any] = {
         "name": CONTAINER,

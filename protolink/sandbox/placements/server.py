@@ -18,6 +18,10 @@ SOCKET_PATH = f"{SOCKET_DIR}/{SOCKET_NAME}"
 #: Where the host's private directory is mounted in TCP mode: it holds the token, which the
 #: server (uid 0 in the container) reads once and deletes; commands cannot open it.
 SECRET_DIR = "/run/protolink-secret"
+#: Where a sandbox given a CA file (``SandboxConfig.ca_file``) has the copy of it, read-only:
+#: the server names it in every command's trust variables (:data:`~protolink.wire.trust.CA_VARIABLES`).
+CA_NAME = "ca-certificates.pem"
+CA_PATH = f"/run/protolink-ca/{CA_NAME}"
 #: The server's port inside the container in TCP mode.
 TCP_PORT = 7000
 #: The loopback port of the egress relay inside the container (a sandbox with egress), which
@@ -35,7 +39,7 @@ GVISOR_PROCESS_MEMORY_SHARE = 0.5
 def server_command(config: SandboxConfig, *, gvisor: bool) -> tuple[str, ...]:
     """The arguments of the image's server: its name, the command user, the roots, under gVisor
     the address-space share of each process (:data:`GVISOR_PROCESS_MEMORY_SHARE`), where it listens,
-    with egress the relay's port."""
+    with egress the relay's port, with a CA file :data:`CA_PATH`."""
     command = ["--boundary", config.name, "--command-uid", str(config.identity.uid),
                "--command-gid", str(config.identity.gid)]
     for root in config.roots:
@@ -52,6 +56,8 @@ def server_command(config: SandboxConfig, *, gvisor: bool) -> tuple[str, ...]:
             assert_never(config.network)
     if config.egress is not None:
         command += ["--egress-port", str(EGRESS_PORT)]
+    if config.ca_file is not None:
+        command += ["--ca-file", CA_PATH]
     return tuple(command)
 
 

@@ -36,7 +36,8 @@ sandbox is the same on both engines as far as Swarm (API 1.41, Docker 20.10) let
 - no network attachment: Swarm refuses ``network none`` ("network none not found"), so the
   task joins its node's default bridge, and sandbox nodes run their daemon with
   ``"bridge": "none"``, which leaves the task only ``lo``. Only :class:`NoNetwork` is placed;
-  TCP mode (:class:`~protolink.sandbox.config.PublishedPort`) needs a network and is refused;
+  TCP mode (:class:`~protolink.sandbox.config.PublishedPort`) needs a network and is refused, and
+  so is a CA file (``ca_file``), whose copy only the Docker placement makes;
 - the labels of :func:`~protolink.sandbox.leftovers.labels`, and the placement's own, on the
   service and on its container.
 
@@ -130,6 +131,8 @@ def service_spec(config: SandboxConfig, swarm: SwarmFacts, placement: PlacementF
     """The service that runs ``config`` on the nodes ``swarm`` describes, as ``placement`` decided."""
     if not isinstance(config.network, NoNetwork):
         raise ValueError(f"swarm placement: network must be NoNetwork (a task has no network), got {config.network!r}")
+    if config.ca_file is not None:
+        raise ValueError("swarm placement: ca_file is not placed (the Docker placement's host makes its copy)")
     if placement.workspace and (not placement.workspace.startswith("/")
                                 or any(root.path == placement.workspace for root in config.roots)):
         raise ValueError(f"swarm placement: the workspace {placement.workspace} must be an absolute path "

@@ -121,6 +121,18 @@ def test_egress_adds_the_relays_port_and_nothing_else(ro, host):
     assert deny_all.command[-2:] == ("--egress-port", "3128")  # the relay runs: the policy may open later
 
 
+def test_a_ca_file_is_the_hosts_copy_mounted_read_only_and_named_to_the_server(ro, host, tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    plain = container_spec(config(Root(str(ro))), ENGINE, host)
+    spec = container_spec(config(Root(str(ro)), ca_file=str(bundle)), ENGINE, host)
+    assert spec.command == (*plain.command, "--ca-file", "/run/protolink-ca/ca-certificates.pem")
+    copy = Mount("/run/protolink-ca/ca-certificates.pem", str(host.channel_dir / "ca-certificates.pem"),
+                 type="bind", read_only=True)  # never the host's file itself
+    assert spec.mounts == (*plain.mounts, copy)
+    assert replace(spec, command=plain.command, mounts=plain.mounts) == plain  # no environment: the server adds it
+
+
 def test_tcp_addresses_default_to_loopback_and_a_port_the_engine_picks():
     assert PublishedPort.parse(":7100") == PublishedPort("127.0.0.1", 7100)
     assert PublishedPort.parse("127.0.0.1:") == PublishedPort("127.0.0.1", 0)

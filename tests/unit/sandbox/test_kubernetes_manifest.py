@@ -194,6 +194,13 @@ def test_a_name_kubernetes_refuses_is_a_clear_error(node):
             network_policy(config(name=name), CLUSTER)
 
 
+def test_a_ca_file_is_refused_by_name(node, tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    with pytest.raises(ValueError, match="kubernetes placement: ca_file is not placed"):
+        pod_manifest(config(ca_file=str(bundle)), CLUSTER, node)
+
+
 def test_the_same_configuration_and_facts_make_the_same_manifests(node):
     same = config()
     assert manifests(same, CLUSTER, node) == manifests(same, CLUSTER, node)

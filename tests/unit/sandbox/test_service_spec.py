@@ -182,6 +182,13 @@ def test_egress_adds_only_the_relays_port():
     assert spec.container["Mounts"] == plain.container["Mounts"]
 
 
+def test_a_ca_file_is_refused_by_name(tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    with pytest.raises(ValueError, match="swarm placement: ca_file is not placed"):
+        service_spec(config(ca_file=str(bundle)), SWARM, PLACED)
+
+
 def test_tcp_mode_is_refused_by_name():
     with pytest.raises(ValueError, match="swarm placement: network must be NoNetwork"):
         service_spec(config(network=PublishedPort()), SWARM, PLACED)

@@ -37,6 +37,12 @@ def test_egress_port_and_socket():
     assert (config.egress_port, config.egress_socket) == (3128, "/run/protolink/egress.sock")
 
 
+def test_a_ca_file_by_its_path_in_the_container():
+    assert parse_args(["--listen", "unix:///run/s.sock"]).ca_file is None  # the image's authorities alone
+    config = parse_args(["--listen", "unix:///run/s.sock", "--ca-file", "/run/protolink-ca/ca-certificates.pem"])
+    assert config.ca_file == "/run/protolink-ca/ca-certificates.pem"
+
+
 @pytest.mark.parametrize("argv", [
     ["--listen", "unix:///s", "--command-uid", "0"],
     ["--listen", "unix:///s", "--command-gid", "0"],
@@ -50,6 +56,7 @@ def test_egress_port_and_socket():
     ["--listen", "unix:///s", "--egress-port", "0"],
     ["--listen", "unix:///s", "--egress-port", "65536"],
     ["--listen", "tcp://0.0.0.0:7000", "--token-file", "/t", "--egress-port", "3128"],  # egress needs the Unix socket
+    ["--listen", "unix:///s", "--ca-file", "ca.pem"],
 ])
 def test_refused_command_lines(argv):
     with pytest.raises(SystemExit):
