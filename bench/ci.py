@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from protolink.sandbox.ci.runner import CA_VARIABLES  # noqa: E402
+from protolink.wire.trust import CA_VARIABLES  # noqa: E402
 from protolink.sandbox.provision import ensure_image  # noqa: E402
 from tests.ci_projects import ALL_PROJECTS, JAVASCRIPT_PROJECTS, PYTHON_PROJECTS, Project, unpack  # noqa: E402
 from tests.ci_runs import (  # noqa: E402

@@ -21,7 +21,6 @@ import contextlib
 import importlib.util
 import logging
 import shlex
-import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -31,7 +30,9 @@ from typing import Any
 from protolink.errors import RepositoryError, SandboxError
 from protolink.execution.process_types import ProcessSpec
 from protolink.wire.roots import Root
+from protolink.wire.trust import ca_environment
 
+from ..ca_file import copy_ca_file
 from ..config import Identity
 from ..disk import usage_bytes
 from ..docker import DockerSandbox, engine_cpus
@@ -60,14 +61,6 @@ log = logging.getLogger(__name__)
 #: Variables every command gets (``HOME`` is the workspace's ``home/``).
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
             "CI": "true", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-#: Variables that make common tools trust a certificate authority file (``CiJob.ca_file``), set
-#: for the setup phase's commands only: the test phase reaches no network, and Node parses the
-#: whole bundle each time it starts (0.05 s of CPU; mocha starts Node twice; bench/README.md).
-#: npm trusts it through Node's ``NODE_EXTRA_CA_CERTS``, read once when Node starts, and not
-#: through its own ``cafile``: npm passes that bundle with each connection, which makes Node parse
-#: it again for every TLS handshake (4-5 s of CPU over domhandler's 128 requests).
-CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
-                "GIT_SSL_CAINFO")
 
 
 class _Tail:
@@ -170,7 +163,11 @@ class CiRunner:
         env = {**BASE_ENV, "HOME": str(workspace.home), **self.passed_env}
         setup_env = env
         if job.ca_file is not None:
-            setup_env = {**env, **dict.fromkeys(CA_VARIABLES, await asyncio.to_thread(self._install_ca, workspace))}
+            # The trust variables (protolink.wire.trust) for the setup phase's commands only, not
+            # the sandbox's ca_file, which every command gets: the test phase reaches no network,
+            # and Node parses the whole bundle each time it starts (0.05 s of CPU; mocha starts
+            # Node twice; bench/README.md).
+            setup_env = {**env, **ca_environment(await asyncio.to_thread(self._install_ca, workspace))}
         cpus = job.cpus or float(await asyncio.to_thread(engine_cpus))  # a job without a bound may use them all
         self._sandbox = sandbox = DockerSandbox(
             roots=[Root(str(workspace.root), writable=True)], image=image, memory=job.memory, pids=job.pids,
@@ -283,8 +280,7 @@ class CiRunner:
     def _install_ca(self, workspace: Workspace) -> str:
         assert self.job.ca_file is not None
         target = workspace.home / "ca-certificates.pem"
-        shutil.copyfile(self.job.ca_file, target)
-        target.chmod(0o644)
+        copy_ca_file(self.job.ca_file, target)
         return str(target)
 
     def _egress_event(self, event: EgressEvent) -> None:
