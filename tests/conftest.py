@@ -31,9 +31,13 @@ _leaked: list[str] = []
 
 
 def _labelled_containers(client) -> dict[str, str]:
-    # One listing, no look at each container after it: one removed meanwhile is simply not there.
+    # One listing, no look at each container after it: one removed meanwhile is simply not there,
+    # and one the engine is removing (it lists it without a name) is as good as gone: its removal
+    # was asked for, and an engine slow to finish it (after an out-of-memory storm) leaks nothing.
     found = {}
     for container in client.api.containers(all=True, filters={"label": OWNER_LABEL}):
+        if container.get("State") == "removing" or not container.get("Names"):
+            continue
         name, owner = container["Names"][0].lstrip("/"), container["Labels"][OWNER_LABEL]
         if _the_suites(name, owner):
             found[container["Id"]] = f"{container['Id'][:12]} {name} ({OWNER_LABEL}={owner})"

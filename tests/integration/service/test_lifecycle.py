@@ -28,9 +28,10 @@ async def eventually(check, what: str):
 
 def containers(docker_client, service) -> dict[str, str]:
     """The service's containers: name -> id. One listing, no look at each container after it: one
-    that the service removes meanwhile is simply not there."""
+    that the service removes meanwhile is simply not there (nor one the engine is removing, which
+    it lists without a name)."""
     found = docker_client.api.containers(all=True, filters={"label": f"{labels.SERVICE}={service.name}"})
-    return {container["Names"][0].lstrip("/"): container["Id"] for container in found}
+    return {container["Names"][0].lstrip("/"): container["Id"] for container in found if container.get("Names")}
 
 
 async def test_the_pool_serves_a_plain_create_and_refills(make_service, docker_client, run):
