@@ -15,7 +15,8 @@
  *   frame:    kind (u8), request id (u64), payload length (u32), all big-endian; then the payload
  *   SPAWN:    NUL-terminated fields: argc, argv..., cwd, envc, NAME=VALUE..., written cwd (empty:
  *             no check), candidate count, candidates..., the real path argv[0] must resolve to
- *             (empty: no check); the stdout and stderr pipe ends ride along as SCM_RIGHTS
+ *             (empty: no check); the stdout and stderr pipe ends ride along as SCM_RIGHTS, and
+ *             a third descriptor, when one comes, is the command's stdin (else /dev/null)
  *   RESOLVE:  NUL-terminated fields: written cwd, candidate count, candidates (relative ones are
  *             taken in the directory the written cwd names)
  *   STARTED:  the command's pid, its keeper's pid (i32 each)
@@ -29,11 +30,12 @@
  *             (0: none waits any more)
  *
  * A command starts as Python's subprocess would start it for the host (start_process): leader
- * of a new session, stdin on /dev/null, stdout and stderr on the pipes, the working directory
- * and environment of the request, umask 022, no other descriptors, every signal at its default
- * and unblocked, every CPU this process started with, oom_score_adj --oom-command, nice 19 (the
- * lowest priority: the container's RLIMIT_NICE is 0, so commands cannot raise it, and however
- * many of them spin, the server, its workers, this process and the keepers get the CPU first).
+ * of a new session, stdin on /dev/null (or the pipe its SPAWN passed), stdout and stderr on the
+ * pipes, the working directory and environment of the request, umask 022, no other descriptors,
+ * every signal at its default and unblocked, every CPU this process started with, oom_score_adj
+ * --oom-command, nice 19 (the lowest priority: the container's RLIMIT_NICE is 0, so commands
+ * cannot raise it, and however many of them spin, the server, its workers, this process and the
+ * keepers get the CPU first).
  *
  * Each command has a keeper: a child of this process that starts the command and is its
  * parent, a child subreaper (PR_SET_CHILD_SUBREAPER) so that whatever the command's descendants
@@ -85,7 +87,8 @@
 #include <unistd.h>
 
 enum { SPAWN = 1, RESOLVE = 2, STARTED = 11, FAILED = 12, EXITED = 13, RESOLVED = 14, REFUSED = 15, CHANGED = 16, WARM = 17 };
-enum { HEADER_SIZE = 13, PIPE_FDS = 2, COMMAND_UMASK = 022, COMMAND_NICE = 19 };
+/* A SPAWN passes the output pipes (PIPE_FDS), and the stdin pipe after them when it has one (MAX_FDS). */
+enum { HEADER_SIZE = 13, PIPE_FDS = 2, MAX_FDS = 3, COMMAND_UMASK = 022, COMMAND_NICE = 19 };
 
 struct options {
     int channel, oom_fd, oom_command, oom_helper;
@@ -104,7 +107,7 @@ struct child {
 };
 
 /* The keeper forked ahead (pid 0: none), waiting on `link` for its command: the length of its
- * SPAWN payload (u32, with the output pipes as SCM_RIGHTS), then the payload. */
+ * SPAWN payload (u32, with the output pipes and maybe the stdin pipe as SCM_RIGHTS), then the payload. */
 struct warm {
     pid_t keeper;
     int link;
@@ -182,7 +185,7 @@ static void answer_failure(uint64_t request, int error, const char *message) {
     free(payload);
 }
 
-/* The descriptors `message` carries into `fds` (PIPE_FDS at most, counted in `fd_count`); any
+/* The descriptors `message` carries into `fds` (MAX_FDS at most, counted in `fd_count`); any
  * beyond are closed. */
 static void take_descriptors(struct msghdr *message, int *fds, int *fd_count) {
     for (struct cmsghdr *c = CMSG_FIRSTHDR(message); c; c = CMSG_NXTHDR(message, c)) {
@@ -191,7 +194,7 @@ static void take_descriptors(struct msghdr *message, int *fds, int *fd_count) {
         for (size_t i = 0; i < count; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            if (*fd_count < PIPE_FDS) fds[(*fd_count)++] = fd;
+            if (*fd_count < MAX_FDS) fds[(*fd_count)++] = fd;
             else close(fd);
         }
     }
@@ -384,7 +387,7 @@ static int read_all(int fd, void *into, size_t size) {
 /* Send all of `size` bytes, and `fds` with the first, to a keeper; false when it has gone. */
 static int send_to_keeper(int link, const void *data, size_t size, const int *fds, int fd_count) {
     const char *at = data;
-    union { struct cmsghdr header; char space[CMSG_SPACE(PIPE_FDS * sizeof(int))]; } control;
+    union { struct cmsghdr header; char space[CMSG_SPACE(MAX_FDS * sizeof(int))]; } control;
     while (size) {
         struct iovec part = {(void *)at, size};
         struct msghdr message = {.msg_iov = &part, .msg_iovlen = 1};
@@ -409,26 +412,28 @@ static int send_to_keeper(int link, const void *data, size_t size, const int *fd
 }
 
 /* The keeper's command, from the spawner: its argv, working directory and environment (pointing
- * into `payload`, a SPAWN payload the spawner has checked) and its output pipes. */
+ * into `payload`, a SPAWN payload the spawner has checked), its output pipes and its stdin pipe
+ * (-1: none, /dev/null). */
 struct command {
     char *payload, **argv, *cwd, **env;
-    int out, err;
+    int out, err, in;
 };
 
 /* Wait on `link` for the command; false when the spawner closed it first (or broke it). */
 static int await_command(int link, struct command *command) {
     unsigned char header[4];
-    int fds[PIPE_FDS], fd_count = 0;
+    int fds[MAX_FDS], fd_count = 0;
     if (read_with_fds(link, header, sizeof header, fds, &fd_count) != (ssize_t)sizeof header) return 0;
     uint32_t length = get_u32(header);
     command->payload = malloc(length ? length : 1);
-    if (fd_count != PIPE_FDS || !command->payload || !read_all(link, command->payload, length)) return 0;
+    if (fd_count < PIPE_FDS || !command->payload || !read_all(link, command->payload, length)) return 0;
     struct fields in = {command->payload, command->payload + length};
     command->argv = vector(&in, count(&in));
     command->cwd = field(&in);
     command->env = vector(&in, count(&in));
     command->out = fds[0];
     command->err = fds[1];
+    command->in = fd_count == MAX_FDS ? fds[2] : -1;
     return 1;
 }
 
@@ -462,7 +467,8 @@ static _Noreturn void keep(int link, pid_t spawner) {
         /* The child takes the command user's real uid itself (its effective uid already is),
          * with the system call: the C library's wrapper would act on the keeper's threads. The
          * keeper's own real uid stays the shield, so commands can never signal it. */
-        if (syscall(SYS_setresuid, opt.uid, (uid_t)-1, (uid_t)-1) != 0 || setsid() < 0 || dup2(devnull, 0) < 0
+        if (syscall(SYS_setresuid, opt.uid, (uid_t)-1, (uid_t)-1) != 0 || setsid() < 0
+            || dup2(command.in >= 0 ? command.in : devnull, 0) < 0
             || dup2(command.out, 1) < 0 || dup2(command.err, 2) < 0) {
             child_error = errno;
             _exit(127);
@@ -483,6 +489,7 @@ static _Noreturn void keep(int link, pid_t spawner) {
     int32_t started[2] = {pid, pid < 0 ? errno : child_error};
     close(command.out);
     close(command.err);
+    if (command.in >= 0) close(command.in);
     close(devnull);
     if (started[1]) {
         if (pid > 0) while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
@@ -545,7 +552,7 @@ static void lose_warm(void) {
 /* Start the checked SPAWN payload as the command user under a keeper of its own (the one
  * forked ahead, or one forked now); the command's pid (and the keeper's in `keeper`), or -1
  * with errno set, and `failure` when the errno's own text would not say what happened. */
-static pid_t start(const char *payload, uint32_t length, int out, int err, uint64_t request,
+static pid_t start(const char *payload, uint32_t length, const int *fds, int fd_count, uint64_t request,
                    pid_t *keeper, const char **failure) {
     if (!warm.keeper && !fork_keeper()) return -1;
     struct warm taken = warm;
@@ -553,9 +560,8 @@ static pid_t start(const char *payload, uint32_t length, int out, int err, uint6
     *keeper = taken.keeper;
     unsigned char header[4];
     put_u32(header, length);
-    int pipes[PIPE_FDS] = {out, err};
     int32_t started[2] = {-1, ECHILD};  /* a keeper that died before it reported */
-    if (!send_to_keeper(taken.link, header, sizeof header, pipes, PIPE_FDS)
+    if (!send_to_keeper(taken.link, header, sizeof header, fds, fd_count)
         || !send_to_keeper(taken.link, payload, length, NULL, 0)
         || !read_all(taken.link, started, sizeof started) || started[0] <= 0) {
         kill(taken.keeper, SIGKILL);  /* one that broke off, or is on its way out */
@@ -583,7 +589,7 @@ static void spawn(uint64_t request, char *payload, uint32_t length, const int *f
     char **candidates = vector(&in, count(&in));
     char *approved = field(&in);
     if (in.next != in.end || !argv[0]) broken("a SPAWN request has fields left over or no argv");
-    if (fd_count != PIPE_FDS) {
+    if (fd_count < PIPE_FDS) {
         answer_failure(request, EMFILE, "the output pipes did not arrive");
     } else if ((*written && !still_resolves(written, cwd, argv[0], candidates))
                || (*approved && !still_runs(argv[0], approved))) {
@@ -591,7 +597,7 @@ static void spawn(uint64_t request, char *payload, uint32_t length, const int *f
     } else {
         const char *failure = NULL;
         pid_t keeper;
-        pid_t pid = start(payload, length, fds[0], fds[1], request, &keeper, &failure);
+        pid_t pid = start(payload, length, fds, fd_count, request, &keeper, &failure);
         if (pid < 0) {
             answer_failure(request, errno, failure ? failure : strerror(errno));
         } else {
@@ -609,7 +615,7 @@ static void spawn(uint64_t request, char *payload, uint32_t length, const int *f
 /* Serve one frame; the kind of request it was, 0 once the server has closed the channel. */
 static int serve_request(void) {
     unsigned char header[HEADER_SIZE];
-    int fds[PIPE_FDS], fd_count = 0;
+    int fds[MAX_FDS], fd_count = 0;
     if (!receive(header, sizeof header, fds, &fd_count)) return 0;
     uint64_t request = (uint64_t)get_u32(header + 1) << 32 | get_u32(header + 5);
     uint32_t length = get_u32(header + 9);

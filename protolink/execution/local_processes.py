@@ -1,6 +1,7 @@
 """LocalProcesses: run one approved ProcessSpec on this host and supervise it to the end.
 
-The process is the leader of a new session and process group, with stdin on /dev/null.
+The process is the leader of a new session and process group, with stdin on /dev/null unless
+the caller gives it a pipe's read end.
 Stdout and stderr are read by :class:`~protolink.execution.output_pipes.OutputPipes`: the
 first ``max_output_bytes`` are kept (:class:`OutputCap`) and handed, in order, to an
 :class:`OutputSink`: on the host an :class:`OutputCollector`, which decodes, keeps and emits
@@ -74,9 +75,9 @@ class Launcher(Protocol):
     async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
         """``argv`` resolved by the rules of :mod:`protolink.execution.resolve`."""
 
-    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
-        """Start ``spec`` as the leader of a new session, stdin on /dev/null, stdout and stderr
-        on the given pipe ends (the caller closes its own copies). OSError when it cannot
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int, stdin: int | None = None) -> Leader:
+        """Start ``spec`` as the leader of a new session, stdin on ``stdin`` (None: /dev/null),
+        stdout and stderr on the given pipe ends (the caller closes its own copies). OSError when it cannot
         start, ValueError when argv[0] no longer resolves to ``spec.real_executable``; when
         canceled, whatever it started is killed."""
 
@@ -87,10 +88,10 @@ class HostLauncher:
     async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
         return await asyncio.to_thread(resolve_command, argv, cwd, env)
 
-    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int, stdin: int | None = None) -> Leader:
         if spec.real_executable is not None:
             check_real_executable(spec.argv[0], spec.real_executable)
-        popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr)
+        popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr, stdin=stdin)
         return _PopenLeader(popen, asyncio.get_running_loop())
 
 
@@ -105,13 +106,16 @@ class LocalProcesses:
         """Run ``spec`` to completion, timeout or cancellation; see the module docstring."""
         return await self.run(spec, OutputCollector(execution))
 
-    async def run(self, spec: ProcessSpec, output: OutputSink, *, hand_off: HandOff | None = None) -> ProcessResult:
+    async def run(self, spec: ProcessSpec, output: OutputSink, *, hand_off: HandOff | None = None,
+                  stdin: int | None = None) -> ProcessResult:
         """:meth:`execute` with the kept output going to ``output``, whose text the result holds.
         ``hand_off``, when given, is offered the pipes' read ends before the process starts (so
         that their reader is ready when it writes): when it takes them, nothing is read here
-        (the result's output is empty, never truncated)."""
+        (the result's output is empty, never truncated). ``stdin``, when given, is the read end
+        of a pipe for the process's standard input, closed here once the process has it (or
+        could not start)."""
         child = _Child(spec)
-        await child.start(self.launcher.launch, output, hand_off)
+        await child.start(self.launcher.launch, output, hand_off, stdin)
         try:
             child.timed_out = not await completed_within(child.exited, spec.timeout_seconds)
             await asyncio.shield(child.stop(terminate=child.timed_out))
@@ -135,10 +139,11 @@ class _Child:
         self._started = time.monotonic()
         self._stopping: asyncio.Future[None] | None = None
 
-    async def start(self, launch: Callable[[ProcessSpec, int, int], Awaitable[Leader]], output: OutputSink,
-                    hand_off: HandOff | None) -> None:
-        """Launch the process with both output pipes and read them into ``output``, unless
-        ``hand_off`` takes them first; ToolExecutionError when it cannot start."""
+    async def start(self, launch: Callable[[ProcessSpec, int, int, int | None], Awaitable[Leader]],
+                    output: OutputSink, hand_off: HandOff | None, stdin: int | None) -> None:
+        """Launch the process with both output pipes (and ``stdin``, which is closed here) and
+        read them into ``output``, unless ``hand_off`` takes them first; ToolExecutionError when
+        it cannot start."""
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
         pipes: dict[int, Channel] = {stdout_read: "stdout", stderr_read: "stderr"}
@@ -153,7 +158,7 @@ class _Child:
         task = asyncio.current_task()
         cancels = task.cancelling() if task is not None else 0
         try:
-            self._leader = await launch(self.spec, stdout_write, stderr_write)
+            self._leader = await launch(self.spec, stdout_write, stderr_write, stdin)
             if task is not None and task.cancelling() > cancels:
                 signal_group(self._leader.pid, signal.SIGKILL)
                 self._leader.close()
@@ -168,6 +173,8 @@ class _Child:
         finally:
             os.close(stdout_write)
             os.close(stderr_write)
+            if stdin is not None:
+                os.close(stdin)
         self.pipes = OutputPipes(pipes, OutputCap(self.spec.max_output_bytes), output)
 
     @property
@@ -214,12 +221,12 @@ class _Child:
 
 
 def start_process(argv: Sequence[str], cwd: str, env: Mapping[str, str], stdout: int, stderr: int,
-                  **options: Any) -> subprocess.Popen[bytes]:
-    """Start ``argv`` as the leader of a new session, stdin on /dev/null, stdout and stderr on
-    the given descriptors; ``options`` are extra :class:`subprocess.Popen` arguments (the
-    sandbox's spawner sets the umask). CPython starts it with vfork as long as no option
-    changes the user or groups."""
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd, env=dict(env),
+                  stdin: int | None = None, **options: Any) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as the leader of a new session, stdin on ``stdin`` (None: /dev/null),
+    stdout and stderr on the given descriptors; ``options`` are extra :class:`subprocess.Popen`
+    arguments (the sandbox's spawner sets the umask). CPython starts it with vfork as long as
+    no option changes the user or groups."""
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=dict(env),
                             start_new_session=True, **options)
 
 

@@ -18,6 +18,13 @@ not parse, or reuses the id of a running process, fails the whole call (``INVALI
 A request that names its client's pipe connection (a local host, see
 :mod:`protolink_sandboxd.pipe_listener`) has its pipes' read ends passed there instead: this
 server then reads none of its output, and its ``Finished`` says so.
+A request that asks for ``stdin`` gives its process a pipe for standard input, fed by the call's
+later ``input`` requests of its id (at most :data:`MAX_INPUT_BYTES` each) until one closes it.
+This server holds at most one such request's bytes per call: while they wait for room in the
+pipe, the call takes no more requests (the client's transport holds them back). Input for a
+process that has ended, or never ran, is dropped (the client cannot know it ended before its
+``Finished`` arrives); input for a running process that did not ask for ``stdin``, or over the
+size, fails the call.
 The call ends once the client has half-closed it and its processes have finished; when it is
 canceled, or the client goes away, every process it started is killed and reaped first.
 """
@@ -29,6 +36,7 @@ import contextlib
 import dataclasses
 import errno
 import functools
+import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 from google.protobuf.message import Message
@@ -62,6 +70,8 @@ STARTED_NOTICE_SECONDS = 1.0
 #: Pauses before a command refused a process for lack of tasks (EAGAIN) is tried again: the
 #: strays a sweep has just killed (a fork bomb's) count against the limits until they are reaped.
 NO_TASK_RETRY_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)
+#: The most bytes of standard input one request may carry: all this server holds of a process's input.
+MAX_INPUT_BYTES = 64 * 1024
 
 
 class CommandLauncher:
@@ -76,22 +86,22 @@ class CommandLauncher:
     async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
         return await self._spawner.resolve_command(argv, cwd, env)
 
-    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int, stdin: int | None = None) -> Leader:
         """Start ``spec`` through the spawner; refused for lack of tasks, it is tried again
         after a sweep for strays and a pause (NO_TASK_RETRY_SECONDS) before the refusal stands."""
         for pause in NO_TASK_RETRY_SECONDS:
             try:
-                return await self._start(spec, stdout, stderr)
+                return await self._start(spec, stdout, stderr, stdin)
             except OSError as error:
                 if error.errno != errno.EAGAIN:
                     raise
             await self._sweeper.sweep()
             await asyncio.sleep(pause)
-        return await self._start(spec, stdout, stderr)
+        return await self._start(spec, stdout, stderr, stdin)
 
-    async def _start(self, spec: ProcessSpec, stdout: int, stderr: int) -> Leader:
+    async def _start(self, spec: ProcessSpec, stdout: int, stderr: int, stdin: int | None) -> Leader:
         try:
-            return await self._spawner.launch(spec, stdout, stderr)
+            return await self._spawner.launch(spec, stdout, stderr, stdin)
         except ResolutionChanged:
             raise ValueError(await self._change(spec)) from None
 
@@ -154,6 +164,7 @@ class ProcessCall:
         self._runner = runner
         self._queue: asyncio.Queue[_Queued] = asyncio.Queue()
         self._running: dict[int, asyncio.Task[None]] = {}
+        self._inputs: dict[int, _Stdin] = {}  # the running processes that asked for stdin
         self._reader: asyncio.Future[None] | None = None
         self._reading = True
         self._taking = True
@@ -163,17 +174,19 @@ class ProcessCall:
         """How many of the call's events wait to be taken from :meth:`events`."""
         return self._queue.qsize()
 
-    def take(self, data: bytes) -> None:
-        """Start the process request ``data`` asks for, or cancel the one it names. A request
-        that does not parse, or reuses the id of a running process, fails the call: it and
-        every request after it start nothing. Beyond the call's limit of processes, the request
-        gets a limit error of its own."""
+    def take(self, data: bytes) -> asyncio.Future[None] | None:
+        """Start the process request ``data`` asks for, cancel the one it names, or feed its
+        input. A request that does not parse, or reuses the id of a running process, fails the
+        call: it and every request after it start nothing. Beyond the call's limit of processes,
+        the request gets a limit error of its own. Returns a future when the call takes no more
+        requests until it is done (the input waits for room in its process's pipe)."""
         if not self._taking:
-            return
+            return None
         try:
-            self._start_or_cancel(data)
+            return self._start_or_cancel(data)
         except Exception as error:
             self._fail(error)
+            return None
 
     async def events(self, requests: AsyncIterator[bytes] | None = None) -> AsyncIterator[bytes]:
         """The call's events, serialized, until it ends; raises what failed the call. With
@@ -205,7 +218,8 @@ class ProcessCall:
     async def _read(self, requests: AsyncIterator[bytes]) -> None:
         try:
             async for request in requests:
-                self.take(request)
+                if (blocked := self.take(request)) is not None:
+                    await blocked
         except Exception as error:  # a broken protocol
             self._fail(error)
         finally:
@@ -216,35 +230,52 @@ class ProcessCall:
         self._taking = False
         self._queue.put_nowait(error)
 
-    def _start_or_cancel(self, data: bytes) -> None:
+    def _start_or_cancel(self, data: bytes) -> asyncio.Future[None] | None:
         request = convert.parse(process_pb2.ExecuteRequest, data)
         if request.cancel:
             if (task := self._running.get(request.id)) is not None:
                 task.cancel()
-            return
+            return None
+        if request.HasField("input"):
+            return self._feed(request.id, request.input)
         convert.require(request.id not in self._running, f"request id {request.id} is already running")
         if len(self._running) >= self._runner.max_per_call:
             refusal = SandboxLimitError(f"more than {self._runner.max_per_call} processes on one call")
             self._queue.put_nowait((_event(request.id, error=to_status(refusal)[1]), None))
-            return
-        task = asyncio.ensure_future(self._run(request))
+            return None
+        stdin = None
+        if request.stdin:
+            stdin = self._inputs[request.id] = _Stdin()
+        task = asyncio.ensure_future(self._run(request, stdin))
         self._running[request.id] = task
         task.add_done_callback(lambda _: self._finished(request.id))
+        return None
+
+    def _feed(self, request_id: int, given: process_pb2.Input) -> asyncio.Future[None] | None:
+        """Write ``given`` to the stdin of process ``request_id``; the future of :meth:`take`."""
+        convert.require(len(given.data) <= MAX_INPUT_BYTES, f"input of more than {MAX_INPUT_BYTES} bytes in one request")
+        stdin = self._inputs.get(request_id)
+        if stdin is None:
+            convert.require(request_id not in self._running, f"input for request id {request_id}, which has no stdin")
+            return None  # its process has ended: nothing reads it any more
+        return stdin.feed(given.data, close=given.close)
 
     def _finished(self, request_id: int) -> None:
         del self._running[request_id]
+        if self._inputs:  # forgotten with the process: input for it is dropped from now on
+            self._inputs.pop(request_id, None)
         self._end_if_done()
 
     def _end_if_done(self) -> None:
         if not self._reading and not self._running:
             self._queue.put_nowait(None)
 
-    async def _run(self, request: process_pb2.ExecuteRequest) -> None:
+    async def _run(self, request: process_pb2.ExecuteRequest, stdin: _Stdin | None) -> None:
         """Run one process, queueing its events; nothing more after it is canceled."""
         events = _ProcessEvents(request.id, self._queue)
         try:
             with self._runner.activity.call():
-                result = await self._execute(request, events)
+                result = await self._execute(request, events, stdin)
             events.put(finished=process_pb2.Finished(
                 exit_code=result.exit_code,
                 truncated=result.truncated,
@@ -259,8 +290,11 @@ class ProcessCall:
             events.put(error=to_status(error)[1])
         finally:
             events.close()
+            if stdin is not None:
+                stdin.close()
 
-    async def _execute(self, request: process_pb2.ExecuteRequest, events: _ProcessEvents) -> ProcessResult:
+    async def _execute(self, request: process_pb2.ExecuteRequest, events: _ProcessEvents,
+                       stdin: _Stdin | None) -> ProcessResult:
         spec = convert.process_spec(request)
         if self._runner.environment:
             spec = dataclasses.replace(spec, env={**self._runner.environment, **spec.env})
@@ -272,7 +306,78 @@ class ProcessCall:
             hand_off = functools.partial(events.hand_off, self._runner.pipes, request.pipe_connection)
         async with self._runner.slots, self._runner.sweeper.command():
             events.starting()
-            return await self._runner.processes.run(spec, events, hand_off=hand_off)
+            return await self._runner.processes.run(spec, events, hand_off=hand_off,
+                                                    stdin=None if stdin is None else stdin.hand_over())
+
+
+class _Stdin:
+    """A process's standard input: a pipe whose read end the process gets and whose write end
+    (non-blocking) this server feeds, one request's bytes at a time, on the event loop. When the
+    process has ended or closed its end, what comes is dropped."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._loop = asyncio.get_running_loop()
+        self._pending = memoryview(b"")
+        self._closing = False
+        self._room: asyncio.Future[None] | None = None
+
+    def hand_over(self) -> int:
+        """The read end, for the process: its taker closes it."""
+        fd, self._read = self._read, -1
+        return fd
+
+    def feed(self, data: bytes, *, close: bool) -> asyncio.Future[None] | None:
+        """Write ``data`` (then close the pipe when ``close``); a future done once it has all gone
+        into the pipe (or been dropped), when it could not at once."""
+        if self._write < 0:
+            return None
+        self._pending, self._closing = memoryview(data), close
+        self._flush()
+        if self._write < 0 or not self._pending:
+            return None
+        self._room = self._loop.create_future()
+        self._loop.add_writer(self._write, self._flush)
+        return self._room
+
+    def close(self) -> None:
+        """Close the pipe (its process has ended, or never started)."""
+        if self._read >= 0:
+            os.close(self._read)
+            self._read = -1
+        self._end()
+
+    def _end(self) -> None:
+        """Close the write end (the input has ended, or nothing reads it); what waits is dropped."""
+        if self._write >= 0:
+            if self._room is not None:
+                self._loop.remove_writer(self._write)
+            os.close(self._write)
+            self._write = -1
+        self._pending = memoryview(b"")
+        self._release()
+
+    def _flush(self) -> None:
+        try:
+            while self._pending:
+                self._pending = self._pending[os.write(self._write, self._pending):]
+        except BlockingIOError:
+            return
+        except OSError:  # EPIPE: nothing reads the pipe any more
+            self._end()
+            return
+        if self._closing:
+            self._end()
+        elif self._room is not None:
+            self._loop.remove_writer(self._write)
+            self._release()
+
+    def _release(self) -> None:
+        """The call takes requests again (its wait may have been canceled: the call is ending)."""
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
+        self._room = None
 
 
 class _ProcessEvents:

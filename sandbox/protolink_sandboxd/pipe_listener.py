@@ -17,7 +17,8 @@ keeps to gRPC. Its first datagram must carry the token when the server has one; 
 answered, and a host silent for HOST_SILENT_SECONDS is gone. At most
 ``max_connections`` connections are held (more are answered ``AT_LIMIT`` and closed at once).
 Each request is handed to the call as it is read (:meth:`~protolink_sandboxd.execute.ProcessCall.take`),
-and a connection is not read while MAX_WAITING of its call's events wait to be sent; a hand-off that would wait
+and a connection is not read while MAX_WAITING of its call's events wait to be sent, nor while
+the call takes no requests (a process's stdin is full); a hand-off that would wait
 (the host does not read its connection) is not made, and that command's output comes as events.
 A closed connection, or one that breaks the protocol, is a canceled call: its processes are
 killed and reaped.
@@ -68,8 +69,9 @@ class Call(Protocol):
     def waiting(self) -> int:
         """How many of its events wait to be taken from :meth:`events`."""
 
-    def take(self, request: bytes) -> None:
-        """Act on one request now; one that fails the call makes :meth:`events` raise."""
+    def take(self, request: bytes) -> asyncio.Future[None] | None:
+        """Act on one request now; one that fails the call makes :meth:`events` raise. A future
+        when the call takes no more requests until it is done."""
 
     def events(self) -> AsyncIterator[bytes]:
         """The call's events until it fails or is closed."""
@@ -168,6 +170,7 @@ class _Channel:
         self._authorized = authorized
         self._admitted: asyncio.Future[None] = self._loop.create_future()
         self._paused = False  # not read while MAX_WAITING events wait
+        self._blocked: asyncio.Future[None] | None = None  # nor while the call takes no requests
         self._heard_at = self._loop.time()
         self._silence = self._loop.call_later(HOST_SILENT_SECONDS, self._check_silence)
         self._loop.add_reader(sock.fileno(), self._receive)
@@ -194,7 +197,8 @@ class _Channel:
     def _receive(self) -> None:
         """Hand the requests that have come to the call, answer pings; the first must be the
         authorization. The host's close (or a datagram too long, or a descriptor sent along)
-        ends the call; MAX_WAITING events waiting stop the reading (:meth:`_serve` resumes it)."""
+        ends the call; MAX_WAITING events waiting stop the reading (:meth:`_serve` resumes it), as
+        does a call that takes no requests for a while (until it takes them again)."""
         self._heard_at = self._loop.time()
         if self._task.done():  # the call has ended (perhaps before its first step): nothing more starts
             return
@@ -214,7 +218,11 @@ class _Channel:
                     self._sock.sendmsg([PONG], [], socket.MSG_DONTWAIT)
                 continue
             if self._admitted.done():
-                self._call.take(data)
+                if (blocked := self._call.take(data)) is not None:
+                    self._loop.remove_reader(self._sock.fileno())
+                    self._blocked = blocked
+                    blocked.add_done_callback(self._unblocked)
+                    return
             elif not self._admit(data):
                 self._loop.remove_reader(self._sock.fileno())
                 return
@@ -222,6 +230,15 @@ class _Channel:
                 self._loop.remove_reader(self._sock.fileno())
                 self._paused = True
                 return
+
+    def _unblocked(self, _: asyncio.Future[None]) -> None:
+        self._blocked = None
+        self._resume()
+
+    def _resume(self) -> None:
+        """Read the connection again, unless the call has ended or something still stops it."""
+        if not self._task.done() and not self._paused and self._blocked is None:
+            self._loop.add_reader(self._sock.fileno(), self._receive)
 
     def _admit(self, first: bytes) -> bool:
         """Take the host's first datagram as its authorization: whether it is one this server takes."""
@@ -233,7 +250,7 @@ class _Channel:
 
     def _check_silence(self) -> None:
         """End the call of a host that has sent nothing for HOST_SILENT_SECONDS (it pings)."""
-        if self._paused:  # the host is waiting for this call, not silent
+        if self._paused or self._blocked is not None:  # the host is waiting for this call, not silent
             self._heard_at = self._loop.time()
         if self._loop.time() - self._heard_at >= HOST_SILENT_SECONDS:
             log.info("commands: a host sent nothing for %g s; its call ends", HOST_SILENT_SECONDS)
@@ -250,7 +267,7 @@ class _Channel:
                         await self._send([EVENT, piece])
                     if self._paused and self._call.waiting < MAX_WAITING:
                         self._paused = False
-                        self._loop.add_reader(self._sock.fileno(), self._receive)
+                        self._resume()
         except OSError:
             pass  # the host has gone: the call is canceled
         except Exception as error:  # a request that does not parse, a broken protocol, a refusal

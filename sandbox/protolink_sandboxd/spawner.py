@@ -4,7 +4,8 @@ CPython starts a child with ``vfork`` only when the child keeps its parent's cre
 a server that changes the uid in each child pays a full ``fork`` (or an extra exec of a
 launcher such as setpriv) for every command. So one small single-threaded process takes the
 command user's identity once, and the server sends it each command's argv, working directory
-and environment with the two ends of the output pipes (``SCM_RIGHTS``). It answers with the
+and environment with the two ends of the output pipes (``SCM_RIGHTS``), and the read end of
+its stdin pipe after them when it has one (else its stdin is /dev/null). It answers with the
 command's pid and reports its exit code. Each command runs under a keeper of its own, a child
 subreaper that adopts whatever the command's descendants orphan, so that everything descended
 from a running command stays below the spawner whatever its group or session, and leaves it

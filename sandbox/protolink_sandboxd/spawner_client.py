@@ -131,9 +131,9 @@ class SpawnerClient:
         knows (None: none, or one a start may have taken)."""
         return self._current.waiting_keeper if self._current is not None and self._current.alive else None
 
-    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> _Command:
-        """Start ``spec`` (see :meth:`LocalProcesses.launch`); canceled, it is killed once it starts."""
-        return await self._connection().launch(spec, stdout, stderr)
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int, stdin: int | None = None) -> _Command:
+        """Start ``spec`` (see :meth:`Launcher.launch`); canceled, it is killed once it starts."""
+        return await self._connection().launch(spec, stdout, stderr, stdin)
 
     async def resolve_command(self, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> Resolved:
         """argv[0], the file it runs and the working directory resolved as the command user
@@ -241,7 +241,7 @@ class SpawnerConnection:
         """See :meth:`SpawnerClient.keepers`."""
         return {command.keeper for command in self._commands.values() if not command.closed}
 
-    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> _Command:
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int, stdin: int | None = None) -> _Command:
         """:meth:`SpawnerClient.launch` through this spawner: OSError when the command cannot start,
         ValueError when it cannot be passed, ResolutionChanged when its check fails."""
         check_command(spec.argv, spec.cwd, spec.env)
@@ -252,7 +252,8 @@ class SpawnerConnection:
         request = next(_ids)
         frame = spawner.spawn_request(request, spec.argv, spec.cwd, spec.env, check, max_bytes=self._max_request_bytes,
                                       real_executable=spec.real_executable)
-        answer = self._ask(request, frame, (stdout, stderr), self._started)
+        fds = (stdout, stderr) if stdin is None else (stdout, stderr, stdin)
+        answer = self._ask(request, frame, fds, self._started)
         try:
             command: _Command = await answer
             return command  # canceled, the request stays pending: a command it starts is then killed

@@ -24,8 +24,19 @@ from protolink.sandbox import connect
 from protolink.sandbox.aio_call import AsyncCall
 from protolink.sandbox.pipe_connection import ChannelCall
 from protolink.wire import status
-from protolink.wire._pb import errors_pb2
-from protolink.wire.pipe_passing import AUTHORIZATION, DATAGRAM_BYTES, FAILURE, GREETING, KEY_BYTES, SOCKET_NAME
+from protolink.wire._pb import errors_pb2, process_pb2
+from protolink.wire.pipe_passing import (
+    AUTHORIZATION,
+    DATAGRAM_BYTES,
+    EVENT,
+    FAILURE,
+    GREETING,
+    HANDED_FDS,
+    HANDOFF_KIND,
+    KEY_BYTES,
+    SOCKET_NAME,
+)
+from protolink_sandboxd.execute import MAX_INPUT_BYTES
 from tests.integration.test_sandbox_server import alive, settle
 from tests.sandbox_server import RunningServer, sandbox_server, unused_uid
 
@@ -160,6 +171,56 @@ async def test_a_request_that_does_not_parse_fails_the_call_with_a_typed_error(s
         async with asyncio.timeout(30):
             assert (await receive_next(sock, DATAGRAM_BYTES, 0))[0] == b""  # and the connection is closed
     assert refusal.kind == errors_pb2.ERROR_KIND_INVALID_ARGUMENT
+
+
+def read_to_end(fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as passed:
+        return passed.read()
+
+
+async def test_stdin_is_fed_on_the_channel_while_the_output_goes_through_passed_pipes(server):
+    """A megabyte of input, more than a pipe holds (the channel is not read while the command's
+    is full), reaches the command in order; its output comes through the read end passed."""
+    running, root = server
+    data = os.urandom(1 << 20)
+    path = os.path.join(os.path.dirname(running.address.removeprefix("unix://")), SOCKET_NAME)
+    loop = asyncio.get_running_loop()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, path)
+        async with asyncio.timeout(30):
+            greeting, fds, _ = await receive_next(sock, DATAGRAM_BYTES, 1)
+        for fd in fds:
+            os.close(fd)
+        key = greeting.removeprefix(GREETING)
+        start = process_pb2.ExecuteRequest(id=1, argv=["/bin/cat"], cwd=str(root), env=ENV, timeout_seconds=60,
+                                           max_output_bytes=len(data), stdin=True, pipe_connection=key)
+        inputs = [process_pb2.ExecuteRequest(id=1, input=process_pb2.Input(data=data[at:at + MAX_INPUT_BYTES]))
+                  for at in range(0, len(data), MAX_INPUT_BYTES)]
+        inputs.append(process_pb2.ExecuteRequest(id=1, input=process_pb2.Input(close=True)))
+
+        async def send() -> None:
+            for request in [start, *inputs]:
+                await loop.sock_sendall(sock, request.SerializeToString())
+
+        sock.send(AUTHORIZATION + f"Bearer {TOKEN}".encode())
+        sending = asyncio.ensure_future(send())
+        output: asyncio.Future[bytes] | None = None
+        async with asyncio.timeout(60):
+            while True:
+                datagram, fds, _ = await receive_next(sock, DATAGRAM_BYTES, HANDED_FDS)
+                if datagram.startswith(HANDOFF_KIND):
+                    os.close(fds[1])
+                    output = asyncio.ensure_future(asyncio.to_thread(read_to_end, fds[0]))
+                    continue
+                assert datagram.startswith(EVENT), datagram
+                event = process_pb2.ExecuteEvent.FromString(datagram[len(EVENT):])
+                if event.WhichOneof("event") == "finished":
+                    break
+            await sending
+            assert output is not None
+            assert (await output) == data
+        assert (event.finished.exit_code, event.finished.output_passed) == (0, True)
 
 
 async def test_a_closed_connection_kills_the_command(server, opened):

@@ -73,7 +73,7 @@ class Commands:
         self.started(request)
 
     def started(self, request: process_pb2.ExecuteRequest) -> None:
-        if request.cancel:
+        if request.cancel or request.HasField("input"):  # no command starts
             return
         self.running[request.id] = _Running(list(request.argv), request.cwd)
         self._emit("command.started", id=request.id, argv=list(request.argv), cwd=request.cwd)

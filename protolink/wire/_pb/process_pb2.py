@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from protolink.wire._pb import errors_pb2 as protolink_dot_sandbox_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protolink/sandbox/v1/process.proto\x12\x14protolink.sandbox.v1\x1a!protolink/sandbox/v1/errors.proto\"\xd3\x02\n\x0e\x45xecuteRequest\x12\n\n\x02id\x18\x07 \x01(\x04\x12\x0e\n\x06\x63\x61ncel\x18\x08 \x01(\x08\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12:\n\x03\x65nv\x18\x03 \x03(\x0b\x32-.protolink.sandbox.v1.ExecuteRequest.EnvEntry\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x03\x12=\n\rresolved_from\x18\x06 \x01(\x0b\x32&.protolink.sandbox.v1.CommandAsWritten\x12\x17\n\x0freal_executable\x18\t \x01(\t\x12\x17\n\x0fpipe_connection\x18\n \x01(\x0c\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"3\n\x10\x43ommandAsWritten\x12\x12\n\nexecutable\x18\x01 \x01(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\"\xa3\x02\n\x0c\x45xecuteEvent\x12\n\n\x02id\x18\x05 \x01(\x04\x12\x30\n\x07started\x18\x01 \x01(\x0b\x32\x1d.protolink.sandbox.v1.StartedH\x00\x12.\n\x06output\x18\x07 \x01(\x0b\x32\x1c.protolink.sandbox.v1.OutputH\x00\x12\x32\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x1e.protolink.sandbox.v1.FinishedH\x00\x12\x34\n\tkeepalive\x18\x04 \x01(\x0b\x32\x1f.protolink.sandbox.v1.KeepaliveH\x00\x12,\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x1b.protolink.sandbox.v1.ErrorH\x00\x42\x07\n\x05\x65ventJ\x04\x08\x02\x10\x03\"\x0f\n\x07StartedJ\x04\x08\x01\x10\x02\"L\n\x06Output\x12.\n\x07\x63hannel\x18\x01 \x01(\x0e\x32\x1d.protolink.sandbox.v1.Channel\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0cJ\x04\x08\x02\x10\x03\"\x99\x01\n\x08\x46inished\x12\x16\n\texit_code\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\ttruncated\x18\x02 \x01(\x08\x12\x11\n\ttimed_out\x18\x03 \x01(\x08\x12\x10\n\x08\x63\x61nceled\x18\x04 \x01(\x08\x12\x18\n\x10\x64uration_seconds\x18\x05 \x01(\x01\x12\x15\n\routput_passed\x18\x06 \x01(\x08\x42\x0c\n\n_exit_code\"\x0b\n\tKeepalive\"\xa1\x01\n\x15ResolveCommandRequest\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x41\n\x03\x65nv\x18\x03 \x03(\x0b\x32\x34.protolink.sandbox.v1.ResolveCommandRequest.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"L\n\x16ResolveCommandResponse\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x17\n\x0freal_executable\x18\x03 \x01(\t*J\n\x07\x43hannel\x12\x17\n\x13\x43HANNEL_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x43HANNEL_STDOUT\x10\x01\x12\x12\n\x0e\x43HANNEL_STDERR\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"protolink/sandbox/v1/process.proto\x12\x14protolink.sandbox.v1\x1a!protolink/sandbox/v1/errors.proto\"\x8e\x03\n\x0e\x45xecuteRequest\x12\n\n\x02id\x18\x07 \x01(\x04\x12\x0e\n\x06\x63\x61ncel\x18\x08 \x01(\x08\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12:\n\x03\x65nv\x18\x03 \x03(\x0b\x32-.protolink.sandbox.v1.ExecuteRequest.EnvEntry\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x03\x12=\n\rresolved_from\x18\x06 \x01(\x0b\x32&.protolink.sandbox.v1.CommandAsWritten\x12\x17\n\x0freal_executable\x18\t \x01(\t\x12\x17\n\x0fpipe_connection\x18\n \x01(\x0c\x12\r\n\x05stdin\x18\x0b \x01(\x08\x12*\n\x05input\x18\x0c \x01(\x0b\x32\x1b.protolink.sandbox.v1.Input\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"$\n\x05Input\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05\x63lose\x18\x02 \x01(\x08\"3\n\x10\x43ommandAsWritten\x12\x12\n\nexecutable\x18\x01 \x01(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\"\xa3\x02\n\x0c\x45xecuteEvent\x12\n\n\x02id\x18\x05 \x01(\x04\x12\x30\n\x07started\x18\x01 \x01(\x0b\x32\x1d.protolink.sandbox.v1.StartedH\x00\x12.\n\x06output\x18\x07 \x01(\x0b\x32\x1c.protolink.sandbox.v1.OutputH\x00\x12\x32\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x1e.protolink.sandbox.v1.FinishedH\x00\x12\x34\n\tkeepalive\x18\x04 \x01(\x0b\x32\x1f.protolink.sandbox.v1.KeepaliveH\x00\x12,\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x1b.protolink.sandbox.v1.ErrorH\x00\x42\x07\n\x05\x65ventJ\x04\x08\x02\x10\x03\"\x0f\n\x07StartedJ\x04\x08\x01\x10\x02\"L\n\x06Output\x12.\n\x07\x63hannel\x18\x01 \x01(\x0e\x32\x1d.protolink.sandbox.v1.Channel\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0cJ\x04\x08\x02\x10\x03\"\x99\x01\n\x08\x46inished\x12\x16\n\texit_code\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\ttruncated\x18\x02 \x01(\x08\x12\x11\n\ttimed_out\x18\x03 \x01(\x08\x12\x10\n\x08\x63\x61nceled\x18\x04 \x01(\x08\x12\x18\n\x10\x64uration_seconds\x18\x05 \x01(\x01\x12\x15\n\routput_passed\x18\x06 \x01(\x08\x42\x0c\n\n_exit_code\"\x0b\n\tKeepalive\"\xa1\x01\n\x15ResolveCommandRequest\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x41\n\x03\x65nv\x18\x03 \x03(\x0b\x32\x34.protolink.sandbox.v1.ResolveCommandRequest.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"L\n\x16ResolveCommandResponse\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x17\n\x0freal_executable\x18\x03 \x01(\t*J\n\x07\x43hannel\x12\x17\n\x13\x43HANNEL_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x43HANNEL_STDOUT\x10\x01\x12\x12\n\x0e\x43HANNEL_STDERR\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,28 +36,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXECUTEREQUEST_ENVENTRY']._serialized_options = b'8\001'
   _globals['_RESOLVECOMMANDREQUEST_ENVENTRY']._loaded_options = None
   _globals['_RESOLVECOMMANDREQUEST_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_CHANNEL']._serialized_start=1290
-  _globals['_CHANNEL']._serialized_end=1364
+  _globals['_CHANNEL']._serialized_start=1387
+  _globals['_CHANNEL']._serialized_end=1461
   _globals['_EXECUTEREQUEST']._serialized_start=96
-  _globals['_EXECUTEREQUEST']._serialized_end=435
-  _globals['_EXECUTEREQUEST_ENVENTRY']._serialized_start=393
-  _globals['_EXECUTEREQUEST_ENVENTRY']._serialized_end=435
-  _globals['_COMMANDASWRITTEN']._serialized_start=437
-  _globals['_COMMANDASWRITTEN']._serialized_end=488
-  _globals['_EXECUTEEVENT']._serialized_start=491
-  _globals['_EXECUTEEVENT']._serialized_end=782
-  _globals['_STARTED']._serialized_start=784
-  _globals['_STARTED']._serialized_end=799
-  _globals['_OUTPUT']._serialized_start=801
-  _globals['_OUTPUT']._serialized_end=877
-  _globals['_FINISHED']._serialized_start=880
-  _globals['_FINISHED']._serialized_end=1033
-  _globals['_KEEPALIVE']._serialized_start=1035
-  _globals['_KEEPALIVE']._serialized_end=1046
-  _globals['_RESOLVECOMMANDREQUEST']._serialized_start=1049
-  _globals['_RESOLVECOMMANDREQUEST']._serialized_end=1210
-  _globals['_RESOLVECOMMANDREQUEST_ENVENTRY']._serialized_start=393
-  _globals['_RESOLVECOMMANDREQUEST_ENVENTRY']._serialized_end=435
-  _globals['_RESOLVECOMMANDRESPONSE']._serialized_start=1212
-  _globals['_RESOLVECOMMANDRESPONSE']._serialized_end=1288
+  _globals['_EXECUTEREQUEST']._serialized_end=494
+  _globals['_EXECUTEREQUEST_ENVENTRY']._serialized_start=452
+  _globals['_EXECUTEREQUEST_ENVENTRY']._serialized_end=494
+  _globals['_INPUT']._serialized_start=496
+  _globals['_INPUT']._serialized_end=532
+  _globals['_COMMANDASWRITTEN']._serialized_start=534
+  _globals['_COMMANDASWRITTEN']._serialized_end=585
+  _globals['_EXECUTEEVENT']._serialized_start=588
+  _globals['_EXECUTEEVENT']._serialized_end=879
+  _globals['_STARTED']._serialized_start=881
+  _globals['_STARTED']._serialized_end=896
+  _globals['_OUTPUT']._serialized_start=898
+  _globals['_OUTPUT']._serialized_end=974
+  _globals['_FINISHED']._serialized_start=977
+  _globals['_FINISHED']._serialized_end=1130
+  _globals['_KEEPALIVE']._serialized_start=1132
+  _globals['_KEEPALIVE']._serialized_end=1143
+  _globals['_RESOLVECOMMANDREQUEST']._serialized_start=1146
+  _globals['_RESOLVECOMMANDREQUEST']._serialized_end=1307
+  _globals['_RESOLVECOMMANDREQUEST_ENVENTRY']._serialized_start=452
+  _globals['_RESOLVECOMMANDREQUEST_ENVENTRY']._serialized_end=494
+  _globals['_RESOLVECOMMANDRESPONSE']._serialized_start=1309
+  _globals['_RESOLVECOMMANDRESPONSE']._serialized_end=1385
 # @@protoc_insertion_point(module_scope)

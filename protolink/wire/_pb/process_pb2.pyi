@@ -18,7 +18,7 @@ CHANNEL_STDOUT: Channel
 CHANNEL_STDERR: Channel
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("id", "cancel", "argv", "cwd", "env", "timeout_seconds", "max_output_bytes", "resolved_from", "real_executable", "pipe_connection")
+    __slots__ = ("id", "cancel", "argv", "cwd", "env", "timeout_seconds", "max_output_bytes", "resolved_from", "real_executable", "pipe_connection", "stdin", "input")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,8 @@ class ExecuteRequest(_message.Message):
     RESOLVED_FROM_FIELD_NUMBER: _ClassVar[int]
     REAL_EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
     PIPE_CONNECTION_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
     id: int
     cancel: bool
     argv: _containers.RepeatedScalarFieldContainer[str]
@@ -46,7 +48,17 @@ class ExecuteRequest(_message.Message):
     resolved_from: CommandAsWritten
     real_executable: str
     pipe_connection: bytes
-    def __init__(self, id: _Optional[int] = ..., cancel: _Optional[bool] = ..., argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., resolved_from: _Optional[_Union[CommandAsWritten, _Mapping]] = ..., real_executable: _Optional[str] = ..., pipe_connection: _Optional[bytes] = ...) -> None: ...
+    stdin: bool
+    input: Input
+    def __init__(self, id: _Optional[int] = ..., cancel: _Optional[bool] = ..., argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ..., resolved_from: _Optional[_Union[CommandAsWritten, _Mapping]] = ..., real_executable: _Optional[str] = ..., pipe_connection: _Optional[bytes] = ..., stdin: _Optional[bool] = ..., input: _Optional[_Union[Input, _Mapping]] = ...) -> None: ...
+
+class Input(_message.Message):
+    __slots__ = ("data", "close")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    close: bool
+    def __init__(self, data: _Optional[bytes] = ..., close: _Optional[bool] = ...) -> None: ...
 
 class CommandAsWritten(_message.Message):
     __slots__ = ("executable", "cwd")

@@ -65,8 +65,8 @@ async def test_a_command_that_cannot_start_is_a_clear_error(tmp_path):
 
 async def test_a_launcher_of_its_own_starts_every_command(tmp_path):
     class Private(HostLauncher):
-        async def launch(self, spec, stdout, stderr):
-            popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr, umask=0o077)
+        async def launch(self, spec, stdout, stderr, stdin=None):
+            popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr, stdin, umask=0o077)
             popen.wait()
             return Exited(popen.pid, popen.returncode)
 
@@ -81,8 +81,8 @@ async def test_a_process_started_as_its_call_is_canceled_is_killed(tmp_path):
     started = []
 
     class Racing(HostLauncher):
-        async def launch(self, spec, stdout, stderr):
-            leader = await super().launch(spec, stdout, stderr)
+        async def launch(self, spec, stdout, stderr, stdin=None):
+            leader = await super().launch(spec, stdout, stderr, stdin)
             started.append(leader)
             call.cancel()  # the call is canceled as the launch returns
             return leader

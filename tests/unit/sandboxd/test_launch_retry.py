@@ -20,7 +20,7 @@ class Refusing:
     def __init__(self, times: int, number: int) -> None:
         self.times, self.number, self.launches = times, number, 0
 
-    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int) -> str:
+    async def launch(self, spec: ProcessSpec, stdout: int, stderr: int, stdin: int | None = None) -> str:
         self.launches += 1
         if self.launches <= self.times:
             raise OSError(self.number, "refused")

@@ -75,12 +75,15 @@ class Spawner:
             self.warm.append(spawner.NUMBER.unpack(payload)[0])
 
     def run(self, argv: list[str], cwd: str = "/", env: dict[str, str] = ENV,
-            check: tuple[str, list[str]] | None = None, real: str | None = None) -> tuple[int, int | str, bytes]:
-        """Start ``argv``; (kind of the first answer, exit code or failure, its output)."""
+            check: tuple[str, list[str]] | None = None, real: str | None = None,
+            stdin: int | None = None) -> tuple[int, int | str, bytes]:
+        """Start ``argv`` (its stdin on ``stdin`` when given); (kind of the first answer, exit
+        code or failure, its output)."""
         read, write = os.pipe()
         try:
             frame = spawner.spawn_request(0, argv, cwd, env, check, max_bytes=MAX_REQUEST_BYTES, real_executable=real)
-            self.send(spawner.SPAWN, frame[spawner.HEADER.size :], (write, write))
+            fds = (write, write) if stdin is None else (write, write, stdin)
+            self.send(spawner.SPAWN, frame[spawner.HEADER.size :], fds)
         finally:
             os.close(write)
         with os.fdopen(read, "rb") as output:
@@ -163,6 +166,17 @@ def test_a_command_starts_like_a_host_command_as_the_command_user(started, place
     assert cwd == str(place)
     kind, code, output = started.run(["/usr/bin/env"])
     assert sorted(output.decode().splitlines()) == ["ONLY=this", "PATH=/usr/bin:/bin"]
+
+
+def test_a_third_descriptor_passed_is_the_commands_stdin(started):
+    read, write = os.pipe()
+    os.write(write, bytes(range(256)))
+    os.close(write)
+    try:
+        kind, code, output = started.run(["/bin/sh", "-c", "cat; ls /proc/self/fd | tr '\\n' ' '"], stdin=read)
+    finally:
+        os.close(read)
+    assert (kind, code, output) == (spawner.STARTED, 0, bytes(range(256)) + b"0 1 2 3 ")  # 3: ls's own directory
 
 
 def test_exit_codes_and_signals_are_reported(started):
