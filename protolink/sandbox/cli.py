@@ -374,7 +374,7 @@ def _exec(args: argparse.Namespace) -> int:
     command = Command(argv=argv, cwd=args.cwd, env=args.env, timeout_seconds=args.timeout,
                       max_output_bytes=args.max_output_bytes)
     try:
-        outcome = _execute_in(args.name, command)
+        outcome = _execute_in(args.name, command, _standard_input() if args.interactive else None)
     except BrokenPipeError:  # what reads the output went away: the command ends with the connection
         return _reader_gone()
     except ToolExecutionError as error:  # the sandbox's own word: the command could not start
@@ -399,15 +399,26 @@ def _exec(args: argparse.Namespace) -> int:
     return outcome.exit_code if outcome.exit_code >= 0 else 128 - outcome.exit_code
 
 
-def _execute_in(name: str, command: Command) -> Outcome | None:
-    """``command`` run in appliance ``name``: at the address ``up`` recorded, else where the
-    engine says it is; None when it is not up."""
+def _standard_input() -> int | None:
+    """This process's standard input for ``exec -i``; None (empty input) when it is closed, as
+    the connection to the sandbox may then take its descriptor."""
+    try:
+        os.fstat(0)
+    except OSError:
+        return None
+    return 0
+
+
+def _execute_in(name: str, command: Command, stdin: int | None) -> Outcome | None:
+    """``command`` run in appliance ``name``, its standard input read from ``stdin`` (None:
+    empty): at the address ``up`` recorded, else where the engine says it is; None when it is
+    not up."""
     from .exec_client import CONNECT_SECONDS, execute
 
     record = records.load(name)
     if record is not None and not socket_gone(record.address):
         try:
-            return execute(record.address, records.read_token(name), command)
+            return execute(record.address, records.read_token(name), command, stdin=stdin)
         except SandboxNotReachedError:
             pass  # removed behind `down`'s back, or restarted: the engine knows (nothing ran)
     from .appliance import address, find
@@ -416,7 +427,8 @@ def _execute_in(name: str, command: Command) -> Outcome | None:
     if container is None:
         records.forget(name)
         return None
-    return execute(address(container), records.read_token(name), command, connect_seconds=CONNECT_SECONDS)
+    return execute(address(container), records.read_token(name), command, stdin=stdin,
+                   connect_seconds=CONNECT_SECONDS)
 
 
 _CI_DESCRIPTION = """Copy REPO (a directory, or a git URL cloned here) into a fresh workspace, run the
@@ -561,7 +573,10 @@ def _add_exec(commands: Any) -> argparse.ArgumentParser:
     execute.add_argument("-e", "--env", action="append", default=[], metavar="NAME[=VALUE]",
                          help="set a variable for the command (repeatable); a bare NAME passes this host's value. "
                               f"The command also gets {', '.join(f'{k}={v}' for k, v in COMMAND_ENV.items())} "
-                              "unless set here. Its standard input is empty")
+                              "unless set here")
+    execute.add_argument("-i", "--interactive", action="store_true",
+                         help="pass this process's standard input to the command until its end, as docker exec -i "
+                              "does; without it the command's standard input is empty")
     execute.add_argument("--timeout", type=float, default=EXEC_TIMEOUT_SECONDS,
                          help=f"seconds before the command's group is killed (exit 124; default {EXEC_TIMEOUT_SECONDS:g})")
     execute.add_argument("--max-output-bytes", type=int, default=EXEC_OUTPUT_BYTES,

@@ -3,9 +3,14 @@
 The command line's one call is timed against ``docker exec``, so it does not load grpcio,
 protobuf or asyncio (together several times the cost of ``docker exec`` itself): it makes the
 one ``Execute`` call :class:`~protolink.sandbox.client.SandboxBackend` makes for a process
-(:mod:`.process_stream`), over :mod:`.grpc_call`, with the two messages it needs encoded here
+(:mod:`.process_stream`), over :mod:`.grpc_call`, with the messages it needs encoded here
 (their schema is ``proto/protolink/sandbox/v1/process.proto``; ``tests/unit/sandbox`` holds this
 codec to the generated one). Every other client keeps using grpcio.
+
+Given a ``stdin`` descriptor (``exec -i``), the command's standard input is a pipe fed from it:
+what it holds goes as ``input`` requests of at most :data:`MAX_INPUT_BYTES`, one at a time as
+the server's window takes them, until its end closes the pipe. A command that ends before it
+has read everything ends the call all the same: the rest is never read.
 
 What the server sends is untrusted and checked as :mod:`.process_stream` checks it: events in
 order (started?, output*, finished, or an error), output capped at ``max_output_bytes``
@@ -42,6 +47,8 @@ EXIT_CODES = range(-255, 256)
 STDOUT, STDERR = 1, 2
 _VARINT, _FIXED64, _LENGTH = protowire.VARINT, protowire.FIXED64, protowire.LENGTH
 _REQUEST_ID = 1
+#: The most bytes of standard input one request carries (the server's limit, held equal by the unit tests).
+MAX_INPUT_BYTES = 64 * 1024
 
 
 class Command(NamedTuple):
@@ -63,14 +70,15 @@ class Outcome(NamedTuple):
 
 
 def execute(address: str, token: str | None, command: Command, *, outputs: Mapping[int, int] | None = None,
-            connect_seconds: float = 0.0) -> Outcome:
+            stdin: int | None = None, connect_seconds: float = 0.0) -> Outcome:
     """Run ``command`` in the appliance at ``address``, writing its output to the file
-    descriptors ``outputs`` maps each channel to (default: this process's stdout and stderr).
+    descriptors ``outputs`` maps each channel to (default: this process's stdout and stderr),
+    its standard input read from the descriptor ``stdin`` (None: empty).
 
     SandboxNotReachedError when nothing answers there (nothing ran); ``connect_seconds`` gives
     a server that is starting that long to answer. Other failures raise as :mod:`.client`'s do.
     """
-    request = execute_request(command)
+    request = execute_request(command, stdin=stdin is not None)
     deadline = time.monotonic() + command.timeout_seconds + GRACE_SECONDS
     sock = _connect(address, connect_seconds)
     metadata = [("authorization", f"Bearer {token}")] if token else []
@@ -79,10 +87,11 @@ def execute(address: str, token: str | None, command: Command, *, outputs: Mappi
     try:
         call.settimeout(CONNECT_SECONDS)
         try:
-            call.send(request)
+            call.send(request, end=stdin is None)
         except TimeoutError:
             raise SandboxUnavailableError(f"the sandbox did not take the request within {CONNECT_SECONDS:g} s") from None
-        return _follow(call, command, deadline, {STDOUT: 1, STDERR: 2} if outputs is None else outputs)
+        return _follow(call, command, deadline, {STDOUT: 1, STDERR: 2} if outputs is None else outputs,
+                       None if stdin is None else _Input(stdin))
     finally:
         call.close()
 
@@ -99,11 +108,13 @@ def _connect(address: str, seconds: float) -> socket.socket:
         time.sleep(0.02)
 
 
-def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int, int]) -> Outcome:
-    """Read the process's events to its Finished facts, writing its output as it comes."""
+def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int, int],
+            stdin: _Input | None) -> Outcome:
+    """Read the process's events to its Finished facts, writing its output as it comes (and
+    sending ``stdin`` meanwhile)."""
     cap = OutputCap(max(command.max_output_bytes, 0))
     begun = False
-    events = call.messages()
+    events = call.messages(stdin)
     while True:
         now = time.monotonic()
         call.settimeout(max(min(deadline - now, IDLE_SECONDS), 0.001))
@@ -136,12 +147,27 @@ def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int,
             return Outcome(exit_code, timed_out, cap.truncated or finished_truncated)
 
 
-# The two messages ------------------------------------------------------------------------
+class _Input:
+    """The command's standard input, read from ``fd`` as :class:`~.grpc_call.Requests`."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def next(self) -> tuple[bytes, bool]:
+        try:
+            data = os.read(self.fd, MAX_INPUT_BYTES)
+        except OSError:  # a descriptor that cannot be read (closed, a directory) has no more input
+            data = b""
+        return input_request(data, close=not data), not data
 
 
-def execute_request(command: Command) -> bytes:
-    """An ExecuteRequest (process.proto) for ``command``, with request id 1; ValueError when a
-    field cannot be sent (text that is not UTF-8)."""
+# The messages ----------------------------------------------------------------------------
+
+
+def execute_request(command: Command, *, stdin: bool = False) -> bytes:
+    """An ExecuteRequest (process.proto) for ``command``, with request id 1, its standard input
+    fed by later :func:`input_request` messages when ``stdin``; ValueError when a field cannot
+    be sent (text that is not UTF-8)."""
     key, varint, field = protowire.key, protowire.varint, protowire.length_delimited
     try:
         out = bytearray(key(7, _VARINT) + varint(_REQUEST_ID))
@@ -151,9 +177,20 @@ def execute_request(command: Command) -> bytes:
             out += field(3, field(1, name.encode()) + field(2, value.encode()))
         out += key(4, _FIXED64) + struct.pack("<d", command.timeout_seconds)
         out += key(5, _VARINT) + varint(command.max_output_bytes)
+        if stdin:
+            out += key(11, _VARINT) + varint(1)
     except UnicodeEncodeError as error:
         raise ValueError(f"cannot send this request to the sandbox: {error}") from None
     return bytes(out)
+
+
+def input_request(data: bytes, *, close: bool) -> bytes:
+    """An ExecuteRequest (process.proto) carrying ``data`` for the standard input of request 1
+    (then closing it when ``close``)."""
+    field = protowire.length_delimited(1, data) if data else b""
+    if close:
+        field += protowire.key(2, _VARINT) + protowire.varint(1)
+    return protowire.key(7, _VARINT) + protowire.varint(_REQUEST_ID) + protowire.length_delimited(12, field)
 
 
 #: ExecuteEvent's oneof ``event``, by field number.

@@ -13,10 +13,12 @@ not decode is a :class:`~protolink.errors.SandboxProtocolError`; a closed or sil
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 from collections import deque
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 from protolink.errors import SandboxError, SandboxNotReachedError, SandboxProtocolError, SandboxUnavailableError
 
@@ -442,9 +444,20 @@ class CallState:
         return from_status(code, details, _metadata(trailers))
 
 
+class Requests(Protocol):
+    """More request messages, made from what a file descriptor holds (a command's stdin), sent
+    while the answer is read."""
+
+    #: Read when it is readable and the server's window has room for another message.
+    fd: int
+
+    def next(self) -> tuple[bytes, bool]:
+        """The next message, from what :attr:`fd` holds now, and whether it is the last."""
+
+
 class Call:
     """A gRPC call on the blocking socket ``sock`` (which it owns: :meth:`close` it), for one
-    request message; see :class:`CallState` for the rest."""
+    request message, or with more from :class:`Requests`; see :class:`CallState` for the rest."""
 
     def __init__(self, sock: socket.socket, authority: str, method: str, metadata: Sequence[tuple[str, str]],
                  *, max_message_bytes: int) -> None:
@@ -458,16 +471,19 @@ class Call:
         """How long a read may wait for the server (TimeoutError past it)."""
         self._sock.settimeout(seconds)
 
-    def send(self, message: bytes) -> None:
-        """Open the connection and the call, send ``message`` and end the request stream."""
+    def send(self, message: bytes, *, end: bool = True) -> None:
+        """Open the connection and the call, send ``message`` and end the request stream (unless
+        not ``end``: :meth:`messages` then sends the rest)."""
         self._state.open()
-        self._state.send(message, end=True)
+        self._state.send(message, end=end)
         self._flush()
         while self._state.sending and self._state.failure is None:  # the server grants more room
             self._read()
 
-    def messages(self) -> Iterator[bytes | memoryview]:
-        """The answer's messages, in order; then the call's status is checked (raises unless OK)."""
+    def messages(self, requests: Requests | None = None) -> Iterator[bytes | memoryview]:
+        """The answer's messages, in order; then the call's status is checked (raises unless OK).
+        Meanwhile the ``requests`` are sent, one message at a time as the server's window takes
+        it (what the answer brings is read first), until the last ends the request stream."""
         state = self._state
         while True:
             while (message := state.take()) is not None:
@@ -479,7 +495,25 @@ class Call:
                 if isinstance(error, SandboxNotReachedError):  # said by a server this call reached: not one to repeat
                     raise SandboxUnavailableError(str(error))
                 raise error
-            self._read()
+            if requests is not None and not state.sending and self._input_first(requests.fd):
+                message, last = requests.next()
+                state.send(message, end=last)
+                self._flush()
+                requests = None if last else requests
+            else:
+                self._read()
+
+    def _input_first(self, fd: int) -> bool:
+        """Wait until the socket or ``fd`` is readable (TimeoutError past the socket's timeout):
+        whether ``fd`` is and the socket is not."""
+        poll = select.poll()
+        poll.register(self._sock, select.POLLIN)
+        poll.register(fd, select.POLLIN)
+        timeout = self._sock.gettimeout()
+        ready = dict(poll.poll(None if timeout is None else max(1, round(timeout * 1000))))
+        if not ready:
+            raise TimeoutError
+        return self._sock.fileno() not in ready
 
     def _read(self) -> None:
         """Read what the socket holds (at least a byte) and act on it."""

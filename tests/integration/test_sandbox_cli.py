@@ -180,6 +180,53 @@ def test_exec_sets_the_variables_given_as_docker_exec_does(appliance, monkeypatc
     assert (quiet.returncode, quiet.stdout) == (0, b"")
 
 
+def exec_fed(name: str, *args: str, stdin: bytes | list[str]) -> subprocess.CompletedProcess[bytes]:
+    """:func:`exec_bytes` with ``stdin`` as its standard input: bytes, or the endless output of
+    the command ``stdin`` names, through a pipe."""
+    if isinstance(stdin, bytes):
+        return subprocess.run([sys.executable, "-m", "protolink.sandbox.cli", "exec", "--name", name, *args],
+                              input=stdin, capture_output=True, timeout=300)
+    with subprocess.Popen(stdin, stdout=subprocess.PIPE) as feeder:
+        try:
+            assert feeder.stdout is not None
+            return subprocess.run([sys.executable, "-m", "protolink.sandbox.cli", "exec", "--name", name, *args],
+                                  stdin=feeder.stdout, capture_output=True, timeout=300)
+        finally:
+            feeder.kill()
+
+
+def test_exec_i_passes_its_standard_input_to_the_command_as_docker_exec_i_does(appliance):
+    name, _ = appliance
+    data = bytes(range(256)) * 64 + os.urandom(3 << 20)  # every byte value, and more than any window
+    fed = exec_fed(name, "-i", "--", "cat", stdin=data)
+    assert (fed.returncode, len(fed.stdout), fed.stdout == data, fed.stderr) == (0, len(data), True, b"")
+    script = exec_fed(name, "-i", "--", "sh", stdin=b'echo "$((6 * 7))" >&2\nfor word in a b; do echo $word; done\nexit 5\n')
+    assert (script.returncode, script.stdout, script.stderr) == (5, b"a\nb\n", b"42\n")
+    half = exec_fed(name, "-i", "--", "head", "-c", str(1 << 20), stdin=data)  # reads a third, then exits
+    assert (half.returncode, half.stdout == data[:1 << 20], half.stderr) == (0, True, b"")
+    empty = exec_fed(name, "-i", "--", "wc", "-c", stdin=b"")
+    assert (empty.returncode, empty.stdout) == (0, b"0\n")
+    without = exec_fed(name, "--", "cat", stdin=b"not passed")  # without -i, its standard input stays empty
+    assert (without.returncode, without.stdout) == (0, b"")
+    closed = subprocess.run(["/bin/sh", "-c", 'exec "$@" <&-', "sh", sys.executable, "-m", "protolink.sandbox.cli",
+                             "exec", "--name", name, "-i", "--", "cat"], capture_output=True, timeout=300)
+    assert (closed.returncode, closed.stdout, closed.stderr) == (0, b"", b"")  # a closed one is empty
+
+
+def test_exec_i_ends_with_its_command_however_much_input_is_left(appliance):
+    name, _ = appliance
+    unread = exec_fed(name, "-i", "--", "true", stdin=["cat", "/dev/zero"])
+    assert (unread.returncode, unread.stderr) == (0, b"")
+    never_read = exec_fed(name, "-i", "--", "sh", "-c", "sleep 2; echo slept", stdin=["yes"])  # its pipe fills
+    assert (never_read.returncode, never_read.stdout, never_read.stderr) == (0, b"slept\n", b"")
+    slow = exec_fed(name, "-i", "--timeout", "2", "--", "sleep", "60", stdin=["yes"])
+    assert (slow.returncode, slow.stderr) == (124, b"protolink-sandbox: timed out after 2 s: /usr/bin/env -- sleep 60\n")
+    listed = exec_bytes(name, "--", "/bin/sh", "-c", "cat /proc/[0-9]*/cmdline; true")
+    assert listed.returncode == 0 and b"sleep\x0060" not in listed.stdout  # the timed-out command is gone
+    after = exec_fed(name, "-i", "--", "cat", stdin=b"still served")
+    assert (after.returncode, after.stdout) == (0, b"still served")
+
+
 def test_exec_of_a_command_that_cannot_start_says_why(appliance):
     name, _ = appliance
     looked_up = exec_bytes(name, "--", "no-such-command")  # looked up on PATH inside the appliance

@@ -5,6 +5,7 @@ lies, and a clean refusal of what is not HTTP/2, or not the gRPC it should be.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import socket
@@ -12,7 +13,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import hpack
@@ -47,6 +48,17 @@ def test_the_request_is_the_one_the_grpcio_client_sends():
     assert process_pb2.ExecuteRequest.FromString(exec_client.execute_request(COMMAND)) == expected
     negative = process_pb2.ExecuteRequest.FromString(exec_client.execute_request(COMMAND._replace(max_output_bytes=-1)))
     assert negative.max_output_bytes == -1  # refused by the server, as the grpcio client's is
+
+
+def test_the_requests_of_standard_input_are_the_generated_codes():
+    spec = ProcessSpec(tuple(COMMAND.argv), COMMAND.cwd, COMMAND.env, COMMAND.timeout_seconds,
+                       COMMAND.max_output_bytes)
+    expected = convert.execute_request(spec)
+    expected.id, expected.stdin = 1, True
+    assert process_pb2.ExecuteRequest.FromString(exec_client.execute_request(COMMAND, stdin=True)) == expected
+    for data, close in [(bytes(range(256)), False), (b"last", True), (b"", True), (b"", False)]:
+        generated = process_pb2.ExecuteRequest(id=1, input=process_pb2.Input(data=data, close=close))
+        assert exec_client.input_request(data, close=close) == generated.SerializeToString()
 
 
 def test_text_that_cannot_be_sent_is_a_value_error():
@@ -230,29 +242,41 @@ def message(data: bytes) -> bytes:
     return b"\0" + struct.pack(">I", len(data)) + data
 
 
-@pytest.fixture
-def raw_server(tmp_path: Path) -> Iterator[tuple[str, list[bytes]]]:
-    """A Unix socket that answers one connection with the bytes the test puts in its list."""
-    path = tmp_path / "raw.sock"
+@contextlib.contextmanager
+def one_connection(path: Path, serve: Callable[[socket.socket], None]) -> Iterator[str]:
+    """The address of a Unix socket at ``path`` whose one connection ``serve`` answers, in a thread."""
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     listener.listen()
-    answer: list[bytes] = []
 
-    def serve() -> None:
+    def accept() -> None:
         connection, _ = listener.accept()
         with connection:
-            connection.recv(1 << 16)
-            connection.sendall(b"".join(answer))
-            connection.shutdown(socket.SHUT_WR)
-            while connection.recv(1 << 16):
-                pass
+            serve(connection)
 
-    thread = threading.Thread(target=serve, daemon=True)
+    thread = threading.Thread(target=accept, daemon=True)
     thread.start()
-    yield f"unix://{path}", answer
-    listener.close()
-    thread.join(timeout=30)
+    try:
+        yield f"unix://{path}"
+    finally:
+        listener.close()
+        thread.join(timeout=30)
+
+
+@pytest.fixture
+def raw_server(tmp_path: Path) -> Iterator[tuple[str, list[bytes]]]:
+    """A Unix socket that answers one connection with the bytes the test puts in its list."""
+    answer: list[bytes] = []
+
+    def serve(connection: socket.socket) -> None:
+        connection.recv(1 << 16)
+        connection.sendall(b"".join(answer))
+        connection.shutdown(socket.SHUT_WR)
+        while connection.recv(1 << 16):
+            pass
+
+    with one_connection(tmp_path / "raw.sock", serve) as address:
+        yield address, answer
 
 
 @pytest.mark.parametrize(("answer", "problem"), [
@@ -326,6 +350,32 @@ def test_megabytes_in_frames_of_the_largest_size_arrive_exactly(raw_server, tmp_
     command = COMMAND._replace(max_output_bytes=sum(map(len, chunks)))
     outcome, stdout, stderr = run(address, tmp_path, command)
     assert (outcome.exit_code, stdout, stderr) == (None, chunks[0] + chunks[2], chunks[1] + chunks[3])
+
+def test_standard_input_goes_out_within_the_window_the_server_grants(tmp_path):
+    """A server that grants nothing past HTTP/2's first window (65,535 bytes) gets no more of
+    the megabyte on the client's stdin, and the call ends when the command's does."""
+    received: list[int] = []
+
+    def serve(connection: socket.socket) -> None:
+        connection.settimeout(30)
+        stream = connection.makefile("rb")
+        assert stream.read(len(grpc_call.PREFACE)) == grpc_call.PREFACE
+        data = answered = 0
+        while header := stream.read(9):
+            payload = stream.read(int.from_bytes(header[:3], "big"))
+            data += len(payload) if header[3] == grpc_call.DATA else 0
+            if data == grpc_call.DEFAULT_WINDOW_BYTES and not answered:
+                answered = 1
+                finished = process_pb2.ExecuteEvent(id=1, finished=process_pb2.Finished(exit_code=0))
+                connection.sendall(ANSWER + frame(0, 0, 1, message(finished.SerializeToString())))
+        received.append(data)
+
+    (tmp_path / "in").write_bytes(os.urandom(1 << 20))
+    with (one_connection(tmp_path / "raw.sock", serve) as address, open(tmp_path / "in", "rb") as stdin,
+          open(os.devnull, "wb") as out):
+        outcome = execute(address, None, COMMAND, outputs={1: out.fileno(), 2: out.fileno()}, stdin=stdin.fileno())
+    assert outcome.exit_code == 0 and received == [grpc_call.DEFAULT_WINDOW_BYTES]
+
 
 # Through the command line --------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from protolink_sandboxd.execute import MAX_INPUT_BYTES, ProcessCall, Runner
 
 from protolink.execution.local_processes import HostLauncher, Leader
 from protolink.execution.process_types import ProcessSpec
+from protolink.sandbox import exec_client
 from protolink.wire._pb import process_pb2
 
 ENV = {"PATH": "/usr/bin:/bin"}
@@ -133,3 +134,7 @@ async def test_input_for_a_process_that_has_ended_is_dropped():
 async def test_input_a_process_did_not_ask_for_or_too_large_fails_the_call(requests, problem):
     with pytest.raises(ValueError, match=problem):
         await outcome(ProcessCall(runner()), listed(*requests))
+
+
+def test_the_client_sends_no_more_than_the_server_takes():
+    assert exec_client.MAX_INPUT_BYTES == MAX_INPUT_BYTES
