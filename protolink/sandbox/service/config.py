@@ -16,7 +16,14 @@ The configuration file is TOML::
     pool = 2                           # warm, never-used sandboxes kept ready
     allow = ["pypi.org:443"]           # egress; absent: no network at all
     runtime = "runsc"                  # the engine's runtime (gVisor); absent: the engine's default
+    ca_file = "/etc/ssl/certs/ca-certificates.crt"  # a CA bundle its commands trust; not on Swarm
     node_labels = { zone = "eu" }      # on Swarm only: the nodes that may run it (constraints)
+
+A template's ``ca_file`` is the operator's, as ``allowed_roots`` are: no create names a host file.
+It is checked when the configuration is loaded (:func:`~protolink.sandbox.ca_file.read_ca_file`),
+and each sandbox of the template, pooled or cold, gets a copy taken when it starts
+(:attr:`SandboxConfig.ca_file <protolink.sandbox.config.SandboxConfig.ca_file>`), kept in its host
+directory; Swarm nodes have no such copy, so a service with a ``[swarm]`` table refuses it.
 
 With a ``[swarm]`` table the service places every sandbox on a Docker Swarm cluster
 (docs/swarm.md): ``manager`` is a manager's engine, each node a gateway (``protolink-sandbox
@@ -44,9 +51,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from protolink.errors import SandboxPermissionError
+from protolink.errors import CaFileError, SandboxPermissionError
 from protolink.wire.roots import Root
 
+from ..ca_file import read_ca_file
 from ..config import MiB, resolve_roots
 
 DEFAULT_TEMPLATE = "default"
@@ -55,7 +63,8 @@ DEFAULT_TEMPLATE = "default"
 @dataclass(frozen=True)
 class Template:
     """How a sandbox of this template starts unless a create says otherwise; ``pool`` is how
-    many never-used ones are kept started."""
+    many never-used ones are kept started; ``ca_file``, a host CA bundle its commands trust, no
+    create changes."""
 
     name: str
     image: str
@@ -68,11 +77,12 @@ class Template:
     pool: int = 0
     runtime: str | None = None
     node_labels: tuple[tuple[str, str], ...] = ()
+    ca_file: str | None = None
 
     @classmethod
     def from_table(cls, name: str, table: dict[str, Any], image: str) -> Template:
         known = {"image", "memory_mib", "cpus", "pids", "ttl_seconds", "idle_seconds", "allow", "pool", "runtime",
-                 "node_labels"}
+                 "node_labels", "ca_file"}
         if unknown := set(table) - known:
             raise ValueError(f"template {name!r}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
         allow, node_labels = table.get("allow"), table.get("node_labels", {})
@@ -84,7 +94,20 @@ class Template:
                    idle_seconds=float(table.get("idle_seconds", 600)) or None,
                    allow=None if allow is None else tuple(map(str, allow)), pool=int(table.get("pool", 0)),
                    runtime=str(table["runtime"]) if "runtime" in table else None,
-                   node_labels=tuple(sorted((str(key), value) for key, value in node_labels.items())))
+                   node_labels=tuple(sorted((str(key), value) for key, value in node_labels.items())),
+                   ca_file=None if "ca_file" not in table else _checked_ca_file(name, table["ca_file"]))
+
+
+def _checked_ca_file(template: str, path: Any) -> str:
+    """``path``, the ``ca_file`` of template ``template``: an absolute path of a CA file
+    :func:`~protolink.sandbox.ca_file.read_ca_file` takes (CaFileError naming the template if not)."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise ValueError(f"template {template!r}: ca_file must be an absolute path, got {path!r}")
+    try:
+        read_ca_file(path)
+    except CaFileError as error:
+        raise CaFileError(f"template {template!r}: {error}", path=error.path) from None
+    return path
 
 
 @dataclass(frozen=True)
@@ -196,6 +219,9 @@ class ServiceConfig:
             if self.swarm is None and template.node_labels:
                 raise ValueError(f"template {template.name!r}: node_labels place sandboxes on Swarm nodes; this "
                                  f"service has no [swarm] table")
+            if self.swarm is not None and template.ca_file is not None:
+                raise ValueError(f"template {template.name!r}: ca_file is not placed on Swarm: the service copies it "
+                                 f"into a sandbox's directory on this host, which no node's sandbox sees")
 
     @classmethod
     def load(cls, path: Path | None, *, image: str, pool: int | None = None,

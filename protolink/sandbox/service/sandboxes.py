@@ -215,6 +215,7 @@ def sandbox_config(service: str, placed: Placed, roots: tuple[Root, ...], name: 
         name=name,
         egress=None if template.allow is None else parse_policy(template.allow),
         runtime=template.runtime,
+        ca_file=template.ca_file,
     )
 
 
