@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 from collections.abc import Callable
 from typing import Literal
@@ -184,9 +185,13 @@ class Tunnel:
             return  # one request, bounded by its length: the client's half-close is not the server's business
         try:
             self._sockets(up=up)[1].shutdown(socket.SHUT_WR)
-        except OSError as error:  # reset by its peer meanwhile
-            self._finish(f"error: {error}")
-            return
+        except OSError as error:
+            # Not connected: its peer closed first, and its kernel reset the connection when the
+            # last bytes reached it (as a TLS server's farewell reaches a client that closed
+            # whole): nobody is left to tell. Anything else is a failure.
+            if error.errno != errno.ENOTCONN:
+                self._finish(f"error: {error}")
+                return
         self._ended.add(up)
         if self._ended_by == "both" and len(self._ended) == 2:
             self._finish("eof")

@@ -256,3 +256,23 @@ async def test_a_kernel_that_refuses_to_splice_leaves_the_tunnel_to_copying(join
     monkeypatch.setattr(os, "splice", refusing)
     spliced_at_end, _ = await exchange(joined, 3 << 20, 5 << 20)
     assert refusals and not spliced_at_end
+
+
+TCP_CLOSE = 7  # linux/tcp_states.h: a connection reset by its peer
+
+
+def tcp_state(sock: socket.socket) -> int:
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+
+
+async def test_a_client_that_closed_first_ends_the_exchange_without_an_error(joined):
+    # As pip ends a connection: it closes it whole; the server answers the half-close with a last
+    # message (TLS's close_notify), which the client's kernel answers with a reset; then it ends.
+    tunnel, client, server = await joined(ended_by="both")
+    await within(tunnel.open())
+    client.outer[1].transport.close()
+    assert await within(server.outer[0].read()) == b""  # the client's end, passed on
+    server.outer[1].write(b"last words")
+    await until(lambda: tcp_state(client.inner) == TCP_CLOSE)
+    server.outer[1].write_eof()
+    assert await within(tunnel.ended()) == "eof"
