@@ -97,6 +97,18 @@ async def test_a_failing_setup_command_ends_the_job_before_the_tests(tmp_path, j
     assert _container_gone(report.container) and _left(jobs) == []
 
 
+async def test_a_program_put_in_tmp_fails_with_a_hint_that_tmp_is_noexec(tmp_path, jobs, sandbox_image):
+    job = CiJob(repo=str(_repo(tmp_path, "")), image=sandbox_image,
+                setup=["printf '#!/bin/sh\\necho built\\n' > /tmp/tool && chmod +x /tmp/tool && /tmp/tool"],
+                test=["python3", "check.py"])
+    report = await run_job(job, artifacts_dir=tmp_path / "out")
+    assert (report.outcome, report.exit_code) == ("setup_failed", EXIT_SETUP_FAILED)
+    assert report.phases[0].commands[0].output_tail.endswith("/tmp/tool: Permission denied\n")
+    assert report.error.startswith(f"setup command {job.setup[0]!r} exited 126: ")
+    assert "/tmp and /dev/shm are mounted noexec" in report.error
+    assert _left(jobs) == []
+
+
 async def test_a_repository_that_is_not_there_starts_no_sandbox(tmp_path, jobs, sandbox_image):
     job = CiJob(repo=str(tmp_path / "missing"), image=sandbox_image, test=["true"])
     report = await run_job(job, artifacts_dir=tmp_path / "out")

@@ -200,10 +200,10 @@ class CiRunner:
                 self._end_timed_out()
                 return False
             if record.exit_code != 0:
-                why = f"exited {_exit_status(record.exit_code)}"
-                disk = self._over_disk_budget()
+                code = _exit_status(record.exit_code)
+                why = self._over_disk_budget() or _hint(code)
                 self.report.end("setup_failed", EXIT_SETUP_FAILED,
-                                f"setup command {command!r} {why}" + (f": {disk}" if disk else ""))
+                                f"setup command {command!r} exited {code}" + (f": {why}" if why else ""))
                 return False
         return True
 
@@ -218,8 +218,8 @@ class CiRunner:
             self._end_timed_out()
         else:
             code = _exit_status(record.exit_code)
-            disk = self._over_disk_budget() if code else None
-            self.report.end("passed" if code == 0 else "failed", code, disk)
+            why = (self._over_disk_budget() or _hint(code)) if code else None
+            self.report.end("passed" if code == 0 else "failed", code, why)
 
     def _over_disk_budget(self) -> str | None:
         """Why the commands were stopped when the workspace grew past the disk budget, else None."""
@@ -327,6 +327,16 @@ class CiRunner:
         out = self.artifacts_dir / "artifacts"
         artifacts = await asyncio.to_thread(collect_artifacts, workspace.repo, job.artifacts, out, job.limits)
         self.report.artifacts = {"directory": str(out), **artifacts.to_dict()}
+
+
+#: Why a command may exit 126 here when it would not on the host.
+NOT_EXECUTABLE = ("126 is a shell's 'found but could not be run': in the sandbox /tmp and /dev/shm are mounted "
+                  "noexec, so keep programs (a venv, a downloaded tool) in the repository")
+
+
+def _hint(code: int) -> str | None:
+    """What the sandbox may have to do with a command's exit status ``code``, if anything."""
+    return NOT_EXECUTABLE if code == 126 else None
 
 
 def _exit_status(code: int | None) -> int:
