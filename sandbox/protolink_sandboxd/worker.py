@@ -15,8 +15,11 @@ SIGXCPU. The server enforces wall time and replaces a worker it kills.
 
 from __future__ import annotations
 
+import encodings
+import importlib
 import math
 import os
+import pkgutil
 import resource
 import sys
 
@@ -110,12 +113,19 @@ def _write_all(data: bytes) -> None:
 
 
 def _preload_parsers() -> None:
-    """Import the optional document parsers once, so each extraction does not pay for it."""
+    """Import the optional document parsers once, so each extraction does not pay for it, and
+    every text codec they may look up by name (a PDF's strings can be UTF-16, its fonts name
+    legacy encodings): after the drop a codec module could no longer be read."""
     for module in ("pypdf", "docx", "openpyxl"):
         try:
             __import__(module)
         except ImportError:
             pass
+    for codec in pkgutil.iter_modules(encodings.__path__):
+        try:
+            importlib.import_module(f"encodings.{codec.name}")
+        except ImportError:
+            pass  # another platform's codec (mbcs, oem)
 
 
 def _read_exactly(size: int) -> bytes | None:

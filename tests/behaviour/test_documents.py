@@ -52,6 +52,32 @@ def pdf_bytes(pages: list[list[str]]) -> bytes:
     return buffer.getvalue()
 
 
+def cid_font_pdf(text: str) -> bytes:
+    """A PDF whose one page shows ``text`` in a composite (Type0, Identity-H) font: its strings
+    are UTF-16BE, as in most PDFs of non-Latin text."""
+    content = b"BT /F1 12 Tf 72 720 Td <%s> Tj ET" % text.encode("utf-16-be").hex().encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >>"
+        b" /Contents 4 0 R >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+        b"<< /Type /Font /Subtype /Type0 /BaseFont /Plain /Encoding /Identity-H /DescendantFonts [6 0 R] >>",
+        b"<< /Type /Font /Subtype /CIDFontType2 /BaseFont /Plain"
+        b" /CIDSystemInfo << /Registry (Adobe) /Ordering (Identity) /Supplement 0 >> >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    table_at = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, table_at)
+    return bytes(out)
+
+
 def docx_bytes() -> bytes:
     document = docx.Document()
     document.add_heading("Quarterly report", level=1)
@@ -238,14 +264,46 @@ async def test_pdf_pages_are_sections_located_by_page_number(workspace, backend)
     assert result["truncated"] is False
 
 
+async def test_pdf_text_in_a_composite_font_is_decoded(workspace, backend):
+    """Its strings are UTF-16BE: the sandbox's parser finds that codec however the server's
+    interpreter was installed (its files may be unreadable to the command user)."""
+    path = workspace / "cid.pdf"
+    path.write_bytes(cid_font_pdf("Grüße, Ωμέγα, 東京"))
+    result = await read(make_agent(workspace, backend), path)
+    assert [section["text"] for section in result["sections"]] == ["Grüße, Ωμέγα, 東京"]
+
+
 async def test_encrypted_pdf_is_refused(workspace, backend):
+    """Refused as encrypted whatever the file ID each encryption draws (pypdf reads an ID that
+    starts like UTF-16 as UTF-16 text: without that codec it lost the trailer and took the
+    encrypted pages for plain ones)."""
+    plain = pdf_bytes([["confidential"]])
+    agent = make_agent(workspace, backend)
+    for number in range(40):
+        writer = PdfWriter(clone_from=PdfReader(io.BytesIO(plain)))
+        writer.encrypt(user_password="", owner_password="owner", algorithm="RC4-128")
+        path = workspace / f"locked-{number}.pdf"
+        with path.open("wb") as file:
+            writer.write(file)
+        with pytest.raises(ValueError, match="PDF document is encrypted"):
+            await read(agent, path)
+
+
+async def test_an_encrypted_pdf_whose_last_trailer_drops_the_encryption_is_refused(workspace, backend):
+    """An update appended to an encrypted PDF, whose trailer no longer names the encryption: pypdf
+    takes the pages as plain and fails on their ciphertext; the document is still an encrypted one."""
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf_bytes([["confidential"]]))))
     writer.encrypt(user_password="", owner_password="owner", algorithm="RC4-128")
     buffer = io.BytesIO()
     writer.write(buffer)
-    path = workspace / "locked.pdf"
-    path.write_bytes(buffer.getvalue())
-    with pytest.raises(ValueError, match="encrypted"):
+    locked = buffer.getvalue()
+    table_at = locked.rindex(b"\nxref\n") + 1
+    table = locked[table_at:locked.index(b"trailer", table_at)]
+    size = int(table.split(b"\n")[1].split()[1])
+    update = table + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, len(locked))
+    path = workspace / "updated.pdf"
+    path.write_bytes(locked + update)
+    with pytest.raises(ValueError, match="PDF document is encrypted"):
         await read(make_agent(workspace, backend), path)
 
 
