@@ -14,6 +14,7 @@ from .sections import DocumentSection
 
 #: Where the trailer (or the cross-reference stream's dictionary) that names the encryption lies.
 TRAILER_BYTES = 64 * 1024
+ENCRYPTED = "PDF document is encrypted; encrypted documents are unsupported"
 
 
 def pdf_sections(data: bytes, format_name: str) -> Generator[DocumentSection, None, None]:
@@ -22,14 +23,16 @@ def pdf_sections(data: bytes, format_name: str) -> Generator[DocumentSection, No
 
     try:
         reader = PdfReader(io.BytesIO(data))
-        encrypted = reader.is_encrypted
+        if reader.is_encrypted:
+            raise DocumentError(ENCRYPTED)
+        for number, page in enumerate(reader.pages, start=1):
+            yield DocumentSection({"page": number}, text=page.extract_text())
+    except DocumentError:
+        raise
     except Exception:
-        # pypdf may fail on the encryption dictionary itself (it reads it to try the empty
-        # password); a trailer that names one still makes the document an encrypted one.
-        if b"/Encrypt" not in data[-TRAILER_BYTES:]:
-            raise
-        encrypted = True
-    if encrypted:
-        raise DocumentError("PDF document is encrypted; encrypted documents are unsupported")
-    for number, page in enumerate(reader.pages, start=1):
-        yield DocumentSection({"page": number}, text=page.extract_text())
+        # pypdf may fail on the encryption dictionary itself, or miss the trailer that names it
+        # and then parse ciphertext as page content: a trailer that names one still makes the
+        # document an encrypted one.
+        if b"/Encrypt" in data[-TRAILER_BYTES:]:
+            raise DocumentError(ENCRYPTED) from None
+        raise
