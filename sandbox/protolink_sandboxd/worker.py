@@ -22,6 +22,7 @@ import os
 import pkgutil
 import resource
 import sys
+import types
 
 from google.protobuf.message import DecodeError
 
@@ -113,19 +114,25 @@ def _write_all(data: bytes) -> None:
 
 
 def _preload_parsers() -> None:
-    """Import the optional document parsers once, so each extraction does not pay for it, and
-    every text codec they may look up by name (a PDF's strings can be UTF-16, its fonts name
-    legacy encodings): after the drop a codec module could no longer be read."""
-    for module in ("pypdf", "docx", "openpyxl"):
+    """Import the optional document parsers once, so each extraction does not pay for it: every
+    module of theirs (some import others only when a document needs them) and every text codec
+    they may look up by name (a PDF's strings can be UTF-16, its fonts name legacy encodings).
+    After the drop the interpreter's files may no longer be readable."""
+    for name in ("pypdf", "docx", "openpyxl"):
         try:
-            __import__(module)
+            package = importlib.import_module(name)
         except ImportError:
-            pass
-    for codec in pkgutil.iter_modules(encodings.__path__):
+            continue
+        _import_all(package)
+    _import_all(encodings)
+
+
+def _import_all(package: types.ModuleType) -> None:
+    for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}.", onerror=lambda _: None):
         try:
-            importlib.import_module(f"encodings.{codec.name}")
-        except ImportError:
-            pass  # another platform's codec (mbcs, oem)
+            importlib.import_module(module.name)
+        except Exception:  # noqa: BLE001 (a module that cannot load here: no document needs it)
+            pass  # an optional dependency (numpy, pycryptodome) or another platform's codec (mbcs)
 
 
 def _read_exactly(size: int) -> bytes | None:
