@@ -569,7 +569,8 @@ def _verbs() -> tuple[argparse.ArgumentParser, Any]:
 
 def _add_exec(commands: Any) -> argparse.ArgumentParser:
     execute: argparse.ArgumentParser = commands.add_parser("exec", help="run one command in the appliance")
-    execute.add_argument("--cwd", default="/tmp")
+    execute.add_argument("-w", "--workdir", "--cwd", dest="cwd", default="/tmp", metavar="DIR",
+                         help="the command's working directory, as docker exec -w (default /tmp)")
     execute.add_argument("-e", "--env", action="append", default=[], metavar="NAME[=VALUE]",
                          help="set a variable for the command (repeatable); a bare NAME passes this host's value. "
                               f"The command also gets {', '.join(f'{k}={v}' for k, v in COMMAND_ENV.items())} "

@@ -162,8 +162,9 @@ def test_exec_ends_as_its_command_ends_in_a_shell(appliance):
     assert slow.stderr == b"protolink-sandbox: timed out after 1 s: /usr/bin/env -- sleep 60\n"
     long = exec_bytes(name, "--", "/bin/sh", "-c", 'echo $#; printf %s "$@" | wc -c', "sh", *["x" * 100_000] * 3)
     assert (long.returncode, long.stdout.split()) == (0, [b"3", b"300000"])  # more than a first window of request
-    where = exec_bytes(name, "--cwd", str(root), "--", "pwd")
-    assert (where.returncode, where.stdout) == (0, f"{root}\n".encode())
+    for flag in ("--cwd", "-w", "--workdir"):  # docker exec's -w and --workdir too
+        where = exec_bytes(name, flag, str(root), "--", "pwd")
+        assert (where.returncode, where.stdout) == (0, f"{root}\n".encode())
 
 
 def test_exec_sets_the_variables_given_as_docker_exec_does(appliance, monkeypatch):
