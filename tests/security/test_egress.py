@@ -30,7 +30,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from protolink.sandbox.egress.events import EgressEvent
 from protolink.sandbox.egress.policy import DENY_ALL, EgressLimits, EgressPolicy
 from protolink.sandbox.placements.server import EGRESS_PORT
 
-from .conftest import GVISOR, LIMITS, NO_ROUTE, NOBODY, PYTHON, RUNTIME, Attacker, still_serves
+from .conftest import GVISOR, HANG_GUARD, LIMITS, NO_ROUTE, NOBODY, PYTHON, RUNTIME, Attacker, still_serves
 
 pytestmark = pytest.mark.docker
 
@@ -289,6 +289,19 @@ def _links(page: str, base: str) -> list[str]:
 # -- the sandbox ---------------------------------------------------------------------------------
 
 
+class EventLog:
+    """The events a proxy reported since the last clear, and how many allowed connections have
+    not yet reported their end (every ``allowed`` is followed by one ``closed``)."""
+
+    def __init__(self) -> None:
+        self.events: list[EgressEvent] = []
+        self.open = 0
+
+    def __call__(self, event: EgressEvent) -> None:
+        self.events.append(event)
+        self.open += {"allowed": 1, "closed": -1}.get(event.kind, 0)
+
+
 @dataclass
 class Egress:
     """The module's sandbox with egress, its workspace and read-only root, and the events its
@@ -299,11 +312,19 @@ class Egress:
     ro: Path
     servers: Servers
     names: NamesForTests
-    events: list[EgressEvent] = field(default_factory=list)
+    log: EventLog
+
+    @property
+    def events(self) -> list[EgressEvent]:
+        return self.log.events
 
     async def allow(self, rules: list[str], *, loopback: bool = False, **limits: Any) -> None:
         """Set the live sandbox's policy to ``rules`` (with the loopback opt-in when asked)
-        and forget the events so far."""
+        and forget the events so far, once the connections of earlier tests have ended: a
+        change would close one still ending, and its event would look like this test's."""
+        async with asyncio.timeout(HANG_GUARD):
+            while self.log.open:
+                await asyncio.sleep(0.05)
         addresses = LOOPBACK if loopback else EGRESS_ADDRESS_RULES
         await self.box.set_egress(EgressPolicy.parse(rules, addresses=addresses, limits=EgressLimits(**limits)))
         self.events.clear()
@@ -348,13 +369,13 @@ async def egress(sandbox_image: str) -> AsyncIterator[Egress]:
         directory.mkdir()
     os.chown(work, NOBODY, NOBODY)
     _git_repository(served)
-    events: list[EgressEvent] = []
+    log = EventLog()
     names = NamesForTests()
     try:
         with loopback_servers(served, ro) as servers:
             async with egress_sandbox(sandbox_image, names, ro=[ro], writable=[work], egress=DENY_ALL,
-                                      on_egress_event=events.append) as box:
-                yield Egress(box, Attacker(box.backend, work), ro, servers, names, events)
+                                      on_egress_event=log) as box:
+                yield Egress(box, Attacker(box.backend, work), ro, servers, names, log)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
