@@ -13,14 +13,17 @@
  * other end of the wire format, stated once here and once there (a test compares them):
  *
  *   frame:    kind (u8), request id (u64), payload length (u32), all big-endian; then the payload
- *   SPAWN:    NUL-terminated fields: argc, argv..., cwd, envc, NAME=VALUE..., written cwd (empty:
- *             no check), candidate count, candidates..., the real path argv[0] must resolve to
- *             (empty: no check); the stdout and stderr pipe ends ride along as SCM_RIGHTS, and
- *             a third descriptor, when one comes, is the command's stdin (else /dev/null)
+ *   SPAWN:    NUL-terminated fields: argc, argv..., cwd, envc, NAME=VALUE..., kill-after
+ *             (milliseconds, decimal; 0: never), written cwd (empty: no check), candidate count,
+ *             candidates..., the real path argv[0] must resolve to (empty: no check); the stdout
+ *             and stderr pipe ends ride along as SCM_RIGHTS, and a third descriptor, when one
+ *             comes, is the command's stdin (else /dev/null)
  *   RESOLVE:  NUL-terminated fields: written cwd, candidate count, candidates (relative ones are
  *             taken in the directory the written cwd names)
  *   STARTED:  the command's pid, its keeper's pid (i32 each)
- *   FAILED:   errno (i32), message      EXITED: exit code (i32, -signal)
+ *   FAILED:   errno (i32), message
+ *   EXITED:   exit code (i32, -signal), then 1 when the keeper killed the command's group at its
+ *             kill-after time, else 0 (i32)
  *   CHANGED:  empty: the written cwd or the first executable candidate is no longer the approved
  *             one, or argv[0] no longer resolves to the approved real path
  *   RESOLVED: index of the first executable candidate (i32, -1: none), the directory's real path,
@@ -43,7 +46,11 @@
  * process descended from a running command stays below this process, whatever its group or
  * session. The keeper reaps those orphans, and when the command exits it reports the exit and
  * exits too: what the command left behind drops out from under this process, and the server's
- * stray sweep (sandbox/protolink_sandboxd/strays.py) kills it. The next command's keeper is forked
+ * stray sweep (sandbox/protolink_sandboxd/strays.py) kills it. A keeper also kills its command's
+ * group with SIGKILL once the SPAWN's kill-after time has passed since the command started: the
+ * server's own kill (SIGTERM at the deadline, SIGKILL after a grace) comes at the same time, and
+ * this one is for a server its command starves of the CPU (gVisor runs the server as one task
+ * among the command's, whatever their nice values), which a keeper's signal handler is not. The next command's keeper is forked
  * ahead, at the start and once a command's exit has been reported and nothing waits, so that no
  * command waits for that fork (a request that finds none forks one then); it waits on a socket
  * pair of its own for its command (argv, directory, environment and the output pipes), takes
@@ -81,6 +88,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -126,6 +134,11 @@ static int devnull = -1, signals = -1;
 static volatile int child_error, child_in_directory;
 /* What a keeper reports in place of its command's pid when the command did not start. */
 enum { NOT_STARTED = -1, NO_DIRECTORY = -2 };
+/* The longest kill-after time a SPAWN may ask for, in milliseconds (about 24 days). */
+static const unsigned long long MAX_KILL_AFTER_MS = (unsigned long long)INT32_MAX * 1000;
+/* A keeper's command (its group), and whether the keeper's kill-after time has passed. */
+static volatile pid_t kept_group;
+static volatile sig_atomic_t kill_after_passed;
 
 static _Noreturn void die(const char *what) {
     fprintf(stderr, "protolink-spawner: %s: %s\n", what, strerror(errno));
@@ -250,6 +263,16 @@ static size_t count(struct fields *in) {
     errno = 0;
     unsigned long value = strtoul(text, &rest, 10);
     if (errno || *text == '\0' || *rest != '\0' || value > (size_t)(in->end - in->next)) broken("a SPAWN request has a bad count");
+    return value;
+}
+
+/* A kill-after time in milliseconds. */
+static unsigned long long milliseconds(struct fields *in) {
+    char *text = field(in), *rest;
+    errno = 0;
+    unsigned long long value = strtoull(text, &rest, 10);
+    if (errno || *text < '0' || *text > '9' || *rest != '\0' || value > MAX_KILL_AFTER_MS)
+        broken("a SPAWN request has a bad kill-after time");
     return value;
 }
 
@@ -416,6 +439,7 @@ static int send_to_keeper(int link, const void *data, size_t size, const int *fd
  * (-1: none, /dev/null). */
 struct command {
     char *payload, **argv, *cwd, **env;
+    unsigned long long kill_after_ms;
     int out, err, in;
 };
 
@@ -431,6 +455,7 @@ static int await_command(int link, struct command *command) {
     command->argv = vector(&in, count(&in));
     command->cwd = field(&in);
     command->env = vector(&in, count(&in));
+    command->kill_after_ms = milliseconds(&in);
     command->out = fds[0];
     command->err = fds[1];
     command->in = fd_count == MAX_FDS ? fds[2] : -1;
@@ -445,9 +470,28 @@ static void keep_only(int a, int b) {
     syscall(SYS_close_range, high + 1, ~0U, 0U);
 }
 
+/* SIGALRM in a keeper: its command's kill-after time has passed. Killing here, not after the
+ * wait below returns, leaves no moment in which the signal could come unseen. */
+static void kill_kept_group(int signum) {
+    (void)signum;
+    kill(-kept_group, SIGKILL);
+    kill_after_passed = 1;
+}
+
+/* Kill the kept group `after_ms` milliseconds from now (0: never). */
+static void arm_kill_after(unsigned long long after_ms) {
+    if (!after_ms) return;
+    struct sigaction on_alarm = {.sa_handler = kill_kept_group};  /* no SA_RESTART: a wait ends with EINTR */
+    sigemptyset(&on_alarm.sa_mask);
+    struct itimerval at = {.it_value = {.tv_sec = (time_t)(after_ms / 1000), .tv_usec = (suseconds_t)(after_ms % 1000) * 1000}};
+    /* Both fail only on arguments like none of these; the server's own kill comes regardless. */
+    if (sigaction(SIGALRM, &on_alarm, NULL) == 0) setitimer(ITIMER_REAL, &at, NULL);
+}
+
 /* The keeper (see the top): forked ahead of its command, it waits on `link` for it, starts it as
- * the command user, reports its pid and the errno of its start on `link`, reaps what comes to it
- * until the command exits, and reports the exit code. */
+ * the command user, reports its pid and the errno of its start on `link`, kills the command's
+ * group at its kill-after time, reaps what comes to it until the command exits, and reports the
+ * exit code and whether it killed the group. */
 static _Noreturn void keep(int link, pid_t spawner) {
     sigset_t none;
     sigemptyset(&none);
@@ -496,14 +540,17 @@ static _Noreturn void keep(int link, pid_t spawner) {
         started[0] = child_in_directory ? NO_DIRECTORY : NOT_STARTED;
     }
     if (!write_all(link, started, sizeof started) || started[1]) _exit(0);
+    kept_group = pid;
+    arm_kill_after(command.kill_after_ms);
     int status = 0;
     for (;;) {
         pid_t reaped = waitpid(-1, &status, 0);
         if (reaped == pid) break;
         if (reaped < 0 && errno != EINTR) _exit(1);
     }
-    int32_t code = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
-    write_all(link, &code, sizeof code);
+    int32_t ended[2] = {WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status),
+                        kill_after_passed && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL};
+    write_all(link, ended, sizeof ended);
     _exit(0);
 }
 
@@ -585,6 +632,7 @@ static void spawn(uint64_t request, char *payload, uint32_t length, const int *f
     char **argv = vector(&in, count(&in));
     char *cwd = field(&in);
     char **env = vector(&in, count(&in));
+    milliseconds(&in);  /* the keeper's */
     char *written = field(&in);
     char **candidates = vector(&in, count(&in));
     char *approved = field(&in);
@@ -632,7 +680,7 @@ static int serve_request(void) {
 }
 
 /* Reap exited keepers and report their commands' exits (a keeper that died before its command
- * exited reports the signal that ended it); whether it reported one. */
+ * exited reports the signal that ended it, and no kill); whether it reported one. */
 static int reap(void) {
     int reported = 0;
     struct signalfd_siginfo info;
@@ -644,13 +692,18 @@ static int reap(void) {
         if (pid == warm.keeper) lose_warm();
         for (size_t i = 0; i < child_count; i++) {
             if (children[i].keeper != pid) continue;
-            int32_t code;
-            if (!read_all(children[i].report, &code, sizeof code))
-                code = WIFSIGNALED(status) ? -WTERMSIG(status) : -SIGKILL;
+            int32_t ended[2];
+            if (!read_all(children[i].report, ended, sizeof ended)) {
+                ended[0] = WIFSIGNALED(status) ? -WTERMSIG(status) : -SIGKILL;
+                ended[1] = 0;
+            }
             uint64_t request = children[i].request;
             close(children[i].report);
             children[i] = children[--child_count];
-            answer_number(EXITED, request, (uint32_t)code);
+            unsigned char payload[8];
+            put_u32(payload, (uint32_t)ended[0]);
+            put_u32(payload + 4, (uint32_t)ended[1]);
+            answer(EXITED, request, payload, sizeof payload);
             reported = 1;
             break;
         }

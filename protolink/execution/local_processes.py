@@ -11,7 +11,9 @@ leader reaped before ``execute`` returns or raises:
 - normal exit: SIGKILL to the group, so ordinary descendants left behind die with it;
 - timeout: SIGTERM to the group, a short grace, SIGKILL to the group; the result has
   ``timed_out=True`` and ``exit_code`` is the negative number of the signal that ended the
-  leader (``None`` if the kernel never reported it dead);
+  leader (``None`` if the kernel never reported it dead). A launcher may kill the group itself
+  once the timeout and that grace have passed (the sandbox's keepers do, for a server its
+  commands starve of the CPU); the result is then timed out too;
 - cancellation: the same cleanup, shielded, then :class:`ProcessCancelledError` carrying the
   partial result (``canceled=True``).
 
@@ -58,6 +60,8 @@ class Leader(Protocol):
     pid: int
     #: Completed once the leader has been reaped; never canceled by waiting for it.
     exited: asyncio.Future[None]
+    #: Whether the launcher's own guard killed the group at the timeout and its grace.
+    killed_at_deadline: bool
 
     @property
     def exit_code(self) -> int | None:
@@ -117,7 +121,8 @@ class LocalProcesses:
         child = _Child(spec)
         await child.start(self.launcher.launch, output, hand_off, stdin)
         try:
-            child.timed_out = not await completed_within(child.exited, spec.timeout_seconds)
+            child.timed_out = (not await completed_within(child.exited, spec.timeout_seconds)
+                               or child.killed_at_deadline)
             await asyncio.shield(child.stop(terminate=child.timed_out))
             await child.pipes.delivered()
             await output.finish()
@@ -181,6 +186,10 @@ class _Child:
     def exited(self) -> asyncio.Future[None]:
         return self._leader.exited
 
+    @property
+    def killed_at_deadline(self) -> bool:
+        return self._leader.killed_at_deadline
+
     def stop(self, *, terminate: bool) -> asyncio.Future[None]:
         """Kill and reap the group, drain, close the pipes. Started once; later calls join it.
 
@@ -232,6 +241,9 @@ def start_process(argv: Sequence[str], cwd: str, env: Mapping[str, str], stdout:
 
 class _PopenLeader:
     """A child of this process, watched by the event loop through a pidfd (or a waiter thread)."""
+
+    #: Nothing but :class:`LocalProcesses` kills a host command at its deadline.
+    killed_at_deadline = False
 
     def __init__(self, popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop) -> None:
         self.pid = popen.pid

@@ -10,7 +10,9 @@ command's pid and reports its exit code. Each command runs under a keeper of its
 subreaper that adopts whatever the command's descendants orphan, so that everything descended
 from a running command stays below the spawner whatever its group or session, and leaves it
 when the command ends (see ``spawner.c`` and :mod:`protolink_sandboxd.strays`). The server keeps
-everything else: output, caps, timeouts, group kills and strays.
+everything else: output, caps, timeouts, group kills and strays. A keeper only kills its
+command's group once the deadline and the grace the server gives have passed, as the server
+does, for a server its commands starve of the CPU.
 
 This module prepares the process (:func:`run`), then executes the compiled spawner
 (``sandbox/spawner.c``, installed at :data:`PROGRAM`), which takes the identity below and
@@ -40,6 +42,7 @@ answers carry a :data:`NUMBER` and maybe text after it.
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import struct
@@ -64,9 +67,11 @@ from .privileges import (
 PROGRAM = "/opt/protolink/libexec/protolink-spawner"
 
 HEADER = struct.Struct("!BQI")
-#: The numbers answers carry: an exit code, negative for the signal that ended the command
-#: (EXITED), an errno before the message (FAILED), a candidate's index (RESOLVED).
+#: The numbers answers carry: an errno before the message (FAILED), a candidate's index (RESOLVED).
 NUMBER = struct.Struct("!i")
+#: An EXITED answer: the exit code, negative for the signal that ended the command, and 1 when the
+#: command's keeper killed its group at the kill-after time, else 0.
+EXIT = struct.Struct("!ii")
 #: A STARTED answer: the command's pid and its keeper's.
 PIDS = struct.Struct("!ii")
 # Requests (server -> spawner): payloads made by spawn_request and resolve_request.
@@ -77,21 +82,30 @@ SPAWN, RESOLVE = 1, 2
 STARTED, FAILED, EXITED, RESOLVED, REFUSED, CHANGED = 11, 12, 13, 14, 15, 16
 #: Unasked (request 0): the pid of the keeper forked ahead for the next command, 0 once none waits.
 WARM = 17
+#: The longest kill-after time a SPAWN carries (``MAX_KILL_AFTER_MS`` in ``spawner.c``; about 24
+#: days); a later deadline is the server's alone.
+MAX_KILL_AFTER_SECONDS = (1 << 31) - 1
 _TOO_LARGE = "the command, its environment and the places its executable may be are too large to pass on"
 
 
 def spawn_request(request: int, argv: Sequence[str], cwd: str, env: Mapping[str, str],
-                  check: tuple[str, Iterable[str]] | None, *, max_bytes: int, real_executable: str | None = None) -> bytes:
+                  check: tuple[str, Iterable[str]] | None, *, max_bytes: int, real_executable: str | None = None,
+                  kill_after_seconds: float | None = None) -> bytes:
     """A SPAWN frame. ``check``, when given, is the working directory as written and the
     executable's candidates: the command starts only if the first names ``cwd`` and the first
     executable file among the others is ``argv[0]``. ``real_executable``, when given, is the
-    file argv[0] must still resolve to. No text may contain NUL (see
+    file argv[0] must still resolve to. ``kill_after_seconds``, when given, is how long after
+    its start the command's keeper kills its group (in whole milliseconds, rounded up; none
+    beyond :data:`MAX_KILL_AFTER_SECONDS`). No text may contain NUL (see
     :func:`protolink.execution.resolve.check_command`); ValueError when the payload would
     exceed ``max_bytes``."""
     written, candidates = check if check is not None else ("", ())
     listed = _bounded(candidates, max_bytes)
+    kill_after = 0
+    if kill_after_seconds is not None and kill_after_seconds <= MAX_KILL_AFTER_SECONDS:
+        kill_after = max(math.ceil(kill_after_seconds * 1000), 1)
     fields = [str(len(argv)), *argv, cwd, str(len(env)), *(f"{name}={value}" for name, value in env.items()),
-              written, str(len(listed)), *listed, real_executable or ""]
+              str(kill_after), written, str(len(listed)), *listed, real_executable or ""]
     return _frame(SPAWN, request, fields, max_bytes)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protolink.errors import SandboxError
-from protolink.execution.groups import signal_group
+from protolink.execution.groups import TERMINATE_GRACE_SECONDS, signal_group
 from protolink.execution.process_types import ProcessSpec
 from protolink.execution.resolve import (
     Resolved,
@@ -37,6 +37,7 @@ from protolink.execution.resolve import (
 from . import spawner
 from .spawner import (
     CHANGED,
+    EXIT,
     EXITED,
     FAILED,
     HEADER,
@@ -199,6 +200,8 @@ class _Command:
         self.keeper = keeper
         self.exited: asyncio.Future[None] = loop.create_future()
         self.exit_code: int | None = None
+        #: See :attr:`~protolink.execution.local_processes.Leader.killed_at_deadline`.
+        self.killed_at_deadline = False
         self.closed = False
 
     def close(self) -> None:
@@ -211,9 +214,10 @@ class _Command:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.keeper, signal.SIGKILL)
 
-    def ended(self, code: int | None) -> None:
+    def ended(self, code: int | None, *, killed_at_deadline: bool = False) -> None:
         if not self.exited.done():
             self.exit_code = code
+            self.killed_at_deadline = killed_at_deadline
             self.exited.set_result(None)
 
 
@@ -250,8 +254,11 @@ class SpawnerConnection:
             executable, written_cwd = spec.resolved_from
             check = (written_cwd, executable_candidates(executable, cwd=spec.cwd, env=spec.env))
         request = next(_ids)
+        # The keeper kills the group when the server would have killed it at the latest: after
+        # the deadline and the grace its SIGTERM gives.
         frame = spawner.spawn_request(request, spec.argv, spec.cwd, spec.env, check, max_bytes=self._max_request_bytes,
-                                      real_executable=spec.real_executable)
+                                      real_executable=spec.real_executable,
+                                      kill_after_seconds=spec.timeout_seconds + TERMINATE_GRACE_SECONDS)
         fds = (stdout, stderr) if stdin is None else (stdout, stderr, stdin)
         answer = self._ask(request, frame, fds, self._started)
         try:
@@ -355,7 +362,12 @@ class SpawnerConnection:
 
     def _answer(self, kind: int, request: int, payload: bytes) -> None:
         if kind == EXITED:
-            self._commands.pop(request).ended(_number(payload))
+            if len(payload) != EXIT.size:
+                raise ValueError(f"an exit of {len(payload)} bytes")
+            code, killed = EXIT.unpack(payload)
+            if killed not in (0, 1):
+                raise ValueError(f"a kill of {killed}")
+            self._commands.pop(request).ended(code, killed_at_deadline=bool(killed))
             return
         if kind == WARM and request == 0:
             self.waiting_keeper = _positive(keeper) if (keeper := _number(payload)) else None

@@ -372,7 +372,7 @@ async def test_disk_budget_deep_tree(budgeted):
 async def test_cpu_hog_beside_other_calls(lone_attacker):
     """100 processes spinning on the CPU for 10 s while the agent reads a file; before that, a command tries to raise its own priority.
 
-    Commands run at nice 19 and cannot go lower (RLIMIT_NICE 0): the server and its workers keep the CPU they need, the read is answered (or, at worst, reported as SandboxUnavailableError); the hog ends at its timeout and nothing is left. gVisor does not enforce RLIMIT_NICE (the command's nice is the Sentry's record, which does not decide what runs on the host's CPUs), and its Sentry runs the server as one task among the 100: the server answers slowly or not at all until it kills the hog (its own call may end with SandboxUnavailableError when the server sent nothing for 20 s), then serves again with nothing left. The sandbox is the test's own, so a slow one delays no other test.
+    Commands run at nice 19 and cannot go lower (RLIMIT_NICE 0): the server and its workers keep the CPU they need, the read is answered (or, at worst, reported as SandboxUnavailableError); the hog ends at its timeout and nothing is left. gVisor does not enforce RLIMIT_NICE (the command's nice is the Sentry's record, which does not decide what runs on the host's CPUs), and its Sentry runs the server as one task among the 100: the server answers slowly until the hog's keeper (a small C process, which needs little of the CPU) kills the hog's group at its timeout and grace, then serves again with nothing left, and the hog's call ends timed out. The sandbox is the test's own, so a slow one delays no other test.
     """
     attacker = lone_attacker
     code = ("import json, os\nnice = os.getpriority(os.PRIO_PROCESS, 0)\ntry:\n"
@@ -390,11 +390,7 @@ async def test_cpu_hog_beside_other_calls(lone_attacker):
         assert read["content"] == "during\n"
     except SandboxUnavailableError:
         outcome = f"read_file failed with SandboxUnavailableError after {asyncio.get_running_loop().time() - started:.1f} s"
-    try:
-        assert (await hog).timed_out
-    except SandboxUnavailableError as error:
-        assert GVISOR, f"the server could not follow the hog: {error}"
-        outcome += f"; the hog's own call: {error}"
+    assert (await hog).timed_out
     figure(f"read_file beside 100 spinning processes{' (gVisor)' if GVISOR else ''}", outcome)
     await still_serves(attacker)
 

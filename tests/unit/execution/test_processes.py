@@ -1,4 +1,5 @@
-"""LocalProcesses details: no pidfd (a waiter thread reaps), spawn failures, another launcher."""
+"""LocalProcesses details: no pidfd (a waiter thread reaps), spawn failures, another launcher
+and its own kill at the deadline."""
 
 import asyncio
 import os
@@ -18,8 +19,8 @@ from tests.descriptors import open_descriptors
 class Exited:
     """A leader that has already been reaped."""
 
-    def __init__(self, pid, code):
-        self.pid, self.exit_code = pid, code
+    def __init__(self, pid, code, *, killed_at_deadline=False):
+        self.pid, self.exit_code, self.killed_at_deadline = pid, code, killed_at_deadline
         self.exited = asyncio.get_running_loop().create_future()
         self.exited.set_result(None)
 
@@ -73,6 +74,23 @@ async def test_a_launcher_of_its_own_starts_every_command(tmp_path):
     spec = ProcessSpec(("/bin/sh", "-c", "echo x > made"), str(tmp_path), {}, 5, 100)
     assert (await LocalProcesses(Private()).execute(spec, Events())).exit_code == 0
     assert (tmp_path / "made").stat().st_mode & 0o777 == 0o600
+
+
+async def test_a_group_its_launcher_killed_at_the_deadline_timed_out(tmp_path):
+    """A launcher may kill the group at the deadline itself (the sandbox's keeper, when the server
+    is starved): the exit may reach this process before its own timer, and is still a timeout."""
+    class Guarded(HostLauncher):
+        async def launch(self, spec, stdout, stderr, stdin=None):
+            popen = start_process(spec.argv, spec.cwd, spec.env, stdout, stderr, stdin)
+            popen.kill()
+            popen.wait()
+            return Exited(popen.pid, popen.returncode, killed_at_deadline=self.kills)
+
+    spec = ProcessSpec(("/bin/sleep", "60"), str(tmp_path), {}, 30, 100)
+    launcher = Guarded()
+    for launcher.kills in (True, False):
+        result = await LocalProcesses(launcher).execute(spec, Events())
+        assert (result.exit_code, result.timed_out) == (-signal.SIGKILL, launcher.kills)
 
 
 async def test_a_process_started_as_its_call_is_canceled_is_killed(tmp_path):

@@ -21,6 +21,7 @@ from protolink_sandboxd.spawner_client import (
     SpawnerError,
 )
 
+from protolink.execution.local_processes import Leader
 from protolink.execution.process_types import ProcessSpec
 
 MAX_REQUEST_BYTES = 1 << 16
@@ -90,7 +91,8 @@ async def test_requests_carry_the_command_and_the_candidates_of_a_reused_resolut
     launched = asyncio.ensure_future(connection.launch(spec, write, write))
     kind, request, fields = await asyncio.to_thread(fake.request)
     assert kind == spawner.SPAWN
-    assert fields == ["2", "/usr/bin/true", "a b", "/srv", "1", "PATH=/usr/local/bin:relative:/usr/bin",
+    # then the keeper's kill-after time: the timeout and the grace the server's SIGTERM gives
+    assert fields == ["2", "/usr/bin/true", "a b", "/srv", "1", "PATH=/usr/local/bin:relative:/usr/bin", "6000",
                       "/srv/.", "2", "/usr/local/bin/true", "/usr/bin/true", "/usr/lib/true"]
     fake.answer(spawner.FAILED, request, number(2) + b"No such file or directory")
     with pytest.raises(FileNotFoundError, match="No such file"):
@@ -178,7 +180,7 @@ async def test_an_oversized_answer_kills_the_spawner(fake):
 
 
 @pytest.mark.parametrize("kind, payload", [
-    (spawner.EXITED, number(0)),  # no such command
+    (spawner.EXITED, spawner.EXIT.pack(0, 0)),  # no such command
     (spawner.STARTED, number(1)),  # no such request
 ])
 async def test_an_answer_to_nothing_kills_the_spawner(fake, kind, payload):
@@ -188,8 +190,8 @@ async def test_an_answer_to_nothing_kills_the_spawner(fake, kind, payload):
     assert not connection.alive
 
 
-async def test_a_spawner_that_dies_ends_its_commands_and_fails_what_waits(fake):
-    connection = connect(fake)
+async def started_command(fake: FakeSpawner, connection: SpawnerConnection) -> tuple[Leader, int]:
+    """A command the fake spawner says it started, and the request it answered."""
     read, write = os.pipe()
     launched = asyncio.ensure_future(connection.launch(ProcessSpec(("/bin/true",), "/", {}, 5, 100), write, write))
     _, request, _ = await asyncio.to_thread(fake.request)
@@ -197,6 +199,38 @@ async def test_a_spawner_that_dies_ends_its_commands_and_fails_what_waits(fake):
     command = await launched
     os.close(read)
     os.close(write)
+    return command, request
+
+
+async def test_an_exit_the_keeper_forced_at_the_deadline_is_reported_so(fake):
+    connection = connect(fake)
+    command, request = await started_command(fake, connection)
+    fake.answer(spawner.EXITED, request, spawner.EXIT.pack(-signal.SIGKILL, 1))
+    await asyncio.wait_for(command.exited, 30)
+    assert (command.exit_code, command.killed_at_deadline) == (-signal.SIGKILL, True)
+    command, request = await started_command(fake, connection)
+    fake.answer(spawner.EXITED, request, spawner.EXIT.pack(-signal.SIGKILL, 0))
+    await asyncio.wait_for(command.exited, 30)
+    assert (command.exit_code, command.killed_at_deadline) == (-signal.SIGKILL, False)
+    assert connection.alive
+
+
+@pytest.mark.parametrize("payload", [
+    spawner.NUMBER.pack(0),  # no word on the keeper's kill
+    spawner.EXIT.pack(0, 2),
+    spawner.EXIT.pack(0, 0) + b"\0",
+])
+async def test_an_exit_that_does_not_fit_kills_the_spawner(fake, payload):
+    connection = connect(fake)
+    command, request = await started_command(fake, connection)
+    fake.answer(spawner.EXITED, request, payload)
+    await settled(fake.gone)
+    assert not connection.alive and command.exit_code is None
+
+
+async def test_a_spawner_that_dies_ends_its_commands_and_fails_what_waits(fake):
+    connection = connect(fake)
+    command, _ = await started_command(fake, connection)
     waiting = asyncio.ensure_future(connection.resolve("/", ["/bin/true"]))
     await asyncio.to_thread(fake.request)
     fake.channel.close()  # the spawner is gone

@@ -79,9 +79,18 @@ class Spawner:
             stdin: int | None = None) -> tuple[int, int | str, bytes]:
         """Start ``argv`` (its stdin on ``stdin`` when given); (kind of the first answer, exit
         code or failure, its output)."""
+        kind, code, output, _ = self.run_to_end(argv, cwd, env, check, real, stdin)
+        return kind, code, output
+
+    def run_to_end(self, argv: list[str], cwd: str = "/", env: dict[str, str] = ENV,
+                   check: tuple[str, list[str]] | None = None, real: str | None = None,
+                   stdin: int | None = None, kill_after: float | None = None) -> tuple[int, int | str, bytes, int]:
+        """:meth:`run` with the keeper's kill-after time, and whether the keeper reported that it
+        killed the command (0 or 1)."""
         read, write = os.pipe()
         try:
-            frame = spawner.spawn_request(0, argv, cwd, env, check, max_bytes=MAX_REQUEST_BYTES, real_executable=real)
+            frame = spawner.spawn_request(0, argv, cwd, env, check, max_bytes=MAX_REQUEST_BYTES, real_executable=real,
+                                          kill_after_seconds=kill_after)
             fds = (write, write) if stdin is None else (write, write, stdin)
             self.send(spawner.SPAWN, frame[spawner.HEADER.size :], fds)
         finally:
@@ -89,11 +98,12 @@ class Spawner:
         with os.fdopen(read, "rb") as output:
             kind, _, payload = self.answer()
             if kind != spawner.STARTED:
-                return kind, payload[spawner.NUMBER.size :].decode(), b""
+                return kind, payload[spawner.NUMBER.size :].decode(), b"", 0
             text = output.read()
-        exited, _, code = self.answer()
+        exited, _, ended = self.answer()
         assert exited == spawner.EXITED
-        return kind, spawner.NUMBER.unpack(code)[0], text
+        code, killed = spawner.EXIT.unpack(ended)
+        return kind, code, text, killed
 
     def next_warm(self) -> int:
         """The pid of the next keeper the spawner reports forked ahead (the next frame)."""
@@ -184,6 +194,18 @@ def test_exit_codes_and_signals_are_reported(started):
     assert started.run(["/bin/sh", "-c", "kill -TERM $$"])[:2] == (spawner.STARTED, -signal.SIGTERM)
 
 
+def test_the_keeper_kills_the_commands_group_at_its_kill_after_time(started):
+    """The server's timers can starve (gVisor): the keeper kills the whole group itself, SIGTERM
+    ignored or not, and says so; a command that ends first is reported as it ended."""
+    script = "trap '' TERM; sleep 60 & echo $!; sleep 60"
+    kind, code, output, killed = started.run_to_end(["/bin/sh", "-c", script], kill_after=0.3)
+    assert (kind, code, killed) == (spawner.STARTED, -signal.SIGKILL, 1)
+    member = int(output)
+    assert not os.path.exists(f"/proc/{member}") or _status(member, "State").startswith("Z")
+    assert started.run_to_end(["/bin/sh", "-c", "exit 4"], kill_after=30)[1:] == (4, b"", 0)
+    assert started.run_to_end(["/bin/sh", "-c", "kill -KILL $$"], kill_after=30)[1:] == (-signal.SIGKILL, b"", 0)
+
+
 def test_a_commands_orphans_stay_below_the_spawner_until_the_command_exits(started, place):
     """Each command's parent is its keeper, a child subreaper below the spawner holding nothing
     of the spawner's: what the command orphans is reparented to the keeper while the command
@@ -209,7 +231,7 @@ def test_a_commands_orphans_stay_below_the_spawner_until_the_command_exits(start
             go.touch()
             output.read()
             kind, _, code = started.answer()
-            assert (kind, spawner.NUMBER.unpack(code)[0]) == (spawner.EXITED, 0)
+            assert (kind, spawner.EXIT.unpack(code)) == (spawner.EXITED, (0, 0))
             assert not os.path.exists(f"/proc/{keeper}")
             assert _parent(orphan) not in (keeper, started.process.pid)  # out from under the spawner
         finally:
@@ -309,8 +331,11 @@ def test_a_link_that_moved_since_its_resolution_starts_nothing(started, place):
     (b"1\0/bin/true\0/\x000\0", "in the middle of a field"),
     (b"x\0/bin/true\0/\x000\0\x000\0", "bad count"),
     (b"99\0/bin/true\0/\x000\0\x000\0", "bad count"),
-    (b"1\0/bin/true\0/\x000\0\x000\0\0extra\0", "left over"),
-    (b"0\0/\x000\0\x000\0\0", "no argv"),
+    (b"1\0/bin/true\0/\x000\x000\0\x000\0\0extra\0", "left over"),
+    (b"0\0/\x000\x000\0\x000\0\0", "no argv"),
+    (b"1\0/bin/true\0/\x000\0-1\0\x000\0\0", "bad kill-after time"),
+    (b"1\0/bin/true\0/\x000\0\0\x000\0\0", "bad kill-after time"),
+    (b"1\0/bin/true\0/\x000\x002147483648000\0\x000\0\0", "bad kill-after time"),
 ])
 def test_a_broken_spawn_request_ends_the_spawner_with_a_reason(started, payload, reason):
     read, write = os.pipe()
