@@ -125,6 +125,15 @@ def rewrite_entry(archive: bytes, name: str, change) -> bytes:
     return out.getvalue()
 
 
+def encrypted_pdf(plain: bytes) -> bytes:
+    """``plain`` encrypted (RC4-128, an empty user password), under a file ID drawn anew."""
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(plain)))
+    writer.encrypt(user_password="", owner_password="owner", algorithm="RC4-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
 def encrypted_office(data: bytes) -> bytes:
     out = io.BytesIO()
     OOXMLFile(io.BytesIO(data)).encrypt("secret", out)
@@ -280,11 +289,8 @@ async def test_encrypted_pdf_is_refused(workspace, backend):
     plain = pdf_bytes([["confidential"]])
     agent = make_agent(workspace, backend)
     for number in range(40):
-        writer = PdfWriter(clone_from=PdfReader(io.BytesIO(plain)))
-        writer.encrypt(user_password="", owner_password="owner", algorithm="RC4-128")
         path = workspace / f"locked-{number}.pdf"
-        with path.open("wb") as file:
-            writer.write(file)
+        path.write_bytes(encrypted_pdf(plain))
         with pytest.raises(ValueError, match="PDF document is encrypted"):
             await read(agent, path)
 
@@ -292,11 +298,7 @@ async def test_encrypted_pdf_is_refused(workspace, backend):
 async def test_an_encrypted_pdf_whose_last_trailer_drops_the_encryption_is_refused(workspace, backend):
     """An update appended to an encrypted PDF, whose trailer no longer names the encryption: pypdf
     takes the pages as plain and fails on their ciphertext; the document is still an encrypted one."""
-    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf_bytes([["confidential"]]))))
-    writer.encrypt(user_password="", owner_password="owner", algorithm="RC4-128")
-    buffer = io.BytesIO()
-    writer.write(buffer)
-    locked = buffer.getvalue()
+    locked = encrypted_pdf(pdf_bytes([["confidential"]]))
     table_at = locked.rindex(b"\nxref\n") + 1
     table = locked[table_at:locked.index(b"trailer", table_at)]
     size = int(table.split(b"\n")[1].split()[1])
