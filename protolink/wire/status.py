@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 
 from protolink.errors import (
     ArchiveError,
+    CaFileError,
     DocumentError,
     QuotaExceededError,
     ResourceConflictError,
@@ -77,6 +78,7 @@ KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
     Kind.ERROR_KIND_UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, SandboxUnavailableError),
     Kind.ERROR_KIND_UNAUTHENTICATED: (grpc.StatusCode.UNAUTHENTICATED, SandboxAuthenticationError),
     Kind.ERROR_KIND_SANDBOX_LOST: (grpc.StatusCode.UNAVAILABLE, SandboxLostError),
+    Kind.ERROR_KIND_CA_FILE: (grpc.StatusCode.FAILED_PRECONDITION, CaFileError),
 }
 
 #: What a status without a (valid) error kind means: a transport or server fault.
@@ -111,6 +113,7 @@ _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
     (QuotaExceededError, Kind.ERROR_KIND_QUOTA_EXCEEDED),
     (SandboxPermissionError, Kind.ERROR_KIND_SANDBOX_PERMISSION_DENIED),
     (SandboxAuthenticationError, Kind.ERROR_KIND_UNAUTHENTICATED),
+    (CaFileError, Kind.ERROR_KIND_CA_FILE),
     (SandboxError, Kind.ERROR_KIND_INTERNAL),
     (ResourceConflictError, Kind.ERROR_KIND_CONFLICT),
     (ResourceUnchangedError, Kind.ERROR_KIND_RESOURCE_UNCHANGED),
@@ -142,8 +145,9 @@ def to_status(error: BaseException) -> tuple[grpc.StatusCode, errors_pb2.Error]:
     number = error.errno if isinstance(error, OSError) and isinstance(error.errno, int) else 0
     message = error.strerror if number and isinstance(error.strerror, str) else str(error)
     missing = error.missing if isinstance(error, SandboxProtectionError) else {}
+    path = error.path if isinstance(error, CaFileError) else ""
     return KINDS[kind][0], errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS], errno=number,
-                                            missing=missing)
+                                            missing=missing, path=path[:MAX_MESSAGE_CHARS])
 
 
 async def abort_with(context: grpc.aio.ServicerContext, status: tuple[grpc.StatusCode, errors_pb2.Error]) -> NoReturn:
@@ -199,6 +203,8 @@ def from_wire(wire: errors_pb2.Error) -> Exception:
     if cls is SandboxProtectionError:
         missing = list(wire.missing.items())[:MAX_MISSING]
         return SandboxProtectionError(_clip(wire.message), missing={_clip(name): _clip(found) for name, found in missing})
+    if cls is CaFileError:
+        return CaFileError(_clip(wire.message), path=_clip(wire.path))
     return cls(_clip(wire.message))
 
 

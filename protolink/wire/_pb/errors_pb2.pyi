@@ -33,6 +33,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_UNAUTHENTICATED: _ClassVar[ErrorKind]
     ERROR_KIND_SANDBOX_LOST: _ClassVar[ErrorKind]
     ERROR_KIND_TRANSFER_ABANDONED: _ClassVar[ErrorKind]
+    ERROR_KIND_CA_FILE: _ClassVar[ErrorKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
 ERROR_KIND_NOT_FOUND: ErrorKind
@@ -57,9 +58,10 @@ ERROR_KIND_UNAVAILABLE: ErrorKind
 ERROR_KIND_UNAUTHENTICATED: ErrorKind
 ERROR_KIND_SANDBOX_LOST: ErrorKind
 ERROR_KIND_TRANSFER_ABANDONED: ErrorKind
+ERROR_KIND_CA_FILE: ErrorKind
 
 class Error(_message.Message):
-    __slots__ = ("kind", "message", "errno", "missing")
+    __slots__ = ("kind", "message", "errno", "missing", "path")
     class MissingEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,8 +73,10 @@ class Error(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ERRNO_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     kind: ErrorKind
     message: str
     errno: int
     missing: _containers.ScalarMap[str, str]
-    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ..., errno: _Optional[int] = ..., missing: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    path: str
+    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ..., errno: _Optional[int] = ..., missing: _Optional[_Mapping[str, str]] = ..., path: _Optional[str] = ...) -> None: ...

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from protolink.errors import CaFileError
 from protolink.sandbox.leftovers import HOSTDIRS_LABEL
 from protolink.sandbox.placements.server import CA_NAME, CA_PATH
 from protolink.sandbox.service import labels
@@ -18,6 +19,7 @@ from protolink.wire.trust import CA_VARIABLES
 from tests.integration.service.test_lifecycle import eventually
 from tests.integration.test_sandbox_ca_file import HOST_BUNDLE, SHOW_TRUST, index, pip_install  # noqa: F401
 from tests.security.test_egress import PACKAGE, Index
+from tests.unit.sandbox.test_ca_file import bundle  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.docker
 
@@ -95,3 +97,21 @@ async def test_an_adopted_sandbox_still_trusts_its_copy_which_goes_with_it(make_
     await again.delete()
     await kept.backend.aclose()
     assert not copy.exists()
+
+
+async def test_a_ca_file_gone_after_the_start_fails_the_create_and_nothing_else(make_service, docker_client,
+                                                                               tmp_path, bundle, run):
+    """The operator removed or broke a template's CA file while the service runs: a create of that
+    template fails with CaFileError naming the file, leaves no container, and the service serves
+    its other templates."""
+    config = tmp_path / "service.toml"
+    config.write_text(f'[templates.default]\n[templates.intercepted]\nca_file = "{bundle}"\n')
+    service = make_service("--config", str(config))
+    client = await service.client()
+    for break_it in (bundle.unlink, lambda: bundle.write_text("not a certificate\n")):
+        break_it()
+        with pytest.raises(CaFileError, match=str(bundle)):
+            await client.create("intercepted")
+        assert docker_client.api.containers(all=True, filters={"label": f"{labels.SERVICE}={service.name}"}) == []
+    async with await client.create() as plain:
+        assert (await run(plain.backend, ["/bin/true"])).exit_code == 0

@@ -9,6 +9,7 @@ import pytest
 
 from protolink.errors import (
     ArchiveError,
+    CaFileError,
     DocumentError,
     ResourceConflictError,
     ResourceUnchangedError,
@@ -126,3 +127,10 @@ def test_a_missing_protection_crosses_the_wire_with_what_was_found():
     raised = from_status(code, wire.message, _metadata(wire))
     assert isinstance(raised, SandboxProtectionError) and raised.missing == {"seccomp": "mode 0"}
     assert str(raised) == "refused"
+
+
+def test_a_ca_file_error_crosses_the_wire_with_its_path():
+    code, wire = to_status(CaFileError("ca_file /etc/ca.pem: No such file or directory", path="/etc/ca.pem"))
+    raised = from_status(code, wire.message, _metadata(wire))
+    assert isinstance(raised, CaFileError) and raised.path == "/etc/ca.pem"
+    assert str(raised) == "ca_file /etc/ca.pem: No such file or directory"
