@@ -22,6 +22,7 @@ from protolink.errors import (
     QuotaExceededError,
     ResourceConflictError,
     ResourceUnchangedError,
+    RootNotWritableError,
     SandboxAuthenticationError,
     SandboxError,
     SandboxLimitError,
@@ -79,6 +80,7 @@ KINDS: dict[int, tuple[grpc.StatusCode, type[Exception]]] = {
     Kind.ERROR_KIND_UNAUTHENTICATED: (grpc.StatusCode.UNAUTHENTICATED, SandboxAuthenticationError),
     Kind.ERROR_KIND_SANDBOX_LOST: (grpc.StatusCode.UNAVAILABLE, SandboxLostError),
     Kind.ERROR_KIND_CA_FILE: (grpc.StatusCode.FAILED_PRECONDITION, CaFileError),
+    Kind.ERROR_KIND_ROOT_NOT_WRITABLE: (grpc.StatusCode.PERMISSION_DENIED, RootNotWritableError),
 }
 
 #: What a status without a (valid) error kind means: a transport or server fault.
@@ -114,6 +116,7 @@ _CLASSIFY: tuple[tuple[type[BaseException], int], ...] = (
     (SandboxPermissionError, Kind.ERROR_KIND_SANDBOX_PERMISSION_DENIED),
     (SandboxAuthenticationError, Kind.ERROR_KIND_UNAUTHENTICATED),
     (CaFileError, Kind.ERROR_KIND_CA_FILE),
+    (RootNotWritableError, Kind.ERROR_KIND_ROOT_NOT_WRITABLE),
     (SandboxError, Kind.ERROR_KIND_INTERNAL),
     (ResourceConflictError, Kind.ERROR_KIND_CONFLICT),
     (ResourceUnchangedError, Kind.ERROR_KIND_RESOURCE_UNCHANGED),
@@ -144,10 +147,14 @@ def to_status(error: BaseException) -> tuple[grpc.StatusCode, errors_pb2.Error]:
         return KINDS[kind][0], errors_pb2.Error(kind=kind, message="internal sandbox error")
     number = error.errno if isinstance(error, OSError) and isinstance(error.errno, int) else 0
     message = error.strerror if number and isinstance(error.strerror, str) else str(error)
-    missing = error.missing if isinstance(error, SandboxProtectionError) else {}
-    path = error.path if isinstance(error, CaFileError) else ""
-    return KINDS[kind][0], errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS], errno=number,
-                                            missing=missing, path=path[:MAX_MESSAGE_CHARS])
+    wire = errors_pb2.Error(kind=kind, message=message[:MAX_MESSAGE_CHARS], errno=number)
+    if isinstance(error, SandboxProtectionError):
+        wire.missing.update(error.missing)
+    if isinstance(error, (CaFileError, RootNotWritableError)):
+        wire.path = error.path[:MAX_MESSAGE_CHARS]
+    if isinstance(error, RootNotWritableError):
+        wire.uid, wire.gid, wire.fix = error.uid, error.gid, error.fix[:MAX_MESSAGE_CHARS]
+    return KINDS[kind][0], wire
 
 
 async def abort_with(context: grpc.aio.ServicerContext, status: tuple[grpc.StatusCode, errors_pb2.Error]) -> NoReturn:
@@ -205,6 +212,9 @@ def from_wire(wire: errors_pb2.Error) -> Exception:
         return SandboxProtectionError(_clip(wire.message), missing={_clip(name): _clip(found) for name, found in missing})
     if cls is CaFileError:
         return CaFileError(_clip(wire.message), path=_clip(wire.path))
+    if cls is RootNotWritableError:
+        return RootNotWritableError(_clip(wire.message), path=_clip(wire.path), uid=wire.uid, gid=wire.gid,
+                                    fix=_clip(wire.fix))
     return cls(_clip(wire.message))
 
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protolink/sandbox/v1/errors.proto\x12\x14protolink.sandbox.v1\"\xcf\x01\n\x05\x45rror\x12-\n\x04kind\x18\x01 \x01(\x0e\x32\x1f.protolink.sandbox.v1.ErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x65rrno\x18\x03 \x01(\x05\x12\x39\n\x07missing\x18\x04 \x03(\x0b\x32(.protolink.sandbox.v1.Error.MissingEntry\x12\x0c\n\x04path\x18\x05 \x01(\t\x1a.\n\x0cMissingEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\xf7\x05\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x45RROR_KIND_INVALID_ARGUMENT\x10\x01\x12\x18\n\x14\x45RROR_KIND_NOT_FOUND\x10\x02\x12\x1d\n\x19\x45RROR_KIND_ALREADY_EXISTS\x10\x03\x12 \n\x1c\x45RROR_KIND_PERMISSION_DENIED\x10\x04\x12\x17\n\x13\x45RROR_KIND_CONFLICT\x10\x05\x12\x16\n\x12\x45RROR_KIND_TIMEOUT\x10\x06\x12\x15\n\x11\x45RROR_KIND_FAILED\x10\x07\x12\x1d\n\x19\x45RROR_KIND_LIMIT_EXCEEDED\x10\x08\x12\x17\n\x13\x45RROR_KIND_INTERNAL\x10\t\x12\x17\n\x13\x45RROR_KIND_OS_ERROR\x10\n\x12\x1d\n\x19\x45RROR_KIND_TOOL_EXECUTION\x10\x0b\x12\x17\n\x13\x45RROR_KIND_DOCUMENT\x10\x0c\x12!\n\x1d\x45RROR_KIND_RESOURCE_UNCHANGED\x10\r\x12\x1d\n\x19\x45RROR_KIND_UNSAFE_ARCHIVE\x10\x0e\x12\x1d\n\x19\x45RROR_KIND_TRANSFER_LIMIT\x10\x0f\x12!\n\x1d\x45RROR_KIND_PROTECTION_MISSING\x10\x10\x12 \n\x1c\x45RROR_KIND_SANDBOX_NOT_FOUND\x10\x11\x12\x1d\n\x19\x45RROR_KIND_QUOTA_EXCEEDED\x10\x12\x12(\n$ERROR_KIND_SANDBOX_PERMISSION_DENIED\x10\x13\x12\x1a\n\x16\x45RROR_KIND_UNAVAILABLE\x10\x14\x12\x1e\n\x1a\x45RROR_KIND_UNAUTHENTICATED\x10\x15\x12\x1b\n\x17\x45RROR_KIND_SANDBOX_LOST\x10\x16\x12!\n\x1d\x45RROR_KIND_TRANSFER_ABANDONED\x10\x17\x12\x16\n\x12\x45RROR_KIND_CA_FILE\x10\x18\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protolink/sandbox/v1/errors.proto\x12\x14protolink.sandbox.v1\"\xf6\x01\n\x05\x45rror\x12-\n\x04kind\x18\x01 \x01(\x0e\x32\x1f.protolink.sandbox.v1.ErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x65rrno\x18\x03 \x01(\x05\x12\x39\n\x07missing\x18\x04 \x03(\x0b\x32(.protolink.sandbox.v1.Error.MissingEntry\x12\x0c\n\x04path\x18\x05 \x01(\t\x12\x0b\n\x03uid\x18\x06 \x01(\r\x12\x0b\n\x03gid\x18\x07 \x01(\r\x12\x0b\n\x03\x66ix\x18\x08 \x01(\t\x1a.\n\x0cMissingEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\x99\x06\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x45RROR_KIND_INVALID_ARGUMENT\x10\x01\x12\x18\n\x14\x45RROR_KIND_NOT_FOUND\x10\x02\x12\x1d\n\x19\x45RROR_KIND_ALREADY_EXISTS\x10\x03\x12 \n\x1c\x45RROR_KIND_PERMISSION_DENIED\x10\x04\x12\x17\n\x13\x45RROR_KIND_CONFLICT\x10\x05\x12\x16\n\x12\x45RROR_KIND_TIMEOUT\x10\x06\x12\x15\n\x11\x45RROR_KIND_FAILED\x10\x07\x12\x1d\n\x19\x45RROR_KIND_LIMIT_EXCEEDED\x10\x08\x12\x17\n\x13\x45RROR_KIND_INTERNAL\x10\t\x12\x17\n\x13\x45RROR_KIND_OS_ERROR\x10\n\x12\x1d\n\x19\x45RROR_KIND_TOOL_EXECUTION\x10\x0b\x12\x17\n\x13\x45RROR_KIND_DOCUMENT\x10\x0c\x12!\n\x1d\x45RROR_KIND_RESOURCE_UNCHANGED\x10\r\x12\x1d\n\x19\x45RROR_KIND_UNSAFE_ARCHIVE\x10\x0e\x12\x1d\n\x19\x45RROR_KIND_TRANSFER_LIMIT\x10\x0f\x12!\n\x1d\x45RROR_KIND_PROTECTION_MISSING\x10\x10\x12 \n\x1c\x45RROR_KIND_SANDBOX_NOT_FOUND\x10\x11\x12\x1d\n\x19\x45RROR_KIND_QUOTA_EXCEEDED\x10\x12\x12(\n$ERROR_KIND_SANDBOX_PERMISSION_DENIED\x10\x13\x12\x1a\n\x16\x45RROR_KIND_UNAVAILABLE\x10\x14\x12\x1e\n\x1a\x45RROR_KIND_UNAUTHENTICATED\x10\x15\x12\x1b\n\x17\x45RROR_KIND_SANDBOX_LOST\x10\x16\x12!\n\x1d\x45RROR_KIND_TRANSFER_ABANDONED\x10\x17\x12\x16\n\x12\x45RROR_KIND_CA_FILE\x10\x18\x12 \n\x1c\x45RROR_KIND_ROOT_NOT_WRITABLE\x10\x19\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ERROR_MISSINGENTRY']._loaded_options = None
   _globals['_ERROR_MISSINGENTRY']._serialized_options = b'8\001'
-  _globals['_ERRORKIND']._serialized_start=270
-  _globals['_ERRORKIND']._serialized_end=1029
+  _globals['_ERRORKIND']._serialized_start=309
+  _globals['_ERRORKIND']._serialized_end=1102
   _globals['_ERROR']._serialized_start=60
-  _globals['_ERROR']._serialized_end=267
-  _globals['_ERROR_MISSINGENTRY']._serialized_start=221
-  _globals['_ERROR_MISSINGENTRY']._serialized_end=267
+  _globals['_ERROR']._serialized_end=306
+  _globals['_ERROR_MISSINGENTRY']._serialized_start=260
+  _globals['_ERROR_MISSINGENTRY']._serialized_end=306
 # @@protoc_insertion_point(module_scope)

@@ -34,6 +34,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_SANDBOX_LOST: _ClassVar[ErrorKind]
     ERROR_KIND_TRANSFER_ABANDONED: _ClassVar[ErrorKind]
     ERROR_KIND_CA_FILE: _ClassVar[ErrorKind]
+    ERROR_KIND_ROOT_NOT_WRITABLE: _ClassVar[ErrorKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
 ERROR_KIND_NOT_FOUND: ErrorKind
@@ -59,9 +60,10 @@ ERROR_KIND_UNAUTHENTICATED: ErrorKind
 ERROR_KIND_SANDBOX_LOST: ErrorKind
 ERROR_KIND_TRANSFER_ABANDONED: ErrorKind
 ERROR_KIND_CA_FILE: ErrorKind
+ERROR_KIND_ROOT_NOT_WRITABLE: ErrorKind
 
 class Error(_message.Message):
-    __slots__ = ("kind", "message", "errno", "missing", "path")
+    __slots__ = ("kind", "message", "errno", "missing", "path", "uid", "gid", "fix")
     class MissingEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -74,9 +76,15 @@ class Error(_message.Message):
     ERRNO_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    FIX_FIELD_NUMBER: _ClassVar[int]
     kind: ErrorKind
     message: str
     errno: int
     missing: _containers.ScalarMap[str, str]
     path: str
-    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ..., errno: _Optional[int] = ..., missing: _Optional[_Mapping[str, str]] = ..., path: _Optional[str] = ...) -> None: ...
+    uid: int
+    gid: int
+    fix: str
+    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ..., errno: _Optional[int] = ..., missing: _Optional[_Mapping[str, str]] = ..., path: _Optional[str] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., fix: _Optional[str] = ...) -> None: ...

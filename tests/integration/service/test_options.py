@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from protolink.errors import SandboxPermissionError
+from protolink.errors import RootNotWritableError, SandboxPermissionError
 
 pytestmark = pytest.mark.docker
 
@@ -25,6 +25,11 @@ async def test_a_create_mounts_only_host_roots_the_configuration_allows(make_ser
     with pytest.raises(SandboxPermissionError, match="not beneath a root this service allows"):
         await client.create(roots=[str(tmp_path)])
     assert await client.list() != [] and all(status.state == "deleted" for status in await client.list())
+    with pytest.raises(RootNotWritableError, match=f"{allowed}.*uid") as refused:
+        await client.create(roots=[f"{allowed}:rw"])  # root's, 0755: the command user cannot write it
+    assert refused.value.path == str(allowed) and refused.value.fix in str(refused.value)
+    assert (refused.value.uid, refused.value.gid) != (0, 0)
+    assert all(status.state == "deleted" for status in await client.list())
 
 
 async def test_egress_rules_give_a_sandbox_its_proxy_and_none_gives_it_nothing(service, run):

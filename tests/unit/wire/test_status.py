@@ -13,6 +13,7 @@ from protolink.errors import (
     DocumentError,
     ResourceConflictError,
     ResourceUnchangedError,
+    RootNotWritableError,
     SandboxAuthenticationError,
     SandboxError,
     SandboxLimitError,
@@ -134,3 +135,12 @@ def test_a_ca_file_error_crosses_the_wire_with_its_path():
     raised = from_status(code, wire.message, _metadata(wire))
     assert isinstance(raised, CaFileError) and raised.path == "/etc/ca.pem"
     assert str(raised) == "ca_file /etc/ca.pem: No such file or directory"
+
+
+def test_a_root_not_writable_crosses_the_wire_with_its_fix():
+    error = RootNotWritableError("root /srv/data is not writable by uid 1500: chown 1500:1500 /srv/data",
+                                 path="/srv/data", uid=1500, gid=1500, fix="chown 1500:1500 /srv/data")
+    code, wire = to_status(error)
+    raised = from_status(code, wire.message, _metadata(wire))
+    assert isinstance(raised, RootNotWritableError) and str(raised) == str(error)
+    assert (raised.path, raised.uid, raised.gid, raised.fix) == ("/srv/data", 1500, 1500, "chown 1500:1500 /srv/data")
