@@ -47,12 +47,12 @@
  * session. The keeper reaps those orphans, and when the command exits it reports the exit and
  * exits too: what the command left behind drops out from under this process, and the server's
  * stray sweep (sandbox/protolink_sandboxd/strays.py) kills it. A keeper also kills its command's
- * group with SIGKILL once the SPAWN's kill-after time has passed since the command started: the
- * server's own kill (SIGTERM at the deadline, SIGKILL after a grace) comes at the same time, and
- * this one is for a server its command starves of the CPU (gVisor runs the server as one task
- * among the command's, whatever their nice values), which a keeper's signal handler is not. The next command's keeper is forked
- * ahead, at the start and once a command's exit has been reported and nothing waits, so that no
- * command waits for that fork (a request that finds none forks one then); it waits on a socket
+ * group with SIGKILL once the SPAWN's kill-after time has passed since the command started. The
+ * server's own kill (SIGTERM at the deadline, SIGKILL after a grace) comes by then; the keeper's
+ * is for a server the command starves of the CPU (gVisor runs the server as one task among the
+ * command's, whatever their nice values): a signal handler and one kill need almost none. The
+ * next command's keeper is forked ahead, at the start and once a command's exit has been
+ * reported and nothing waits, so that no command waits for that fork (a request that finds none forks one then); it waits on a socket
  * pair of its own for its command (argv, directory, environment and the output pipes), takes
  * every CPU back (a command may have pinned it meanwhile), and is named to the server (WARM).
  * Where subreapers are refused (gVisor) the keeper is a plain parent, none is forked ahead, and
@@ -484,7 +484,7 @@ static void arm_kill_after(unsigned long long after_ms) {
     struct sigaction on_alarm = {.sa_handler = kill_kept_group};  /* no SA_RESTART: a wait ends with EINTR */
     sigemptyset(&on_alarm.sa_mask);
     struct itimerval at = {.it_value = {.tv_sec = (time_t)(after_ms / 1000), .tv_usec = (suseconds_t)(after_ms % 1000) * 1000}};
-    /* Both fail only on arguments like none of these; the server's own kill comes regardless. */
+    /* Neither fails on these arguments; were one to, the server's own kill would still come. */
     if (sigaction(SIGALRM, &on_alarm, NULL) == 0) setitimer(ITIMER_REAL, &at, NULL);
 }
 
