@@ -8,7 +8,7 @@ command does, and what the command left behind is reparented above the server. A
 the command uid that does not descend from the server is therefore a stray: left behind by a
 command that has ended (a daemon, a setsid fork bomb, a background job), or started by no
 command at all. Strays are killed after each command and every :data:`INTERVAL_SECONDS` while
-commands run. The host backend cannot do this (other processes of the user are not its own);
+commands run, and a sweep ends once what it killed has died. The host backend cannot do this (other processes of the user are not its own);
 inside the sandbox the command uid is ours alone.
 
 Where subreapers are refused (gVisor), orphans go to PID 1 while their command still runs.
@@ -30,9 +30,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import NamedTuple
 
+from protolink.execution.groups import REAP_WAIT_SECONDS
+
 INTERVAL_SECONDS = 0.5
 #: Sweeps of /proc in one kill_strays call, at most (each signals what the previous missed).
 MAX_PASSES = 100
+#: How often a sweep looks again whether what it killed has died.
+DEATH_POLL_SECONDS = 0.002
 #: Processes started since the last look that a quick look checks one by one, at most.
 NEW_PIDS_CHECKED = 8
 
@@ -344,7 +348,10 @@ def kill_strays(uid: int, root: int | None, origins: Origins | None = None) -> i
 
     With no ``root`` (at shutdown), every process of ``uid`` dies. Strays may fork while
     they are being killed (a fork bomb that calls setsid), so passes repeat until one finds no
-    stray it has not signalled yet. Returns how many were signalled.
+    stray it has not signalled yet. Then it waits, for :data:`REAP_WAIT_SECONDS` at most, until
+    what it signalled has died: a killed process still runs until the CPU gets to it (at nice 19
+    on a busy machine, a while), and the next command must not find it. Returns how many were
+    signalled.
     """
     signalled: set[int] = set()
     for _ in range(MAX_PASSES):
@@ -357,7 +364,21 @@ def kill_strays(uid: int, root: int | None, origins: Origins | None = None) -> i
             break
         outside: set[int] = set()
         signalled.update(p.pid for p in strays if _kill_if_still(p.pid, uid, root, outside))
+    _await_deaths(signalled, uid)
     return len(signalled)
+
+
+def _await_deaths(pids: Collection[int], uid: int) -> None:
+    """Wait until none of ``pids`` is a live process of ``uid`` (a zombie is dead; a pid handed
+    out again to a process of another user is not waited for), or :data:`REAP_WAIT_SECONDS` have
+    passed."""
+    deadline = time.monotonic() + REAP_WAIT_SECONDS
+    alive = list(pids)
+    while alive:
+        alive = [pid for pid in alive if (process := _read(pid)) is not None and uid in process.uids]
+        if not alive or time.monotonic() >= deadline:
+            return
+        time.sleep(DEATH_POLL_SECONDS)
 
 
 def _strays(uid: int, root: int | None, processes: Mapping[int, _Process]) -> list[_Process]:

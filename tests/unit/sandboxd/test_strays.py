@@ -57,9 +57,10 @@ def test_with_no_command_running_nothing_outside_is_spared():
 def test_strays_are_what_left_the_servers_tree_whatever_their_session():
     """In a pid namespace of its own, under an init that is not this process (as in the
     container): a process of the uid below this process lives though it leads its own session;
-    one orphaned to init is killed."""
+    one orphaned to init is dead when the sweep returns, though it is slow to die (it may only
+    run when a busy CPU has nothing else to run)."""
     script = textwrap.dedent(f"""
-        import os, subprocess, time
+        import os, subprocess, sys, time
         from protolink_sandboxd.strays import kill_strays
 
         def dead(pid):
@@ -74,9 +75,17 @@ def test_strays_are_what_left_the_servers_tree_whatever_their_session():
         outside = int(orphan.stdout)
         while open(f"/proc/{{outside}}/stat").read().rsplit(")", 1)[1].split()[1] != "1":
             time.sleep(0.01)  # until it has been reparented
-        assert kill_strays({UID}, os.getpid()) == 1, "one stray"
-        while not dead(outside):
-            time.sleep(0.01)  # dead once the kernel has delivered the signal
+        *others, busy = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, others or [busy])
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        os.sched_setaffinity(hog.pid, [busy])
+        os.sched_setaffinity(outside, [busy])
+        os.sched_setscheduler(outside, os.SCHED_IDLE, os.sched_param(0))  # waits for the hog's slice
+        try:
+            assert kill_strays({UID}, os.getpid()) == 1, "one stray"
+            assert dead(outside), "the stray still runs"
+        finally:
+            hog.kill()
         assert below.poll() is None, "the process below lives"
         assert kill_strays({UID}, None) == 1, "at shutdown, every process of the uid"
         assert below.wait() == -9
