@@ -231,7 +231,7 @@ def test_a_look_after_a_look_reads_only_what_changed_and_still_finds_what_a_comm
         def state(pid):
             try:
                 return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):  # reaped before or while it was read
                 return None
 
         def look():
