@@ -11,6 +11,7 @@ exist once, and every backend makes the same text of the same bytes.
 from __future__ import annotations
 
 import codecs
+import sys
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 if TYPE_CHECKING:  # `protolink-sandbox exec` takes OutputCap from here, and imports no asyncio
@@ -19,6 +20,10 @@ if TYPE_CHECKING:  # `protolink-sandbox exec` takes OutputCap from here, and imp
 Channel = Literal["stdout", "stderr"]
 Data = TypeVar("Data", bytes, memoryview)
 CHANNELS: tuple[Channel, Channel] = ("stdout", "stderr")
+#: While a tracer or profiler runs, kept text waits until it adds up to this share of the text
+#: kept before it (as a shift: 1/8) or to :data:`MIN_BATCH_CHARACTERS`, whichever is more.
+BATCH_SHARE_SHIFT = 3
+MIN_BATCH_CHARACTERS = 1 << 20
 
 
 class OutputCap:
@@ -79,7 +84,7 @@ class OutputCollector:
 
     def __init__(self, execution: Emitter) -> None:
         self._execution = execution
-        self._text: dict[Channel, str] = {name: "" for name in CHANNELS}
+        self._kept: dict[Channel, KeptText] = {name: KeptText() for name in CHANNELS}
         #: Per channel that has had bytes: the start of a character its last bytes cut.
         self._tails: dict[Channel, bytes] = {}
         self._closed = False
@@ -104,11 +109,11 @@ class OutputCollector:
 
     @property
     def stdout(self) -> str:
-        return self._text["stdout"]
+        return self._kept["stdout"].text
 
     @property
     def stderr(self) -> str:
-        return self._text["stderr"]
+        return self._kept["stderr"].text
 
     def _decode(self, channel: Channel, data: bytes | memoryview, *, final: bool = False) -> str:
         # codecs' incremental decoder would copy a view into bytes first; this decodes it in place
@@ -120,14 +125,54 @@ class OutputCollector:
         return text
 
     def _keep(self, channel: Channel, text: str) -> str:
-        # One string per channel, appended to while nothing else refers to it: CPython then
-        # grows it in place (realloc), so the result costs its size once, where a join of the
-        # pieces would hold it twice at the end.
-        kept, self._text[channel] = self._text[channel], ""
-        kept += text
-        self._text[channel] = kept
+        self._kept[channel].append(text)
         return text
 
     async def _emit(self, channel: Channel, text: str) -> None:
         if text:
             await self._execution.emit("process.output", channel=channel, text=text)
+
+
+class KeptText:
+    """One channel's kept text, appended to in time linear in its length.
+
+    It is one string, appended to while nothing else refers to it: CPython then grows it in
+    place (realloc), so the result costs its size once, where a join of the pieces would hold
+    it twice at the end. Python 3.11 does that only while no tracer or profiler runs (coverage,
+    a debugger); otherwise each append copies the whole text, and appending every piece would
+    take time quadratic in the output's size. So while one runs, pieces wait until they add up
+    to a share of the text (:data:`BATCH_SHARE_SHIFT`) and are appended as one: each character
+    is copied at most about 8 times.
+    """
+
+    def __init__(self) -> None:
+        self._text = ""
+        self._waiting: list[str] = []
+        self._waiting_length = 0
+
+    @property
+    def text(self) -> str:
+        """Everything appended so far."""
+        self._append_waiting()
+        return self._text
+
+    def append(self, text: str) -> None:
+        """Append ``text``."""
+        if not self._waiting and sys.gettrace() is None and sys.getprofile() is None:
+            self._append(text)
+            return
+        self._waiting.append(text)
+        self._waiting_length += len(text)
+        if self._waiting_length >= max(len(self._text) >> BATCH_SHARE_SHIFT, MIN_BATCH_CHARACTERS):
+            self._append_waiting()
+
+    def _append_waiting(self) -> None:
+        if self._waiting:
+            self._append(self._waiting[0] if len(self._waiting) == 1 else "".join(self._waiting))
+            self._waiting.clear()
+            self._waiting_length = 0
+
+    def _append(self, text: str) -> None:
+        kept, self._text = self._text, ""
+        kept += text
+        self._text = kept
