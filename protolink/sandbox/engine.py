@@ -60,6 +60,10 @@ REMOVE_SECONDS = 300.0
 
 #: How often a removal the engine is still busy with is asked about again.
 _REMOVE_POLL_SECONDS = 0.5
+#: How many times a removal that lost the engine's own race is tried in all (moby#52161: the
+#: engine writes the container's state into its directory while it empties it, and answers
+#: "unable to remove filesystem ... directory not empty"; the next removal finds it emptied).
+_RACE_ATTEMPTS = 5
 
 
 def remove_container(client: Any, container_id: str, *, volumes: bool = False,
@@ -68,12 +72,15 @@ def remove_container(client: Any, container_id: str, *, volumes: bool = False,
 
     A read that times out while the engine still works on it is asked again, as is "removal
     already in progress", until ``seconds`` have passed; an engine that stops answering ends the
-    wait at once. The SDK's error is raised as it came: translate it with :func:`engine_error`.
+    wait at once. A removal that lost the engine's race with its own writes into the container's
+    directory is tried again, up to :data:`_RACE_ATTEMPTS` times in all. The SDK's error is
+    raised as it came: translate it with :func:`engine_error`.
     """
     import docker.errors
     import requests.exceptions
 
     deadline = time.monotonic() + seconds
+    races = 0
     while True:
         try:
             client.api.remove_container(container_id, force=True, v=volumes)
@@ -81,12 +88,22 @@ def remove_container(client: Any, container_id: str, *, volumes: bool = False,
         except docker.errors.NotFound:
             return
         except docker.errors.APIError as error:
-            if error.status_code != HTTPStatus.CONFLICT or time.monotonic() >= deadline:
+            lost = _lost_race(error)
+            races += lost
+            again = error.status_code == HTTPStatus.CONFLICT or (lost and races < _RACE_ATTEMPTS)
+            if not again or time.monotonic() >= deadline:
                 raise
             time.sleep(_REMOVE_POLL_SECONDS)
         except requests.exceptions.ReadTimeout:
             if time.monotonic() >= deadline:
                 raise
+
+
+def _lost_race(error: Any) -> bool:
+    """Whether a removal failed because the engine wrote into the container's directory while
+    it emptied it (moby#52161)."""
+    explanation = str(error.explanation or "")
+    return "unable to remove filesystem" in explanation and "directory not empty" in explanation
 
 
 @contextlib.contextmanager

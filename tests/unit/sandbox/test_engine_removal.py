@@ -70,6 +70,24 @@ def test_a_refusal_is_raised_at_once():
     assert len(failing.calls) == 1
 
 
+LOST_RACE = api_error(errors.APIError, 500, "unable to remove filesystem for 0123456789ab: unlinkat "
+                      "/var/lib/docker/containers/0123456789ab: directory not empty")
+
+
+def test_a_removal_that_lost_the_engines_race_with_its_own_writes_is_tried_again():
+    """moby#52161: the engine wrote the container's state into its directory while emptying it."""
+    raced = Engine(LOST_RACE, LOST_RACE, None)
+    engine.remove_container(raced, "0123456789ab", volumes=True)
+    assert len(raced.calls) == 3
+
+
+def test_a_removal_that_keeps_losing_that_race_is_raised_after_a_few_attempts():
+    always = Engine(*[LOST_RACE] * 10)
+    with pytest.raises(errors.APIError, match="directory not empty"):
+        engine.remove_container(always, "0123456789ab")
+    assert len(always.calls) == engine._RACE_ATTEMPTS
+
+
 def test_an_engine_that_stops_answering_ends_the_wait():
     gone = requests.exceptions.ConnectionError("('Connection aborted.', FileNotFoundError(2, 'No such file'))")
     with pytest.raises(requests.exceptions.ConnectionError):
