@@ -391,7 +391,7 @@ def _exec(args: argparse.Namespace) -> int:
     if outcome.timed_out:
         import shlex
 
-        _say(f"timed out after {args.timeout:g} s: {shlex.join(argv)}")
+        _say(f"timed out after {args.timeout:g} s: {shlex.join(args.command)}")
         return TIMED_OUT
     if outcome.exit_code is None:
         _say("the sandbox did not report how the command ended")

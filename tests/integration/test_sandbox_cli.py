@@ -159,7 +159,7 @@ def test_exec_ends_as_its_command_ends_in_a_shell(appliance):
     assert terminated.returncode == 128 + 15
     slow = exec_bytes(name, "--timeout", "1", "--", "sleep", "60")
     assert slow.returncode == 124  # as timeout(1)
-    assert slow.stderr == b"protolink-sandbox: timed out after 1 s: /usr/bin/env -- sleep 60\n"
+    assert slow.stderr == b"protolink-sandbox: timed out after 1 s: sleep 60\n"
     long = exec_bytes(name, "--", "/bin/sh", "-c", 'echo $#; printf %s "$@" | wc -c', "sh", *["x" * 100_000] * 3)
     assert (long.returncode, long.stdout.split()) == (0, [b"3", b"300000"])  # more than a first window of request
     for flag in ("--cwd", "-w", "--workdir"):  # docker exec's -w and --workdir too
@@ -221,7 +221,7 @@ def test_exec_i_ends_with_its_command_however_much_input_is_left(appliance):
     never_read = exec_fed(name, "-i", "--", "sh", "-c", "sleep 2; echo slept", stdin=["yes"])  # its pipe fills
     assert (never_read.returncode, never_read.stdout, never_read.stderr) == (0, b"slept\n", b"")
     slow = exec_fed(name, "-i", "--timeout", "2", "--", "sleep", "60", stdin=["yes"])
-    assert (slow.returncode, slow.stderr) == (124, b"protolink-sandbox: timed out after 2 s: /usr/bin/env -- sleep 60\n")
+    assert (slow.returncode, slow.stderr) == (124, b"protolink-sandbox: timed out after 2 s: sleep 60\n")
     listed = exec_bytes(name, "--", "/bin/sh", "-c", "cat /proc/[0-9]*/cmdline; true")
     assert listed.returncode == 0 and b"sleep\x0060" not in listed.stdout  # the timed-out command is gone
     after = exec_fed(name, "-i", "--", "cat", stdin=b"still served")
