@@ -199,7 +199,8 @@ class RepositoryError(SandboxError):
 
 
 class CertificateMismatchError(SandboxError):
-    """The service presented a TLS certificate whose fingerprint is not the one the client pins."""
+    """A server (the service, a node's gateway, a sandbox in TCP mode) presented a TLS
+    certificate whose fingerprint is not the one the client pins."""
 
 
 class AuditLogError(SandboxError):

@@ -82,10 +82,11 @@ def unused_uid() -> int:
 @contextlib.asynccontextmanager
 async def sandbox_server(
     roots: Sequence[tuple[Path, bool]], *, uid: int | None = None, args: Sequence[str] = (),
-    token: str | None = None, listen: str | None = None,
+    token: str | None = None, listen: str | None = None, fingerprint: str | None = None,
 ) -> AsyncIterator[RunningServer]:
     """Start a server over ``roots`` ((path, writable) pairs), on a Unix socket unless ``listen``
-    says otherwise; stop it after, and kill whatever its command uid left behind."""
+    says otherwise (TLS over TCP: the ``fingerprint`` its certificate has); stop it after, and
+    kill whatever its command uid left behind."""
     uid = unused_uid() if uid is None else uid
     home = Path(tempfile.mkdtemp(prefix="protolink-sandbox-server-"))
     listen = listen or f"unix://{home / 'sandbox.sock'}"
@@ -99,7 +100,7 @@ async def sandbox_server(
     with open(log, "wb") as log_file:
         process = await asyncio.create_subprocess_exec(*command, stdout=log_file, stderr=log_file, cwd="/")
     try:
-        backend = await connect(address, token=token, timeout=30)
+        backend = await connect(address, token=token, timeout=30, fingerprint=fingerprint)
         try:
             yield RunningServer(process, address, uid, backend, log)
         finally:

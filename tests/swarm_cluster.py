@@ -59,7 +59,8 @@ import docker.errors
 from protolink.sandbox.leftovers import owner_gone, process_owner
 from protolink.sandbox.placements.swarm import GVISOR_RUNTIME, RUNTIME_LABEL, SLOT_RESOURCE
 from protolink.sandbox.service.config import NodeGateway
-from protolink.sandbox.service.tls import CERTIFICATE_FILE, fingerprint_of
+from protolink.sandbox.service.tls import CERTIFICATE_FILE
+from protolink.sandbox.tls import fingerprint_of
 
 T = TypeVar("T")
 #: How long a node's engine may take to answer, and the cluster to see every node ready: hang

@@ -56,9 +56,10 @@ def _say(message: str) -> None:
     print(f"protolink-sandbox: {message}", file=sys.stderr, flush=True)
 
 
-def _snippet(address: str, token_file: str | None) -> str:
+def _snippet(address: str, token_file: str | None, fingerprint: str | None) -> str:
     token = f", token=open({token_file!r}).read()" if token_file else ""
-    return f'from protolink.sandbox import connect; backend = await connect("{address}"{token})'
+    pinned = f", fingerprint={fingerprint!r}" if fingerprint else ""
+    return f'from protolink.sandbox import connect; backend = await connect("{address}"{token}{pinned})'
 
 
 def when(epoch: int, now: float) -> str:
@@ -119,7 +120,8 @@ async def _up(args: argparse.Namespace) -> int:
     await sandbox.start()
     container_id = sandbox.container_id or ""
     address = await sandbox.detach()
-    records.save(records.Record(args.name, container_id, address, egress=bool(args.allow)), sandbox.token)
+    records.save(records.Record(args.name, container_id, address, egress=bool(args.allow),
+                                fingerprint=sandbox.fingerprint), sandbox.token)
     if args.allow:
         try:
             daemon = await _start_egress(args.name, container_id, address, args.allow)
@@ -142,7 +144,9 @@ async def _up(args: argparse.Namespace) -> int:
     token_file = str(records.token_path(args.name)) if sandbox.token is not None else None
     if token_file:
         print(f"token: {token_file}")
-    print(_snippet(address, token_file))
+    if sandbox.fingerprint:
+        print(f"tls: {sandbox.fingerprint} (the fingerprint of its certificate, which clients pin)")
+    print(_snippet(address, token_file, sandbox.fingerprint))
     return 0
 
 
@@ -290,14 +294,18 @@ async def _status(args: argparse.Namespace) -> int:
     if expiry.isdigit() and int(expiry):
         times.append(f"expires {when(int(expiry), now)}")
     print(f"owner: {container.labels.get(OWNER_LABEL)}, {', '.join(times)}")
+    record = records.load(args.name)
+    fingerprint = record.fingerprint if record is not None else None
+    if fingerprint:
+        print(f"tls: {fingerprint} (the fingerprint TCP clients pin)")
     try:
-        backend = await connect(where, token=records.read_token(args.name), timeout=3.0)
+        backend = await connect(where, token=records.read_token(args.name), timeout=3.0, fingerprint=fingerprint)
         try:
             await backend.health()
             info = await backend.info()
         finally:
             await backend.aclose()
-    except SandboxError as error:
+    except (SandboxError, ValueError) as error:  # ValueError: a TCP appliance whose fingerprint is not recorded
         print(f"health: not answering ({error})")
         return 1
     print(f"health: serving ({info.boundary}, server {info.server_version})")
@@ -418,7 +426,8 @@ def _execute_in(name: str, command: Command, stdin: int | None) -> Outcome | Non
     record = records.load(name)
     if record is not None and not socket_gone(record.address):
         try:
-            return execute(record.address, records.read_token(name), command, stdin=stdin)
+            return execute(record.address, records.read_token(name), command, stdin=stdin,
+                           fingerprint=record.fingerprint)
         except SandboxNotReachedError:
             pass  # removed behind `down`'s back, or restarted: the engine knows (nothing ran)
     from .appliance import address, find
@@ -428,7 +437,7 @@ def _execute_in(name: str, command: Command, stdin: int | None) -> Outcome | Non
         records.forget(name)
         return None
     return execute(address(container), records.read_token(name), command, stdin=stdin,
-                   connect_seconds=CONNECT_SECONDS)
+                   connect_seconds=CONNECT_SECONDS, fingerprint=record.fingerprint if record is not None else None)
 
 
 _CI_DESCRIPTION = """Copy REPO (a directory, or a git URL cloned here) into a fresh workspace, run the

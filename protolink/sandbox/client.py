@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import functools
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,7 +69,6 @@ HEALTH_SECONDS = 2.0
 #: still fails, this much later.
 RECONNECT_SECONDS = 3.0
 MAX_BOUNDARY_CHARS = 256
-_HOST_AND_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]+")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -102,21 +100,32 @@ async def connect(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     output_pipes: bool = True,
     command_channel: bool = True,
+    fingerprint: str | None = None,
 ) -> SandboxBackend:
     """Connect to a sandbox server at ``unix:///path`` or ``host:port``.
 
     Waits up to ``timeout`` seconds for the server to answer (it may still be starting), then
     returns a backend named after the server's boundary. ``token`` is sent with every call
-    (required for TCP). Raises SandboxNotReachedError (a SandboxUnavailableError) naming the
-    address when no server answers in time.
+    (required for TCP). A TCP server speaks TLS with a certificate of its own: ``fingerprint``
+    (``sha256:HEX``, :attr:`DockerSandbox.fingerprint <protolink.sandbox.DockerSandbox.fingerprint>`,
+    as ``protolink-sandbox up --tcp`` prints it) is required there, and a server presenting
+    another certificate is refused (CertificateMismatchError). Raises SandboxNotReachedError
+    (a SandboxUnavailableError) naming the address when no server answers in time.
     ``output_pipes=False`` keeps every process's output on the Execute stream, ``command_channel=False``
     every process on gRPC (see :func:`attach`).
     """
-    channel = grpc.aio.insecure_channel(grpc_target(address), options=channel_options(max_message_bytes))
+    options = channel_options(max_message_bytes)
+    if socket_path(address) is not None:
+        channel = grpc.aio.insecure_channel(grpc_target(address), options=options)
+    elif fingerprint is None:
+        raise ValueError(f"{address} is a TCP address: connect over TLS with the server's certificate "
+                         f"fingerprint (fingerprint='sha256:...', as `protolink-sandbox up --tcp` prints it)")
+    else:
+        channel = await _pinned_when_up(address, fingerprint, options, timeout)
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     try:
         return await attach(channel, metadata, timeout=timeout, max_message_bytes=max_message_bytes, owns_channel=True,
-                            address=address if _own_connection_reaches(address) else None, output_pipes=output_pipes,
+                            address=address if socket_path(address) is not None else None, output_pipes=output_pipes,
                             command_channel=command_channel)
     except SandboxNotReachedError:
         await channel.close()
@@ -125,6 +134,23 @@ async def connect(
     except BaseException:
         await channel.close()
         raise
+
+
+async def _pinned_when_up(address: str, fingerprint: str, options: Sequence[tuple[str, Any]],
+                          timeout: float) -> grpc.aio.Channel:
+    """A channel pinned to ``fingerprint`` (:func:`.tls.pinned_channel`), asked again until the
+    server at ``address`` answers with TLS (it may still be starting) or ``timeout`` passes."""
+    from .tls import pinned_channel
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await pinned_channel(grpc_target(address), fingerprint, options=options,
+                                        connect_seconds=max(deadline - time.monotonic(), 0.1))
+        except SandboxNotReachedError:
+            if time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 async def attach(
@@ -142,9 +168,9 @@ async def attach(
     """A backend over an open ``channel`` whose every call carries ``metadata`` (a sandbox
     service's channel, say), once the server answers ``Info`` within ``timeout`` seconds (or
     at once with its ``info``, already at hand). Closing the backend closes the channel only
-    when it ``owns_channel``. With the server's plaintext ``address`` (``unix:///path`` or
-    ``[tcp://]host:port``), processes run on connections of their own to it, without grpcio's
-    receive (:func:`.process_stream.own_calls`); a Unix socket's server runs them on its command
+    when it ``owns_channel``. With the server's ``address`` (``unix:///path``: a TCP server
+    speaks TLS, which the channel carries), processes run on connections of their own to it,
+    without grpcio's receive (:func:`.process_stream.own_calls`); the server runs them on its command
     channel, where it offers one (:mod:`.pipe_connection`; unless ``command_channel`` is False), and
     may pass their output's pipes to this host there (unless ``output_pipes`` is False); without
     ``address``, on the gRPC channel. The
@@ -389,10 +415,6 @@ async def _call(method: Any, request: Message, **options: Any) -> Any:
     return parsed_answer(response)
 
 
-def _own_connection_reaches(address: str) -> bool:
-    """Whether :mod:`.aio_call` connects to ``address`` as grpcio does: a Unix socket's absolute
-    path, or a host and port (gRPC's other target schemes stay with grpcio)."""
-    return socket_path(address) is not None or _HOST_AND_PORT.fullmatch(grpc_target(address)) is not None
 
 
 def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:

@@ -54,7 +54,8 @@ from .placements.docker import (
     container_spec,
     unix_address,
 )
-from .placements.server import CA_NAME
+from .placements.server import CA_NAME, SECRET_FILES
+from .tls import fingerprint_of, new_certificate
 from .usage import pids_in
 from .writable_roots import check_writable
 
@@ -130,7 +131,9 @@ class DockerSandbox:
     fixes it), unless ``chown_writable`` asks to hand such a root to that user (chown; nothing
     changes owner otherwise). ``runtime="runsc"`` runs the container under gVisor.
     ``tcp="HOST:PORT"`` publishes the server on the engine's host (port 0 picks one) instead of
-    a Unix socket, with a fresh token, for remote engines: the container then has a network.
+    a Unix socket, for remote engines: the container then has a network. The server speaks TLS
+    with a fresh self-signed certificate (its :attr:`fingerprint`, which clients pin) and
+    wants a fresh :attr:`token` on every call.
     ``egress`` (an :class:`~protolink.sandbox.egress.policy.EgressPolicy` or its rule texts,
     such as ``["pypi.org:443", "*.pythonhosted.org:443"]``) gives commands a way out through a
     proxy on this host that belongs to this sandbox: the container keeps no network; commands
@@ -173,6 +176,7 @@ class DockerSandbox:
         self.reaped: list[leftovers.Reaped] = []
         self._tcp = isinstance(config.network, PublishedPort)
         self._token = secrets.token_urlsafe(32) if self._tcp else None
+        self._fingerprint: str | None = None
         self._state = "new"
         self._docker: Any = None
         self._container: Any = None
@@ -245,6 +249,12 @@ class DockerSandbox:
     def token(self) -> str | None:
         """The TCP mode's token (None for a Unix socket)."""
         return self._token
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The TCP mode's certificate fingerprint (``sha256:HEX``), which ``connect`` pins; None
+        for a Unix socket, and before :meth:`start`."""
+        return self._fingerprint
 
     async def __aenter__(self) -> SandboxBackend:
         return await self.start()
@@ -381,8 +391,12 @@ class DockerSandbox:
         host_dir = private_subdir(self.name)
         self._host_dirs.append(host_dir)
         if self._token is not None:
-            # Read once by the server (uid 0 in the container) and deleted; commands cannot open it.
-            write_private(host_dir / "token", self._token)
+            # Read once by the server (uid 0 in the container) and deleted; commands cannot open them.
+            certificate, key = new_certificate(f"protolink sandbox {self.name}")
+            given = {"--token-file": self._token, "--tls-cert-file": certificate.decode(), "--tls-key-file": key.decode()}
+            for flag, text in given.items():
+                write_private(host_dir / SECRET_FILES[flag], text)
+            self._fingerprint = fingerprint_of(certificate)
         if self.config.ca_file is not None:
             copy_ca_file(self.config.ca_file, host_dir / CA_NAME)
         host = HostFacts(channel_dir=host_dir, created=int(time.time()), seccomp_profile=seccomp_profile())
@@ -430,7 +444,8 @@ class DockerSandbox:
             if not socket_gone(self.address):
                 try:
                     # Short attempts on fresh channels: a channel that failed once backs off for a second.
-                    return await connect(self.address, token=self._token, timeout=1.0)
+                    return await connect(self.address, token=self._token, timeout=1.0,
+                                         fingerprint=self._fingerprint)
                 except SandboxError as error:
                     last_error = error
             if time.monotonic() >= next_check:

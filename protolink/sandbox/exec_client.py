@@ -33,6 +33,7 @@ from protolink.errors import SandboxNotReachedError, SandboxProtocolError, Sandb
 from protolink.execution.output import OutputCap
 from protolink.wire import protowire
 
+from .addresses import socket_path
 from .grpc_call import Call, authority, open_socket
 
 EXECUTE_METHOD = "/protolink.sandbox.v1.Sandbox/Execute"
@@ -70,10 +71,11 @@ class Outcome(NamedTuple):
 
 
 def execute(address: str, token: str | None, command: Command, *, outputs: Mapping[int, int] | None = None,
-            stdin: int | None = None, connect_seconds: float = 0.0) -> Outcome:
+            stdin: int | None = None, connect_seconds: float = 0.0, fingerprint: str | None = None) -> Outcome:
     """Run ``command`` in the appliance at ``address``, writing its output to the file
     descriptors ``outputs`` maps each channel to (default: this process's stdout and stderr),
-    its standard input read from the descriptor ``stdin`` (None: empty).
+    its standard input read from the descriptor ``stdin`` (None: empty). A TCP appliance speaks
+    TLS: ``fingerprint`` is its certificate's (CertificateMismatchError for another).
 
     SandboxNotReachedError when nothing answers there (nothing ran); ``connect_seconds`` gives
     a server that is starting that long to answer. Other failures raise as :mod:`.client`'s do.
@@ -81,6 +83,8 @@ def execute(address: str, token: str | None, command: Command, *, outputs: Mappi
     request = execute_request(command, stdin=stdin is not None)
     deadline = time.monotonic() + command.timeout_seconds + GRACE_SECONDS
     sock = _connect(address, connect_seconds)
+    if socket_path(address) is None:
+        sock = _pinned_tls(sock, address, fingerprint)
     metadata = [("authorization", f"Bearer {token}")] if token else []
     call = Call(sock, authority(address), EXECUTE_METHOD, metadata,
                 max_message_bytes=max(command.max_output_bytes, 0) + EVENT_OVERHEAD_BYTES)
@@ -106,6 +110,36 @@ def _connect(address: str, seconds: float) -> socket.socket:
             if time.monotonic() >= until:
                 raise
         time.sleep(0.02)
+
+
+def _pinned_tls(sock: socket.socket, address: str, fingerprint: str | None) -> socket.socket:
+    """``sock`` (connected to the TCP appliance at ``address``) in TLS, once the certificate it
+    presented is the one ``fingerprint`` pins; closed otherwise."""
+    import ssl
+
+    from .digests import check_pinned
+
+    try:
+        if fingerprint is None:
+            raise SandboxNotReachedError(f"the appliance at {address} speaks TLS, and no fingerprint of its "
+                                         f"certificate is recorded: `protolink-sandbox down`, then `up` again")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the pinned fingerprint is the check, on this very connection
+        context.set_alpn_protocols(["h2"])
+        try:  # the name every certificate made here carries (protolink.sandbox.tls.SERVER_NAME)
+            tls = context.wrap_socket(sock, server_hostname="localhost")
+        except (ssl.SSLError, OSError) as error:
+            raise SandboxNotReachedError(f"no TLS answer from the appliance at {address}: {error}") from None
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        check_pinned(tls.getpeercert(binary_form=True) or b"", fingerprint, address)
+    except BaseException:
+        tls.close()
+        raise
+    return tls
 
 
 def _follow(call: Call, command: Command, deadline: float, outputs: Mapping[int, int],

@@ -506,6 +506,8 @@ class Call:
     def _input_first(self, fd: int) -> bool:
         """Wait until the socket or ``fd`` is readable (TimeoutError past the socket's timeout):
         whether ``fd`` is and the socket is not."""
+        if getattr(self._sock, "pending", lambda: 0)():  # TLS: bytes already decrypted, which poll cannot see
+            return False
         poll = select.poll()
         poll.register(self._sock, select.POLLIN)
         poll.register(fd, select.POLLIN)

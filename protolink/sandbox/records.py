@@ -21,14 +21,15 @@ NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 
 
 class Record(NamedTuple):
-    """A running appliance as ``up`` left it: its name, container and address, and whether it
-    has egress (an egress daemon). (A named tuple: ``exec`` reads it, and is timed; dataclasses
-    would import inspect and ast.)"""
+    """A running appliance as ``up`` left it: its name, container and address, whether it has
+    egress (an egress daemon), and in TCP mode its certificate's fingerprint, which clients pin.
+    (A named tuple: ``exec`` reads it, and is timed; dataclasses would import inspect and ast.)"""
 
     name: str
     container_id: str
     address: str
     egress: bool = False
+    fingerprint: str | None = None
 
 
 def checked_name(name: str) -> str:

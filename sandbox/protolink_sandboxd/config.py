@@ -7,6 +7,7 @@ import contextlib
 import os
 import socket
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from protolink.wire.egress import SOCKET_NAME
@@ -20,6 +21,8 @@ NOBODY = 65534
 #: The width ``--help`` is formatted to. argparse asks ``shutil.get_terminal_size`` when given none,
 #: for every argument added: importing ``shutil`` (and ``bz2``, ``lzma``) would delay every start.
 HELP_WIDTH = 100
+#: The most read of a token, certificate or key file.
+MAX_SECRET_FILE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,9 @@ class ServerConfig:
     command_uid: int = NOBODY
     command_gid: int = NOBODY
     token: str | None = None
+    #: The TLS certificate and key (PEM) a tcp:// listener serves with; None for a Unix socket.
+    tls_certificate: bytes | None = None
+    tls_key: bytes | None = None
     max_concurrency: int = 256
     max_message_bytes: int = 32 * MiB
     #: The output a command may keep. The server keeps none of it (it streams it, holding a
@@ -87,6 +93,10 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     parser.add_argument("--command-uid", type=int, default=NOBODY)
     parser.add_argument("--command-gid", type=int, default=NOBODY)
     parser.add_argument("--token-file", help="required with tcp://; read at startup, then deleted")
+    parser.add_argument("--tls-cert-file", help="required with tcp://: the certificate (PEM) it serves TLS with; "
+                                                "read at startup, then deleted")
+    parser.add_argument("--tls-key-file", help="required with tcp://: the certificate's key (PEM); read at startup, "
+                                               "then deleted")
     parser.add_argument("--max-concurrency", type=_positive, default=ServerConfig.max_concurrency)
     parser.add_argument("--max-message-bytes", type=_positive, default=ServerConfig.max_message_bytes)
     parser.add_argument("--max-output-bytes", type=_positive, default=ServerConfig.max_output_bytes)
@@ -116,8 +126,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         parser.error("--listen must be unix:///ABSOLUTE/PATH or tcp://HOST:PORT")
     if args.command_uid == 0 or args.command_gid == 0:
         parser.error("commands never run as uid or gid 0")
-    if args.listen.startswith("tcp://") and not args.token_file:
-        parser.error("tcp:// listening requires --token-file")
+    if args.listen.startswith("tcp://") and not (args.token_file and args.tls_cert_file and args.tls_key_file):
+        parser.error("tcp:// listening requires --token-file, --tls-cert-file and --tls-key-file")
     if not os.path.isabs(args.spawner_program):
         parser.error("--spawner-program must be an absolute path")
     if args.egress_port and not args.listen.startswith("unix://"):
@@ -136,6 +146,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         command_uid=args.command_uid,
         command_gid=args.command_gid,
         token=_take_token(args.token_file) if args.token_file else None,
+        tls_certificate=_take_file(args.tls_cert_file, "certificate") if args.tls_cert_file else None,
+        tls_key=_take_file(args.tls_key_file, "key") if args.tls_key_file else None,
         max_concurrency=args.max_concurrency,
         max_message_bytes=args.max_message_bytes,
         max_output_bytes=args.max_output_bytes,
@@ -181,25 +193,40 @@ def _port(text: str) -> int:
 
 
 def _take_token(path: str) -> str:
-    """The token in the regular file ``path``, which is then removed (best effort).
+    """The token in the file ``path`` (:func:`_take_file`), at least 16 characters."""
+    return _token_text(_take_file(path, "token", _check_token))
+
+
+def _token_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace").strip()
+
+
+def _check_token(data: bytes) -> None:
+    if len(_token_text(data)) < 16:
+        raise SystemExit("the token must be at least 16 characters")
+
+
+def _take_file(path: str, what: str, check: Callable[[bytes], None] | None = None) -> bytes:
+    """What the regular file ``path`` holds (at most 64 KiB), which ``check`` accepts (it raises
+    SystemExit otherwise); the file is then removed (best effort).
 
     Anything else (a device such as /dev/null, a symlink, a directory) is refused and left alone.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
-        raise SystemExit(f"cannot read the token file {path}: {error.strerror}") from None
+        raise SystemExit(f"cannot read the {what} file {path}: {error.strerror}") from None
     try:
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode):
-            raise SystemExit(f"the token file {path} is not a regular file")
-        token = os.read(fd, 4096).decode("utf-8", "replace").strip()
+            raise SystemExit(f"the {what} file {path} is not a regular file")
+        data = os.read(fd, MAX_SECRET_FILE_BYTES)
     finally:
         os.close(fd)
-    if len(token) < 16:
-        raise SystemExit("the token must be at least 16 characters")
+    if check is not None:
+        check(data)
     with contextlib.suppress(OSError):  # a read-only mount: the file stays, readable by root alone
         current = os.lstat(path)
         if (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino):
             os.unlink(path)
-    return token
+    return data

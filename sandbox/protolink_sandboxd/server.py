@@ -91,7 +91,11 @@ def _listen(server: grpc.aio.Server, config: ServerConfig) -> None:
 
 def _bind(server: grpc.aio.Server, config: ServerConfig) -> None:
     try:
-        server.add_insecure_port(config.address)
+        if config.tls_certificate is not None and config.tls_key is not None:
+            server.add_secure_port(config.address,
+                                   grpc.ssl_server_credentials([(config.tls_key, config.tls_certificate)]))
+        else:
+            server.add_insecure_port(config.address)
     except RuntimeError:
         raise SystemExit(f"cannot listen on {config.listen}") from None
 

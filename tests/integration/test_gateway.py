@@ -19,7 +19,8 @@ from protolink.sandbox.client import attach
 from protolink.sandbox.docker import DockerSandbox
 from protolink.sandbox.gateway import Gateway, GatewayServer
 from protolink.sandbox.service.forward import CONTAINER_KEY
-from protolink.sandbox.service.tls import ensure_certificate, pinned_channel, server_credentials
+from protolink.sandbox.service.tls import ensure_certificate, server_credentials
+from protolink.sandbox.tls import pinned_channel
 from protolink.wire._pb import sandbox_pb2
 from protolink.wire.status import from_rpc_error
 from tests.conftest import TEST_NAME_PREFIX

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -247,12 +248,23 @@ def test_exec_without_an_appliance_exits_3(docker_client):
     assert absent.stderr.endswith(b" is not up: run `protolink-sandbox up` first\n")
 
 
-def test_exec_over_tcp_sends_the_token_and_a_wrong_one_is_refused(docker_client, sandbox_image, tmp_path, name):
+def test_exec_over_tcp_speaks_tls_pinned_sends_the_token_and_a_wrong_one_is_refused(docker_client, sandbox_image,
+                                                                                       tmp_path, name):
     tmp_path.chmod(0o755)
     up = cli("up", "--name", name, "--root", str(tmp_path), "--tcp", "127.0.0.1:0")
     assert up.returncode == 0, up.stderr
+    record_path = runtime_dir() / f"{name}.json"
+    fingerprint = json.loads(record_path.read_text())["fingerprint"]
+    assert f"tls: {fingerprint} " in up.stdout and f"fingerprint={fingerprint!r})" in up.stdout
+    assert f"tls: {fingerprint} " in cli("status", "--name", name).stdout
     shown = exec_bytes(name, "--", "/bin/sh", "-c", "echo over tcp; exit 4")
     assert (shown.returncode, shown.stdout) == (4, b"over tcp\n"), shown.stderr
+    record = record_path.read_text()
+    record_path.write_text(record.replace(fingerprint, "sha256:" + "0" * 64))
+    impostor = exec_bytes(name, "--", "/bin/sh", "-c", "echo ran")
+    assert (impostor.returncode, impostor.stdout) == (125, b"")  # not the certificate it pins: nothing sent
+    assert b"presents the certificate " + fingerprint.encode() in impostor.stderr
+    record_path.write_text(record)
     (runtime_dir() / f"{name}.token").write_text("wrong")
     refused = exec_bytes(name, "--", "/bin/sh", "-c", "echo ran")
     assert (refused.returncode, refused.stdout) == (125, b"")  # the sandbox's own failure

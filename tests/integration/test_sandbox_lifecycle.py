@@ -199,20 +199,35 @@ async def test_starting_a_sandbox_reaps_and_reports_orphans(docker_client, sandb
         docker_client.containers.get(orphan.id)
 
 
-async def test_tcp_mode_needs_the_token_and_commands_cannot_read_it(docker_client, sandbox_image, run, tmp_path):
-    from protolink.errors import SandboxAuthenticationError
+async def test_tcp_mode_speaks_tls_needs_the_token_and_commands_cannot_read_either(docker_client, sandbox_image,
+                                                                                       run, tmp_path):
+    import grpc
+
+    from protolink.errors import CertificateMismatchError, SandboxAuthenticationError, SandboxNotReachedError
     from protolink.sandbox import connect
+    from protolink.sandbox.client import attach
 
     tmp_path.chmod(0o755)
     sandbox = DockerSandbox([tmp_path], image=sandbox_image, tcp="127.0.0.1:0")
     async with sandbox as backend:
-        seen = await run(backend, ["/bin/sh", "-c", "env; cat /run/protolink-secret/token; ls /run/protolink-secret"])
+        secrets = "/run/protolink-secret"
+        seen = await run(backend, ["/bin/sh", "-c", f"env; cat {secrets}/token {secrets}/tls-key.pem; ls {secrets}"])
         assert sandbox.token and sandbox.token not in seen.stdout + seen.stderr
-        assert seen.stderr.count("Permission denied") == 2
+        assert "PRIVATE KEY" not in seen.stdout and seen.stderr.count("Permission denied") == 3
+        assert sandbox.fingerprint and sandbox.fingerprint.startswith("sha256:")
         for token in (None, "wrong"):
             with pytest.raises(SandboxAuthenticationError):
-                await asyncio.wait_for(connect(sandbox.address, token=token, timeout=5), HANG_GUARD)
-        other = await connect(sandbox.address, token=sandbox.token, timeout=5)
+                await asyncio.wait_for(connect(sandbox.address, token=token, timeout=5,
+                                               fingerprint=sandbox.fingerprint), HANG_GUARD)
+        with pytest.raises(CertificateMismatchError):  # another server's certificate
+            await connect(sandbox.address, token=sandbox.token, timeout=5, fingerprint="sha256:" + "0" * 64)
+        with pytest.raises(ValueError, match="fingerprint"):  # no plaintext client
+            await connect(sandbox.address, token=sandbox.token, timeout=5)
+        plaintext = grpc.aio.insecure_channel(sandbox.address)  # the token would go in clear: never answered
+        with pytest.raises(SandboxNotReachedError):
+            await attach(plaintext, (("authorization", f"Bearer {sandbox.token}"),), timeout=3)
+        await plaintext.close()
+        other = await connect(sandbox.address, token=sandbox.token, timeout=5, fingerprint=sandbox.fingerprint)
         assert await other.health()
         await other.aclose()
     assert _containers(docker_client, sandbox.session) == []

@@ -43,6 +43,7 @@ from protolink.execution.process_types import (
 from protolink.execution.resolve import Resolved
 from protolink.revisions import ResourceRevision
 from protolink.sandbox import connect, process_stream
+from protolink.sandbox.tls import fingerprint_of, new_certificate
 from protolink.wire._pb import (
     documents_pb2,
     errors_pb2,
@@ -535,22 +536,26 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-async def test_tcp_requires_the_token_and_the_token_file_is_consumed(tmp_path):
+async def test_tcp_serves_tls_requires_the_token_and_the_secret_files_are_consumed(tmp_path):
     token = secrets.token_urlsafe(24)
-    token_file = tmp_path / "token"
-    token_file.write_text(token)
-    token_file.chmod(0o600)
+    certificate, key = new_certificate("test sandbox")
+    files = {"token": token.encode(), "cert.pem": certificate, "key.pem": key}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        (tmp_path / name).chmod(0o600)
     port = _free_port()
-    async with sandbox_server([], listen=f"tcp://127.0.0.1:{port}", token=token,
-                              args=["--token-file", str(token_file)]) as running:
-        assert not token_file.exists()
+    fingerprint = fingerprint_of(certificate)
+    async with sandbox_server([], listen=f"tcp://127.0.0.1:{port}", token=token, fingerprint=fingerprint,
+                              args=["--token-file", str(tmp_path / "token"), "--tls-cert-file",
+                                    str(tmp_path / "cert.pem"), "--tls-key-file", str(tmp_path / "key.pem")]) as running:
+        assert not any((tmp_path / name).exists() for name in files)
         assert await running.backend.health()
         # The spawner of a server with a token is started afresh, never forked with the token in memory.
         spec = ProcessSpec(("/bin/echo", "served"), "/", ENV, 60, 1000)
         assert (await running.backend.execute(spec, Silent())).stdout == "served\n"
         for wrong in (None, token + "x"):
             with pytest.raises(SandboxAuthenticationError):
-                await connect(f"127.0.0.1:{port}", token=wrong, timeout=5)
+                await connect(f"127.0.0.1:{port}", token=wrong, timeout=5, fingerprint=fingerprint)
 
 
 async def test_a_dead_server_is_a_typed_error_not_a_hang(roots):

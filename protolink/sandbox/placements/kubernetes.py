@@ -24,7 +24,7 @@ server as on Docker (:mod:`.server`), held the same way where Kubernetes can say
   node's private directory (the socket, or TCP mode's token) at :func:`~.server.channel_mount`;
 - under gVisor, the RuntimeClass that runs ``runsc`` (:attr:`ClusterFacts.runtime_class`);
 - a NetworkPolicy that denies every connection in and out: in TCP mode the server's port is
-  open to the cluster (the token guards it). Egress rules naming hosts cannot be expressed (a
+  open to the cluster (TLS, and the token guards it). Egress rules naming hosts cannot be expressed (a
   NetworkPolicy knows addresses only): they go through the egress relay and the host-side proxy,
   as on Docker. Network rules (``CIDR[:PORTS]``) become ``ipBlock`` rules without the networks
   the policy's address rules deny and without :attr:`ClusterFacts.cluster_networks`; those
@@ -89,7 +89,7 @@ class ClusterFacts:
 @dataclass(frozen=True)
 class NodeFacts:
     """What the node prepared for one Pod: its private directory (only the host user can open it;
-    it gets the server's socket, or TCP mode's token), the time it is created (Unix seconds, for
+    it gets the server's socket, or TCP mode's token and TLS pair), the time it is created (Unix seconds, for
     its annotations), and the node's name (None: wherever the scheduler puts it, then the
     directory must exist on every node)."""
 

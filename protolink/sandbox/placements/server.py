@@ -15,9 +15,12 @@ from ..config import NoNetwork, PublishedPort, SandboxConfig
 SOCKET_DIR = "/run/protolink"
 SOCKET_NAME = "sandbox.sock"
 SOCKET_PATH = f"{SOCKET_DIR}/{SOCKET_NAME}"
-#: Where the host's private directory is mounted in TCP mode: it holds the token, which the
-#: server (uid 0 in the container) reads once and deletes; commands cannot open it.
+#: Where the host's private directory is mounted in TCP mode: it holds the token and the TLS
+#: certificate and key (:data:`SECRET_FILES`), which the server (uid 0 in the container) reads
+#: once and deletes; commands cannot open them.
 SECRET_DIR = "/run/protolink-secret"
+#: The files of :data:`SECRET_DIR`, by the server flag that names each.
+SECRET_FILES = {"--token-file": "token", "--tls-cert-file": "tls-cert.pem", "--tls-key-file": "tls-key.pem"}
 #: Where a sandbox given a CA file (``SandboxConfig.ca_file``) has the copy of it, read-only:
 #: the server names it in every command's trust variables (:data:`~protolink.wire.trust.CA_VARIABLES`).
 CA_NAME = "ca-certificates.pem"
@@ -49,7 +52,9 @@ def server_command(config: SandboxConfig, *, gvisor: bool) -> tuple[str, ...]:
         command += ["--command-memory-bytes", share, "--worker-memory-bytes", share]
     match config.network:
         case PublishedPort():
-            command += ["--listen", f"tcp://0.0.0.0:{TCP_PORT}", "--token-file", f"{SECRET_DIR}/token"]
+            command += ["--listen", f"tcp://0.0.0.0:{TCP_PORT}"]
+            for flag, name in SECRET_FILES.items():
+                command += [flag, f"{SECRET_DIR}/{name}"]
         case NoNetwork():
             command += ["--listen", f"unix://{SOCKET_PATH}"]
         case _:
@@ -62,6 +67,6 @@ def server_command(config: SandboxConfig, *, gvisor: bool) -> tuple[str, ...]:
 
 
 def channel_mount(config: SandboxConfig) -> str:
-    """Where the host's private directory is mounted: :data:`SECRET_DIR` in TCP mode (the token),
-    else :data:`SOCKET_DIR` (the socket)."""
+    """Where the host's private directory is mounted: :data:`SECRET_DIR` in TCP mode (the token
+    and the TLS pair), else :data:`SOCKET_DIR` (the socket)."""
     return SECRET_DIR if isinstance(config.network, PublishedPort) else SOCKET_DIR

@@ -36,6 +36,7 @@ from typing import Any, TypeAlias
 
 from protolink.errors import AuditLogError, SerializationError
 
+from ..digests import sha256_digest
 from ..hostdirs import owner_only_dir
 
 JSON: TypeAlias = "None | bool | int | float | str | Sequence[JSON] | Mapping[str, JSON]"
@@ -52,15 +53,6 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 def canonical(value: JSON) -> bytes:
     """``value`` as canonical JSON: sorted keys, no spaces, ASCII only, no NaN or infinity."""
     return _CANONICAL.encode(value).encode()
-
-
-def sha256_digest(text: str) -> str:
-    """The 64 lowercase hex digits of a SHA-256 written as ``sha256:HEX`` or ``HEX`` (any case,
-    colons between bytes allowed), as heads and fingerprints are shown; ValueError otherwise."""
-    digits = text.strip().lower().removeprefix("sha256:").replace(":", "")
-    if len(digits) != 64 or not all(c in "0123456789abcdef" for c in digits):
-        raise ValueError(f"a SHA-256 is sha256: and 64 hex digits, not {text!r}")
-    return digits
 
 
 def _sha256(data: bytes) -> str:

@@ -37,7 +37,7 @@ from ..client import SandboxBackend, attach, channel_options
 from ..transfer import TransferResult
 from .files import DEFAULT_NAME, ServiceFiles
 from .forward import SANDBOX_KEY
-from .tls import pinned_channel
+from ..tls import pinned_channel
 
 CALL_SECONDS = 10.0
 CREATE_SECONDS = 120.0

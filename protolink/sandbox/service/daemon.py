@@ -35,7 +35,8 @@ from .files import DEFAULT_NAME, ServiceFiles
 from .manager import Manager
 from .process import running
 from .server import ServiceServer
-from .tls import ensure_certificate, fingerprint_of, server_credentials
+from ..tls import fingerprint_of
+from .tls import ensure_certificate, server_credentials
 from .tokens import Tokens, ensure_default
 
 log = logging.getLogger("protolink.sandbox.service")

@@ -41,7 +41,7 @@ from ..placements.swarm import (
 )
 from .config import SwarmConfig, Template
 from .forward import CONTAINER_KEY
-from .tls import pinned_channel
+from ..tls import pinned_channel
 
 log = logging.getLogger(__name__)
 

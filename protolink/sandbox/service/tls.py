@@ -1,42 +1,27 @@
-"""Transport security for the service's TCP listener: a self-signed certificate that clients pin.
-
-The service makes its certificate at first use (:func:`ensure_certificate`) and keeps it; ``up``
-prints its fingerprint, and a client connects with :func:`pinned_channel`, which refuses any
-other certificate. There is no certificate authority: trust is the fingerprint, carried from the
-operator to the client out of band.
+"""The service's TLS certificate: made at first use (:func:`ensure_certificate`) and kept, its
+fingerprint printed by ``up``; clients pin it (:func:`protolink.sandbox.tls.pinned_channel`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import datetime
 import fcntl
-import hashlib
-import hmac
-import ipaddress
 import os
 import socket
-import ssl
 import stat
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from protolink.errors import CertificateMismatchError, SandboxError, SandboxNotReachedError
+from protolink.errors import SandboxError
 
 from ..hostdirs import owner_only_dir
-from .audit import sha256_digest
+from ..tls import fingerprint_of, new_certificate
 
 if TYPE_CHECKING:
     import grpc
-    import grpc.aio
 
 CERTIFICATE_FILE = "service-cert.pem"
 KEY_FILE = "service-key.pem"
-#: The name the client checks the certificate against: always in its subject alternative names.
-SERVER_NAME = "localhost"
-VALIDITY = datetime.timedelta(days=3650)
 
 
 @dataclass(frozen=True)
@@ -50,11 +35,6 @@ class ServiceCertificate:
     certificate_path: Path
     key_path: Path
     fingerprint: str
-
-
-def fingerprint_of(certificate_pem: bytes) -> str:
-    """``sha256:`` and the lowercase hex SHA-256 of the DER form of ``certificate_pem``."""
-    return "sha256:" + hashlib.sha256(ssl.PEM_cert_to_DER_cert(certificate_pem.decode("ascii"))).hexdigest()
 
 
 def ensure_certificate(directory: Path | str) -> ServiceCertificate:
@@ -80,31 +60,9 @@ def ensure_certificate(directory: Path | str) -> ServiceCertificate:
 
 
 def _generate(certificate_path: Path, key_path: Path) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [x509.DNSName(SERVER_NAME), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                     x509.IPAddress(ipaddress.ip_address("::1"))]
-    host = socket.gethostname()
-    if host and host != SERVER_NAME:
-        names.append(x509.DNSName(host))
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"protolink sandbox service on {host}")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + VALIDITY)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)  # it signs nothing
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    _write_new(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    _write_new(certificate_path, certificate.public_bytes(serialization.Encoding.PEM))
+    certificate_pem, key_pem = new_certificate(f"protolink sandbox service on {socket.gethostname()}")
+    _write_new(key_path, key_pem)
+    _write_new(certificate_path, certificate_pem)
 
 
 def _write_new(path: Path, data: bytes) -> None:
@@ -156,70 +114,3 @@ def server_credentials(certificate: ServiceCertificate) -> grpc.ServerCredential
     import grpc
 
     return grpc.ssl_server_credentials([(certificate.key_pem, certificate.certificate_pem)])
-
-
-async def pinned_channel(address: str, fingerprint: str, *, options: Sequence[tuple[str, Any]] = (),
-                         connect_seconds: float = 10.0,
-                         call_metadata: Sequence[tuple[str, str]] = ()) -> grpc.aio.Channel:
-    """A channel to the service at ``address`` (``HOST:PORT``) that trusts exactly the
-    certificate whose fingerprint is ``fingerprint`` (``sha256:HEX``, as ``up`` prints it).
-
-    The server's certificate is fetched first, without verification, and its fingerprint
-    compared in constant time: CertificateMismatchError when it differs. The channel then
-    trusts that certificate alone (its root is the certificate, which may sign nothing else),
-    so a server that presents another one at the handshake fails the first call. ``options``
-    go to the channel, and ``call_metadata`` to every call on it (the service's token and the
-    task a node's gateway forwards to); SandboxNotReachedError when nothing answers with TLS at
-    ``address`` within ``connect_seconds``.
-    """
-    import grpc
-
-    expected = "sha256:" + sha256_digest(fingerprint)
-    certificate_pem = await _fetch_certificate(address, connect_seconds)
-    presented = fingerprint_of(certificate_pem)
-    if not hmac.compare_digest(presented.encode(), expected.encode()):
-        raise CertificateMismatchError(f"the service at {address} presents the certificate {presented}, not the "
-                                       f"pinned {expected}: another server answers there, or its certificate "
-                                       f"was replaced (ask its operator for the fingerprint `up` prints)")
-    credentials = grpc.ssl_channel_credentials(root_certificates=certificate_pem)
-    if call_metadata:
-        credentials = grpc.composite_channel_credentials(credentials, grpc.metadata_call_credentials(
-            _FixedMetadata(tuple(call_metadata)), name="protolink"))
-    return grpc.aio.secure_channel(address, credentials,
-                                   options=[("grpc.ssl_target_name_override", SERVER_NAME), *options])
-
-
-class _FixedMetadata:
-    """Call credentials that add the same metadata to every call (grpc.AuthMetadataPlugin)."""
-
-    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
-        self.metadata = metadata
-
-    def __call__(self, context: Any, callback: Any) -> None:
-        callback(self.metadata, None)
-
-
-async def _fetch_certificate(address: str, timeout: float) -> bytes:
-    """The certificate (PEM) the TLS server at ``address`` presents, unverified."""
-    host, _, port = address.rpartition(":")
-    if not (host and port.isascii() and port.isdigit()):
-        raise ValueError(f"a service address is HOST:PORT, not {address!r}")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # only read: the fingerprint is the check
-    context.set_alpn_protocols(["h2"])
-    try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host.strip("[]"), int(port), ssl=context, server_hostname=SERVER_NAME), timeout)
-    except ssl.SSLError as error:
-        raise SandboxNotReachedError(f"the service at {address} does not speak TLS (a plaintext listener, or "
-                                     f"another protocol): {error.reason or error}") from None
-    except (OSError, asyncio.TimeoutError) as error:
-        raise SandboxNotReachedError(f"no service answers at {address}: {error or 'timed out'}") from None
-    try:
-        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
-    finally:
-        writer.transport.abort()  # no TLS close: the server waits for HTTP/2 and would not answer it
-    if not der:
-        raise SandboxNotReachedError(f"the service at {address} presented no certificate")
-    return ssl.DER_cert_to_PEM_cert(der).encode("ascii")

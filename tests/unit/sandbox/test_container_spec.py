@@ -103,11 +103,13 @@ def test_labels_name_owner_session_times_and_host_directory(host):
     assert soon.labels["io.protolink.expiry"] == str(CREATED + 1)
 
 
-def test_tcp_mode_publishes_the_port_and_mounts_the_token_directory_instead(host):
+def test_tcp_mode_publishes_the_port_and_mounts_the_token_and_tls_directory_instead(host):
     spec = container_spec(config(network=PublishedPort.parse("0.0.0.0:5000")), ENGINE, host)
     assert (spec.network_mode, spec.ports) == (None, {"7000/tcp": ("0.0.0.0", 5000)})
     assert spec.mounts == (Mount("/run/protolink-secret", str(host.channel_dir), type="bind"),)
-    assert spec.command[-4:] == ("--listen", "tcp://0.0.0.0:7000", "--token-file", "/run/protolink-secret/token")
+    assert spec.command[-8:] == ("--listen", "tcp://0.0.0.0:7000", "--token-file", "/run/protolink-secret/token",
+                                 "--tls-cert-file", "/run/protolink-secret/tls-cert.pem",
+                                 "--tls-key-file", "/run/protolink-secret/tls-key.pem")
     assert "network_mode" not in spec.create_kwargs()  # the engine's default network, which publishes ports
 
 

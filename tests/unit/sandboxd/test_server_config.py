@@ -47,6 +47,8 @@ def test_a_ca_file_by_its_path_in_the_container():
     ["--listen", "unix:///s", "--command-uid", "0"],
     ["--listen", "unix:///s", "--command-gid", "0"],
     ["--listen", "tcp://0.0.0.0:7000"],  # TCP without a token
+    ["--listen", "tcp://0.0.0.0:7000", "--token-file", "/t"],  # TCP without TLS
+    ["--listen", "tcp://0.0.0.0:7000", "--token-file", "/t", "--tls-cert-file", "/c"],  # a certificate without its key
     ["--listen", "http://x"],
     ["--listen", "unix:///s", "--root", "/ws"],  # access not declared
     ["--listen", "unix:///s", "--root", "relative:rw"],
@@ -55,7 +57,8 @@ def test_a_ca_file_by_its_path_in_the_container():
     ["--listen", "unix:///s", "--held-elsewhere", "seccomp"],  # the server must always see it
     ["--listen", "unix:///s", "--egress-port", "0"],
     ["--listen", "unix:///s", "--egress-port", "65536"],
-    ["--listen", "tcp://0.0.0.0:7000", "--token-file", "/t", "--egress-port", "3128"],  # egress needs the Unix socket
+    ["--listen", "tcp://0.0.0.0:7000", "--token-file", "/t", "--tls-cert-file", "/c", "--tls-key-file", "/k",
+     "--egress-port", "3128"],  # egress needs the Unix socket
     ["--listen", "unix:///s", "--ca-file", "ca.pem"],
 ])
 def test_refused_command_lines(argv):
@@ -63,11 +66,20 @@ def test_refused_command_lines(argv):
         parse_args(argv)
 
 
-def test_the_token_file_is_read_then_removed(tmp_path: Path):
+def tls_files(directory: Path) -> list[str]:
+    """The TLS flags of a tcp:// listener, naming a certificate and key written in ``directory``."""
+    (directory / "cert.pem").write_bytes(b"CERTIFICATE")
+    (directory / "key.pem").write_bytes(b"KEY")
+    return ["--tls-cert-file", str(directory / "cert.pem"), "--tls-key-file", str(directory / "key.pem")]
+
+
+def test_the_token_and_tls_files_are_read_then_removed(tmp_path: Path):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    config = parse_args(["--listen", "tcp://127.0.0.1:7000", "--token-file", str(token_file)])
+    config = parse_args(["--listen", "tcp://127.0.0.1:7000", "--token-file", str(token_file), *tls_files(tmp_path)])
     assert config.token == TOKEN and not token_file.exists()
+    assert (config.tls_certificate, config.tls_key) == (b"CERTIFICATE", b"KEY")
+    assert not (tmp_path / "cert.pem").exists() and not (tmp_path / "key.pem").exists()
 
 
 def test_only_a_regular_token_file_is_consumed(tmp_path: Path):
@@ -76,8 +88,9 @@ def test_only_a_regular_token_file_is_consumed(tmp_path: Path):
     (tmp_path / "target").write_text(TOKEN)
     link.symlink_to(tmp_path / "target")
     short.write_text("too short")
+    tls = tls_files(tmp_path)
     for path in (fifo, link, short, tmp_path):
         with pytest.raises(SystemExit):
-            parse_args(["--listen", "tcp://127.0.0.1:7000", "--token-file", str(path)])
+            parse_args(["--listen", "tcp://127.0.0.1:7000", "--token-file", str(path), *tls])
         assert os.path.lexists(path)
     assert (tmp_path / "target").read_text() == TOKEN

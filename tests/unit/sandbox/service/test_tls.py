@@ -17,13 +17,8 @@ from cryptography import x509
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from protolink.errors import CertificateMismatchError, SandboxError, SandboxNotReachedError
-from protolink.sandbox.service.tls import (
-    ServiceCertificate,
-    ensure_certificate,
-    fingerprint_of,
-    pinned_channel,
-    server_credentials,
-)
+from protolink.sandbox.service.tls import ServiceCertificate, ensure_certificate, server_credentials
+from protolink.sandbox.tls import fingerprint_of, pinned_channel
 
 CALL_SECONDS = 60  # a hang guard only
 
