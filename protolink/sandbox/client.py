@@ -415,8 +415,6 @@ async def _call(method: Any, request: Message, **options: Any) -> Any:
     return parsed_answer(response)
 
 
-
-
 def _info(response: sandbox_pb2.InfoResponse) -> SandboxInfo:
     boundary = response.boundary
     if not boundary.startswith("sandbox:") or len(boundary) > MAX_BOUNDARY_CHARS or not boundary.isprintable():

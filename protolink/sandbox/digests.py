@@ -1,5 +1,6 @@
-"""SHA-256 digests as they are shown (audit heads, certificate fingerprints) and the check of a
-certificate a TLS server presents against the fingerprint a client pins.
+"""SHA-256 digests as they are shown (audit heads, certificate fingerprints), and what a client
+that pins a TLS server's certificate needs: the TLS context it connects with and the check of
+the certificate the server presented against the pinned fingerprint.
 
 Standard library only: ``exec``, which is timed, checks a TCP appliance's certificate with it.
 """
@@ -8,8 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ssl
 
 from protolink.errors import CertificateMismatchError
+
+#: The name a pinning client asks for: always in the subject alternative names of the
+#: certificates :func:`protolink.sandbox.tls.new_certificate` makes.
+SERVER_NAME = "localhost"
 
 
 def sha256_digest(text: str) -> str:
@@ -34,3 +40,13 @@ def check_pinned(certificate_der: bytes, fingerprint: str, address: str) -> None
         raise CertificateMismatchError(f"the server at {address} presents the certificate {presented}, not the "
                                        f"pinned {expected}: another server answers there, or its certificate "
                                        f"was replaced (ask its operator for the fingerprint `up` prints)")
+
+
+def pinning_context() -> ssl.SSLContext:
+    """A client's TLS context (HTTP/2 by ALPN) that verifies no chain and no name: the caller
+    checks the presented certificate with :func:`check_pinned`."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    return context

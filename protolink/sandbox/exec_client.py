@@ -115,21 +115,15 @@ def _connect(address: str, seconds: float) -> socket.socket:
 def _pinned_tls(sock: socket.socket, address: str, fingerprint: str | None) -> socket.socket:
     """``sock`` (connected to the TCP appliance at ``address``) in TLS, once the certificate it
     presented is the one ``fingerprint`` pins; closed otherwise."""
-    import ssl
-
-    from .digests import check_pinned
+    from .digests import SERVER_NAME, check_pinned, pinning_context
 
     try:
         if fingerprint is None:
             raise SandboxNotReachedError(f"the appliance at {address} speaks TLS, and no fingerprint of its "
                                          f"certificate is recorded: `protolink-sandbox down`, then `up` again")
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE  # the pinned fingerprint is the check, on this very connection
-        context.set_alpn_protocols(["h2"])
-        try:  # the name every certificate made here carries (protolink.sandbox.tls.SERVER_NAME)
-            tls = context.wrap_socket(sock, server_hostname="localhost")
-        except (ssl.SSLError, OSError) as error:
+        try:  # the pinned fingerprint is the check, on this very connection
+            tls = pinning_context().wrap_socket(sock, server_hostname=SERVER_NAME)
+        except OSError as error:  # ssl.SSLError is one
             raise SandboxNotReachedError(f"no TLS answer from the appliance at {address}: {error}") from None
     except BaseException:
         sock.close()

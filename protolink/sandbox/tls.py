@@ -19,14 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from protolink.errors import SandboxNotReachedError
 
-from .digests import check_pinned, der_fingerprint, sha256_digest
+from .digests import SERVER_NAME, check_pinned, der_fingerprint, pinning_context, sha256_digest
 
 if TYPE_CHECKING:
     import grpc
     import grpc.aio
 
-#: The name the client checks the certificate against: always in its subject alternative names.
-SERVER_NAME = "localhost"
 VALIDITY = datetime.timedelta(days=3650)
 
 
@@ -84,9 +82,9 @@ async def pinned_channel(address: str, fingerprint: str, *, options: Sequence[tu
     import grpc
 
     sha256_digest(fingerprint)  # ValueError before anything is sent
-    certificate_pem = await _fetch_certificate(address, connect_seconds)
-    check_pinned(ssl.PEM_cert_to_DER_cert(certificate_pem.decode("ascii")), fingerprint, address)
-    credentials = grpc.ssl_channel_credentials(root_certificates=certificate_pem)
+    certificate_der = await _fetch_certificate(address, connect_seconds)
+    check_pinned(certificate_der, fingerprint, address)
+    credentials = grpc.ssl_channel_credentials(root_certificates=ssl.DER_cert_to_PEM_cert(certificate_der).encode())
     if call_metadata:
         credentials = grpc.composite_channel_credentials(credentials, grpc.metadata_call_credentials(
             _FixedMetadata(tuple(call_metadata)), name="protolink"))
@@ -105,17 +103,13 @@ class _FixedMetadata:
 
 
 async def _fetch_certificate(address: str, timeout: float) -> bytes:
-    """The certificate (PEM) the TLS server at ``address`` presents, unverified."""
+    """The certificate (DER) the TLS server at ``address`` presents, unverified."""
     host, _, port = address.rpartition(":")
     if not (host and port.isascii() and port.isdigit()):
         raise ValueError(f"a TCP address is HOST:PORT, not {address!r}")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # only read: the fingerprint is the check
-    context.set_alpn_protocols(["h2"])
     try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host.strip("[]"), int(port), ssl=context, server_hostname=SERVER_NAME), timeout)
+        _, writer = await asyncio.wait_for(asyncio.open_connection(
+            host.strip("[]"), int(port), ssl=pinning_context(), server_hostname=SERVER_NAME), timeout)
     except ssl.SSLError as error:
         raise SandboxNotReachedError(f"the server at {address} does not speak TLS (a plaintext listener, or "
                                      f"another protocol): {error.reason or error}") from None
@@ -127,4 +121,4 @@ async def _fetch_certificate(address: str, timeout: float) -> bytes:
         writer.transport.abort()  # no TLS close: the server waits for HTTP/2 and would not answer it
     if not der:
         raise SandboxNotReachedError(f"the server at {address} presented no certificate")
-    return ssl.DER_cert_to_PEM_cert(der).encode("ascii")
+    return der
