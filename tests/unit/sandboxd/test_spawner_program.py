@@ -9,6 +9,7 @@ import array
 import os
 import platform
 import re
+import select
 import shutil
 import signal
 import socket
@@ -200,8 +201,7 @@ def test_the_keeper_kills_the_commands_group_at_its_kill_after_time(started):
     script = "trap '' TERM; sleep 60 & echo $!; sleep 60"
     kind, code, output, killed = started.run_to_end(["/bin/sh", "-c", script], kill_after=0.3)
     assert (kind, code, killed) == (spawner.STARTED, -signal.SIGKILL, 1)
-    member = int(output)
-    assert not os.path.exists(f"/proc/{member}") or _status(member, "State").startswith("Z")
+    assert _ends_within(int(output), seconds=10)  # SIGKILLed: it ends as soon as it is scheduled
     assert started.run_to_end(["/bin/sh", "-c", "exit 4"], kill_after=30)[1:] == (4, b"", 0)
     assert started.run_to_end(["/bin/sh", "-c", "kill -KILL $$"], kill_after=30)[1:] == (-signal.SIGKILL, b"", 0)
 
@@ -246,6 +246,19 @@ def _descriptors(pid: int) -> list[str]:
 
 def _parent(pid: int) -> int:
     return int(_status(pid, "PPid"))
+
+
+def _ends_within(pid: int, seconds: float) -> bool:
+    """Whether the process is gone or ends (is a zombie) within the time: a bound on a hang, not
+    a measure of speed."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([pidfd], [], [], seconds)[0])
+    finally:
+        os.close(pidfd)
 
 
 def _status(pid: int, field: str) -> str:
