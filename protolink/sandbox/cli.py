@@ -528,6 +528,9 @@ def _add_kube(commands: Any) -> None:
                       help="the seccomp profile below the kubelet's seccomp root (default protolink-seccomp.json)")
     kube.add_argument("--runtime-class", default=None, help="the RuntimeClass of --runtime (default: its name)")
     kube.add_argument("--json", action="store_true", help="a JSON List instead of YAML documents")
+    kube.add_argument("--secrets-dir", default=None, metavar="PATH",
+                      help="with --tcp: make the server's token, certificate and key in this new directory, for "
+                           "the node's --channel-dir, and print the fingerprint clients pin")
 
 
 def _kube_manifest(args: argparse.Namespace) -> int:
@@ -553,7 +556,9 @@ def _kube_manifest(args: argparse.Namespace) -> int:
             cluster = replace(cluster, seccomp_profile=args.seccomp_profile)
         node = NodeFacts(Path(args.channel_dir or f"/var/lib/protolink/{args.name}"), int(time.time()), args.node)
         documents = manifests(config, cluster, node)
-    except ValueError as error:
+        if args.secrets_dir:
+            _write_kube_secrets(Path(args.secrets_dir), args.name, args.tcp, node.channel_dir)
+    except (ValueError, OSError) as error:
         _say(str(error))
         return 1
     if args.json:
@@ -561,6 +566,26 @@ def _kube_manifest(args: argparse.Namespace) -> int:
     else:
         print(yaml.safe_dump_all(documents, sort_keys=False), end="")
     return 0
+
+
+def _write_kube_secrets(directory: Path, name: str, tcp: str | None, channel_dir: Path) -> None:
+    """Make a TCP-mode Pod's secrets in ``directory`` (new, mode 0700) and say where they go and
+    what clients pin; they are never written over."""
+    import secrets
+
+    from .placements.server import SECRET_FILES, write_secrets
+
+    if tcp is None:
+        raise ValueError("--secrets-dir is for TCP mode (--tcp): a Unix socket needs no token or certificate")
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        raise ValueError(f"{directory} exists: secrets go into a new directory, never over others") from None
+    fingerprint = write_secrets(directory, secrets.token_urlsafe(32), f"protolink sandbox {name}")
+    _say(f"wrote {', '.join(SECRET_FILES.values())} to {directory}: place them in {channel_dir} on the node "
+         "(the server reads them once and deletes them)")
+    _say(f"tls: {fingerprint} (the fingerprint of its certificate, which clients pin)")
+    _say(_snippet(f"tcp://NODE:{tcp.rsplit(':', 1)[-1]}", str(directory / SECRET_FILES["--token-file"]), fingerprint))
 
 
 def _exec_parser() -> argparse.ArgumentParser:

@@ -45,7 +45,7 @@ from .egress.events import EgressEvent
 from .egress.policy import EgressPolicy
 from .egress.service import EgressService
 from .engine import engine_error, engine_errors
-from .hostdirs import private_subdir, write_private
+from .hostdirs import private_subdir
 from .placements.docker import (
     TCP_PORT,
     ContainerSpec,
@@ -54,8 +54,7 @@ from .placements.docker import (
     container_spec,
     unix_address,
 )
-from .placements.server import CA_NAME, SECRET_FILES
-from .tls import fingerprint_of, new_certificate
+from .placements.server import CA_NAME, write_secrets
 from .usage import pids_in
 from .writable_roots import check_writable
 
@@ -392,11 +391,7 @@ class DockerSandbox:
         self._host_dirs.append(host_dir)
         if self._token is not None:
             # Read once by the server (uid 0 in the container) and deleted; commands cannot open them.
-            certificate, key = new_certificate(f"protolink sandbox {self.name}")
-            given = {"--token-file": self._token, "--tls-cert-file": certificate.decode(), "--tls-key-file": key.decode()}
-            for flag, text in given.items():
-                write_private(host_dir / SECRET_FILES[flag], text)
-            self._fingerprint = fingerprint_of(certificate)
+            self._fingerprint = write_secrets(host_dir, self._token, f"protolink sandbox {self.name}")
         if self.config.ca_file is not None:
             copy_ca_file(self.config.ca_file, host_dir / CA_NAME)
         host = HostFacts(channel_dir=host_dir, created=int(time.time()), seccomp_profile=seccomp_profile())

@@ -43,7 +43,7 @@ from protolink.execution.process_types import (
 from protolink.execution.resolve import Resolved
 from protolink.revisions import ResourceRevision
 from protolink.sandbox import connect, process_stream
-from protolink.sandbox.tls import fingerprint_of, new_certificate
+from protolink.sandbox.placements.server import SECRET_FILES, write_secrets
 from protolink.wire._pb import (
     documents_pb2,
     errors_pb2,
@@ -538,17 +538,12 @@ def _free_port() -> int:
 
 async def test_tcp_serves_tls_requires_the_token_and_the_secret_files_are_consumed(tmp_path):
     token = secrets.token_urlsafe(24)
-    certificate, key = new_certificate("test sandbox")
-    files = {"token": token.encode(), "cert.pem": certificate, "key.pem": key}
-    for name, data in files.items():
-        (tmp_path / name).write_bytes(data)
-        (tmp_path / name).chmod(0o600)
+    fingerprint = write_secrets(tmp_path, token, "test sandbox")  # as DockerSandbox and kube-manifest make them
     port = _free_port()
-    fingerprint = fingerprint_of(certificate)
     async with sandbox_server([], listen=f"tcp://127.0.0.1:{port}", token=token, fingerprint=fingerprint,
-                              args=["--token-file", str(tmp_path / "token"), "--tls-cert-file",
-                                    str(tmp_path / "cert.pem"), "--tls-key-file", str(tmp_path / "key.pem")]) as running:
-        assert not any((tmp_path / name).exists() for name in files)
+                              args=[part for flag, name in SECRET_FILES.items()
+                                    for part in (flag, str(tmp_path / name))]) as running:
+        assert not any((tmp_path / name).exists() for name in SECRET_FILES.values())
         assert await running.backend.health()
         # The spawner of a server with a token is started afresh, never forked with the token in memory.
         spec = ProcessSpec(("/bin/echo", "served"), "/", ENV, 60, 1000)

@@ -7,9 +7,12 @@ roots and where it listens, with the host's private directory mounted at :func:`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import assert_never
 
 from ..config import NoNetwork, PublishedPort, SandboxConfig
+from ..hostdirs import write_private
+from ..tls import fingerprint_of, new_certificate
 
 #: Where the host's private directory is mounted for the server's Unix socket.
 SOCKET_DIR = "/run/protolink"
@@ -37,6 +40,16 @@ CAPABILITIES = ("SETUID", "SETGID", "KILL")
 #: and document worker is held to this share of the memory limit (RLIMIT_AS), so that one
 #: runaway fails alone, as the kernel's OOM killer makes it fail under runc.
 GVISOR_PROCESS_MEMORY_SHARE = 0.5
+
+
+def write_secrets(directory: Path, token: str, subject: str) -> str:
+    """Write a TCP-mode server's token and a new certificate and key for it (:data:`SECRET_FILES`)
+    into ``directory``, each readable by its owner only; return the fingerprint clients pin."""
+    certificate, key = new_certificate(subject)
+    given = {"--token-file": token, "--tls-cert-file": certificate.decode(), "--tls-key-file": key.decode()}
+    for flag, text in given.items():
+        write_private(directory / SECRET_FILES[flag], text)
+    return fingerprint_of(certificate)
 
 
 def server_command(config: SandboxConfig, *, gvisor: bool) -> tuple[str, ...]:

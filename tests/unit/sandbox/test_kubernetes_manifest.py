@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from protolink.sandbox.placements.kubernetes import (
     pod_manifest,
     scratch_volume,
 )
+from protolink.sandbox.tls import fingerprint_of
 from protolink.wire.roots import Root
 
 CREATED = 1_700_000_000
@@ -238,3 +240,31 @@ def test_a_policy_that_denies_every_non_public_address_keeps_them_out_of_ip_bloc
     policy = EgressPolicy.parse(["192.0.2.0/24:443", "0.0.0.0/0:443"], addresses=AddressRules(deny=("non-public",)))
     (everything,) = network_policy(config(egress=policy), CLUSTER)["spec"]["egress"]  # documentation: denied
     assert {"192.0.2.0/24", "198.18.0.0/15", "10.0.0.0/8"} <= set(everything["to"][0]["ipBlock"]["except"])
+
+
+def test_kube_manifest_makes_a_tcp_pods_secrets_in_a_new_private_directory(tmp_path, capsys):
+    secrets_dir = tmp_path / "secrets"
+    arguments = ["kube-manifest", "--name", "kube-tcp", "--root", str(tmp_path), "--tcp", "0.0.0.0:7443",
+                 "--secrets-dir", str(secrets_dir)]
+    assert main(arguments) == 0
+    said = capsys.readouterr()
+    assert yaml.safe_load_all(said.out)  # the manifests are printed as without the option
+    files = {name: secrets_dir / name for name in ("token", "tls-cert.pem", "tls-key.pem")}
+    assert sorted(path.name for path in secrets_dir.iterdir()) == sorted(files)
+    assert secrets_dir.stat().st_mode & 0o777 == 0o700
+    assert {path.stat().st_mode & 0o777 for path in files.values()} == {0o600}
+    assert len(files["token"].read_text()) >= 16
+    certificate = files["tls-cert.pem"].read_bytes()
+    ssl.create_default_context().load_cert_chain(files["tls-cert.pem"], files["tls-key.pem"])  # a matching pair
+    assert f"tls: {fingerprint_of(certificate)}" in said.err
+    assert "/var/lib/protolink/kube-tcp" in said.err  # where the operator places them
+    assert f"fingerprint={fingerprint_of(certificate)!r}" in said.err
+    assert main(arguments) == 1  # never written over
+    assert "exists" in capsys.readouterr().err
+    assert files["tls-cert.pem"].read_bytes() == certificate
+
+
+def test_kube_manifest_makes_no_secrets_for_a_unix_socket(tmp_path, capsys):
+    assert main(["kube-manifest", "--root", str(tmp_path), "--secrets-dir", str(tmp_path / "secrets")]) == 1
+    assert "TCP mode" in capsys.readouterr().err
+    assert not (tmp_path / "secrets").exists()
