@@ -158,7 +158,8 @@ ESCAPING = ("setsid sleep 600 {m} & timeout 300 sleep 600 {m} & "
 async def test_descendants_in_other_sessions_are_gone_once_the_command_times_out(tool, workspace, backend_python):
     observed = observed_agent(tool)
     marker = unique_marker()
-    result = await shell(observed, workspace, backend_python, ESCAPING.format(m=marker), timeout_seconds=2)
+    # Past the Python start-up that comes before "started" (tenths of a second beside CPU hogs), tenfold.
+    result = await shell(observed, workspace, backend_python, ESCAPING.format(m=marker), timeout_seconds=10)
     assert result.timed_out and result.stdout == "started\n"
     assert await survivors(observed, workspace, backend_python, marker) == []
 

@@ -77,7 +77,8 @@ async def test_denial_prevents_execution(backend, workspace):
 
 
 async def test_configured_timeout_and_output_cap_apply(backend, workspace):
-    tool = shell_tool(cwd=str(workspace), backend=backend, timeout_seconds=0.5, max_output_bytes=10)
+    # Long enough for the echo to come first wherever the shell starts (a sandbox on a loaded machine).
+    tool = shell_tool(cwd=str(workspace), backend=backend, timeout_seconds=2, max_output_bytes=10)
     observed = observed_agent(tool)
     result = await run(observed, "echo 0123456789abcdef; sleep 30")
     assert result.timed_out and result.truncated and result.stdout == "0123456789"

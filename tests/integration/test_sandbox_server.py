@@ -425,7 +425,8 @@ async def test_one_call_asking_for_more_than_twice_the_concurrency_gets_limit_er
     """--max-concurrency 2: on a raw call two run, two wait for a slot, the fifth and sixth are
     refused at once; a SandboxBackend never asks for more than it may."""
     async with own_server(roots[0], "crowded", ["--max-concurrency", "2"]) as (running, writable):
-        requests = [process_pb2.ExecuteRequest(id=number, argv=["/bin/sleep", "0.5"], cwd=str(writable), env=ENV,
+        # Each holds its slot for 2 s: the six requests, written at once, all arrive while the first two run.
+        requests = [process_pb2.ExecuteRequest(id=number, argv=["/bin/sleep", "2"], cwd=str(writable), env=ENV,
                                                timeout_seconds=30, max_output_bytes=1024).SerializeToString()
                     for number in range(1, 7)]
         async with grpc.aio.insecure_channel(running.address) as channel:
@@ -550,7 +551,7 @@ async def test_tcp_serves_tls_requires_the_token_and_the_secret_files_are_consum
         assert (await running.backend.execute(spec, Silent())).stdout == "served\n"
         for wrong in (None, token + "x"):
             with pytest.raises(SandboxAuthenticationError):
-                await connect(f"127.0.0.1:{port}", token=wrong, timeout=5, fingerprint=fingerprint)
+                await connect(f"127.0.0.1:{port}", token=wrong, timeout=30, fingerprint=fingerprint)
 
 
 async def test_a_dead_server_is_a_typed_error_not_a_hang(roots):

@@ -4,6 +4,7 @@ the process its pid record names, SIGKILL when SIGTERM is not enough."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -38,6 +39,11 @@ async def test_one_that_ends_as_it_starts_says_so_with_its_log(tmp_path):
 async def test_one_that_never_answers_is_killed_at_the_timeout(tmp_path):
     log = tmp_path / "d.log"
     process = detached.spawn(python("print('waiting', flush=True); import time; time.sleep(600)"), log)
+    # Its log says so before the timeout starts: a Python start-up beside CPU hogs can outlast 0.5 s.
+    for _ in range(int(HANG_GUARD / 0.01)):
+        if log.read_text() == "waiting\n" or process.poll() is not None:
+            break
+        await asyncio.sleep(0.01)
     with pytest.raises(SandboxUnavailableError, match=r"^the daemon did not answer within 0.5 s:\nwaiting$"):
         await detached.wait_ready(process, never, what="the daemon", log=log, timeout=0.5)
     assert process.returncode == -9

@@ -12,6 +12,9 @@ import pytest
 from protolink.sandbox import disk
 from protolink.sandbox.disk import ENTRY_COST, DiskWatch, usage_bytes
 
+#: How long a test waits for the watch to act: a bound on a hang (it takes some 20 ms), not a speed.
+STOP_GUARD_SECONDS = 30
+
 
 def test_usage_counts_allocated_blocks_entries_and_hardlinks_once(tmp_path):
     empty = usage_bytes([str(tmp_path)]).bytes
@@ -40,11 +43,8 @@ async def test_growth_past_the_budget_calls_stop_and_shrinking_does_not(tmp_path
         await asyncio.sleep(0.3)
         assert stops == []
         (tmp_path / "big").write_bytes(os.urandom(2 << 20))
-        for _ in range(200):
-            if stops:
-                break
-            await asyncio.sleep(0.02)
-        assert stops and watch.exceeded == 1
+        assert await _stops_within(stops, STOP_GUARD_SECONDS)
+        assert watch.exceeded == 1
         (tmp_path / "big").unlink()
         await asyncio.sleep(0.3)
         assert len(stops) == 1
@@ -220,11 +220,15 @@ async def _grow_by_three_mib(root, fs: dict[str, int]) -> None:
 
 
 async def _stops_within(stops, seconds: float) -> bool:
+    return await _holds_within(lambda: bool(stops), seconds)
+
+
+async def _holds_within(condition, seconds: float) -> bool:
     for _ in range(int(seconds / 0.02)):
-        if stops:
+        if condition():
             return True
         await asyncio.sleep(0.02)
-    return bool(stops)
+    return condition()
 
 
 async def test_a_deep_tree_does_not_count_other_writers(tmp_path):
@@ -245,7 +249,7 @@ async def test_a_deep_tree_does_not_count_other_writers(tmp_path):
         assert not await _stops_within(stops, 0.5)
         for index in range(3):
             _write(fd, f"f{index}", 1 << 20)  # past the budget, at the bottom of the tree
-        assert await _stops_within(stops, 4)
+        assert await _stops_within(stops, STOP_GUARD_SECONDS)
     finally:
         os.close(fd)
         await watch.aclose()
@@ -265,7 +269,7 @@ async def test_an_unmeasurable_tree_counts_the_file_systems_growth(tmp_path, mon
                 _write(fd, f"f{index}", 1 << 20)  # not measured: past the entries the walk visits
         finally:
             os.close(fd)
-        assert await _stops_within(stops, 4)
+        assert await _stops_within(stops, STOP_GUARD_SECONDS)
     finally:
         await watch.aclose()
 
@@ -283,7 +287,7 @@ async def test_space_freed_by_others_does_not_hide_growth(tmp_path, monkeypatch)
         fs["used"] -= 1 << 30
         await asyncio.sleep(0.1)
         await _grow_by_three_mib(tmp_path, fs)
-        assert await _stops_within(stops, 4)
+        assert await _stops_within(stops, STOP_GUARD_SECONDS)
     finally:
         await watch.aclose()
 
@@ -301,13 +305,13 @@ async def test_the_stand_in_counts_rises_since_the_last_complete_measurement(tmp
     await watch.start()
     try:
         fs["used"] += 64 << 20  # another job writes, and the roots are measured completely
-        await asyncio.sleep(0.3)
+        assert await _holds_within(lambda: watch._complete[1] >= 64 << 20, STOP_GUARD_SECONDS)
         monkeypatch.setattr(disk, "MAX_ENTRIES", 5)  # from now on every walk is incomplete
         await asyncio.sleep(0.3)
         assert stops == []
         fs["used"] -= 1 << 30  # another job frees 1 GiB
         await asyncio.sleep(0.05)
         await _grow_by_three_mib(tmp_path, fs)
-        assert await _stops_within(stops, 4)
+        assert await _stops_within(stops, STOP_GUARD_SECONDS)
     finally:
         await watch.aclose()
