@@ -2,7 +2,7 @@
 
 Needs a Docker Engine and the sandbox image (built when missing)::
 
-    python bench/service.py [--runs 10] [--cold 5] [--idle 20] [--clients 20] [--commands 10]
+    python bench/service.py [--runs 10] [--cold 5] [--idle 20] [--clients 20] [--commands 10] [--only SECTION,...]
 
 It starts a service of its own (a process, in a temporary runtime directory, its default
 template pooled) and removes it and everything it made at the end. In one run:
@@ -18,7 +18,12 @@ template pooled) and removes it and everything it made at the end. In one run:
    own growth per sandbox (target <= 25 MB together); their CPU over 5 s (target: about zero);
 4. ``--clients`` clients at once, each with its own connection, creating a sandbox and running
    ``--commands`` commands: errors, commands per second, the 99th percentile of a command's
-   latency.
+   latency;
+5. 10 MB and 100 MB of stdout kept whole via ``execute_command`` in a sandbox of the service
+   (bench/sandbox.py's case, through the service's forwarding) against the host backend, in
+   turns: throughput ratio, and the CPU the service and this client spend per MB.
+
+``--only`` runs some of the sections (warm, cold, idle, clients, kept).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from sandbox import KEPT, CpuMeter, agent_for, medians_of, print_kept
+
+from protolink.execution.local import LocalExecutionBackend
 from protolink.execution.process_types import ProcessSpec
 from protolink.sandbox import engine
 from protolink.sandbox.provision import ensure_image
@@ -50,6 +58,7 @@ from protolink.sandbox.usage import cgroup_dir, pids_in
 TRUE = ProcessSpec(("/bin/true",), "/tmp", {"PATH": "/usr/bin:/bin"}, 30, 1 << 16)
 COLD = {"bench": "cold"}
 POOL = 2
+SECTIONS = ("warm", "cold", "idle", "clients", "kept")
 
 
 class _Silent:
@@ -201,6 +210,28 @@ async def clients_at_once(address: str, token: str, clients: int, commands: int)
     return errors, len(latencies) / wall, len(latencies) / running, p99
 
 
+async def kept_output(client: ServiceClient, service_pid: int) -> None:
+    """Section 5: output kept whole through the service, in turns with the host backend."""
+    sandbox = await client.create(workspace=True)
+    workspace = Path(sandbox.status.workspace)
+    try:
+        with tempfile.TemporaryDirectory(prefix="pl-bench-kept-") as local_root:
+            boxed = agent_for(sandbox.backend, workspace)
+            local = agent_for(LocalExecutionBackend(), Path(local_root))
+            for size, runs in KEPT:
+                meter = CpuMeter([str(service_pid)])
+                box_kept, local_kept = await medians_of(runs, meter.of(lambda: print_kept(boxed, workspace, size)),
+                                                        lambda: print_kept(local, Path(local_root), size))
+                megabytes = size / 1e6 * (runs + 1)  # the warming call is measured too
+                row(f"5. {size // 1_000_000} MB kept: service, local (median of {runs})",
+                    f"{size / 1e6 / box_kept:.0f} MB/s", f"{size / 1e6 / local_kept:.0f} MB/s",
+                    f"{local_kept / box_kept:.2f}x")
+                row("   CPU per MB: the service, this client", f"{meter.server / megabytes * 1e3:.2f} ms",
+                    f"{meter.client / megabytes * 1e3:.2f} ms", "")
+    finally:
+        await sandbox.delete()
+
+
 @contextlib.asynccontextmanager
 async def running_service(image: str) -> AsyncIterator[ServiceFiles]:
     """A service process of this bench's own (its default template pooled, ``POOL``), in a
@@ -238,29 +269,36 @@ async def main(args: argparse.Namespace) -> None:
         client = await connect(files.address, token, timeout=60)
         print(f"sandbox image {image}; {os.cpu_count()} CPUs; {load()}\n")
         row("", "service", "baseline", "ratio")
-        median, create, first_command, second_command = await warm(client, args.runs)
-        row(f"1. pool create -> first result (median of {args.runs})", ms(median), "", "target <= 10 ms")
-        row("   of which the create; the first command", ms(create), ms(first_command), "")
-        row("   a second command, for comparison", ms(second_command), "", "")
-        turns = args.cold or max(3, args.runs // 2)
-        ours, theirs, ratios = await cold(client, image, turns)
-        row("2. cold create -> first result vs docker run --rm", ms(ours), ms(theirs),
-            f"{ours / theirs:.2f}x (<= 1.3)")
-        row(f"   each of the {turns} turns' ratio: median, range", "", "",
-            f"{statistics.median(ratios):.2f}x, {min(ratios):.2f}-{max(ratios):.2f}x")
-        print(load())
-        memory, anonymous, growth, cpu = await idle(client, service_pid, args.idle)
-        row(f"3. {args.idle} idle sandboxes: PSS per sandbox", f"{memory / 1e6:.1f} MB", "", "")
-        row("   of which anonymous", f"{anonymous / 1e6:.1f} MB", "", "")
-        row("   the service's growth per sandbox", f"{growth / 1e6:.1f} MB", "",
-            f"{(memory + growth) / 1e6:.1f} MB (<= 25)")
-        row("   CPU of all of them over 5 s", f"{cpu:.3f} s", "", "about 0")
-        print(load())
-        errors, rate, busy_rate, p99 = await clients_at_once(files.address, token, args.clients, args.commands)
-        row(f"4. {args.clients} clients x {args.commands} commands: errors", str(errors), "", "target 0")
-        row("   commands per second, creates included", f"{rate:.0f}/s", "", "")
-        row("   commands per second while commands ran", f"{busy_rate:.0f}/s", "", "")
-        row("   command latency, 99th percentile", ms(p99), "", "")
+        if "warm" in args.only:
+            median, create, first_command, second_command = await warm(client, args.runs)
+            row(f"1. pool create -> first result (median of {args.runs})", ms(median), "", "target <= 10 ms")
+            row("   of which the create; the first command", ms(create), ms(first_command), "")
+            row("   a second command, for comparison", ms(second_command), "", "")
+        if "cold" in args.only:
+            turns = args.cold or max(3, args.runs // 2)
+            ours, theirs, ratios = await cold(client, image, turns)
+            row("2. cold create -> first result vs docker run --rm", ms(ours), ms(theirs),
+                f"{ours / theirs:.2f}x (<= 1.3)")
+            row(f"   each of the {turns} turns' ratio: median, range", "", "",
+                f"{statistics.median(ratios):.2f}x, {min(ratios):.2f}-{max(ratios):.2f}x")
+        if "idle" in args.only:
+            print(load())
+            memory, anonymous, growth, cpu = await idle(client, service_pid, args.idle)
+            row(f"3. {args.idle} idle sandboxes: PSS per sandbox", f"{memory / 1e6:.1f} MB", "", "")
+            row("   of which anonymous", f"{anonymous / 1e6:.1f} MB", "", "")
+            row("   the service's growth per sandbox", f"{growth / 1e6:.1f} MB", "",
+                f"{(memory + growth) / 1e6:.1f} MB (<= 25)")
+            row("   CPU of all of them over 5 s", f"{cpu:.3f} s", "", "about 0")
+        if "clients" in args.only:
+            print(load())
+            errors, rate, busy_rate, p99 = await clients_at_once(files.address, token, args.clients, args.commands)
+            row(f"4. {args.clients} clients x {args.commands} commands: errors", str(errors), "", "target 0")
+            row("   commands per second, creates included", f"{rate:.0f}/s", "", "")
+            row("   commands per second while commands ran", f"{busy_rate:.0f}/s", "", "")
+            row("   command latency, 99th percentile", ms(p99), "", "")
+        if "kept" in args.only:
+            print(load())
+            await kept_output(client, service_pid)
         await client.aclose()
 
 
@@ -272,7 +310,12 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--commands", type=int, default=10)
     parser.add_argument("--image", default=None)
-    return parser.parse_args()
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"some of {', '.join(SECTIONS)}")
+    parsed = parser.parse_args()
+    parsed.only = set(parsed.only.split(","))
+    if unknown := parsed.only - set(SECTIONS):
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    return parsed
 
 
 if __name__ == "__main__":

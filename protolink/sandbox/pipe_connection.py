@@ -212,18 +212,37 @@ class ChannelCall:
             raise SandboxUnavailableError("the sandbox offers no command channel")
         while not self._done:
             try:
-                size, ancillary, flags, _ = self._sock.recvmsg_into([self._buffer], self._ancillary,
-                                                                    socket.MSG_CMSG_CLOEXEC)
+                if (item := self._receive()) is not None:
+                    return item
             except BlockingIOError:
                 self._waiting_since = self._loop.time()
                 await self._ready("read")
-                continue
-            except OSError as error:
-                self.cancel()
-                raise SandboxUnavailableError(f"the sandbox's command channel failed: {error}") from None
-            if (item := self._datagram(size, _descriptors(ancillary), flags)) is not None:
-                return item
         raise self._failure or SandboxUnavailableError("the sandbox's process stream was cancelled")
+
+    def arrived(self) -> bytes | PassedPipes | None:
+        """The next item if its datagram has arrived already, without waiting; None if none has
+        (or the call is over: iterating says how it ended)."""
+        if not self._greeted.done() or not self._greeted.result():
+            return None
+        while not self._done:
+            try:
+                if (item := self._receive()) is not None:
+                    return item
+            except BlockingIOError:
+                return None
+        return None
+
+    def _receive(self) -> bytes | PassedPipes | None:
+        """One datagram's item (None: a pong); BlockingIOError when none is there."""
+        try:
+            size, ancillary, flags, _ = self._sock.recvmsg_into([self._buffer], self._ancillary,
+                                                                socket.MSG_CMSG_CLOEXEC)
+        except BlockingIOError:
+            raise  # nothing there yet: the caller waits, or does not
+        except OSError as error:
+            self.cancel()
+            raise SandboxUnavailableError(f"the sandbox's command channel failed: {error}") from None
+        return self._datagram(size, _descriptors(ancillary), flags)
 
     def done(self) -> bool:
         return self._done or self._broken

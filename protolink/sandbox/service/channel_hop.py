@@ -27,7 +27,9 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxProtocolError
+from protolink.execution.output_pipes import PIECE_BYTES
 from protolink.wire._pb import process_pb2
+from protolink.wire.output_events import output_event_head, read_output_event
 from protolink.wire.pipe_passing import DATAGRAM_BYTES
 from protolink.wire.status import abort_with, to_status
 
@@ -117,7 +119,7 @@ async def relayed(context: grpc.aio.ServicerContext, in_flight: InFlight, call: 
     writing = asyncio.ensure_future(writer.send(requests))
     in_flight.add(call)
     try:
-        async for item in call:
+        async for item in _joined(call):
             if isinstance(item, PassedPipes):
                 item.close()
                 raise SandboxProtocolError("the sandbox passed output pipes the service did not ask for")
@@ -134,6 +136,41 @@ async def relayed(context: grpc.aio.ServicerContext, in_flight: InFlight, call: 
         writing.cancel()
         call.cancel()
         in_flight.discard(call)
+
+
+async def _joined(call: ChannelCall) -> AsyncIterator[bytes | PassedPipes]:
+    """The items of ``call``, with the output events of one process's stream that have arrived
+    by the time one is taken joined into one event of up to :data:`PIECE_BYTES`, as large as a
+    sandbox's own gRPC events: a slow caller gets fewer, larger messages (the channel's
+    datagrams hold at most :data:`DATAGRAM_BYTES`), and nothing waits for more."""
+    later: bytes | PassedPipes | None = None
+    while True:
+        if later is None:
+            try:
+                item = await anext(call)
+            except StopAsyncIteration:
+                return
+        else:
+            item, later = later, None
+        output = read_output_event(item) if isinstance(item, bytes) else None
+        if output is None:
+            yield item
+            continue
+        pieces, size, failure = [output.data], len(output.data), None
+        try:
+            while (later := call.arrived()) is not None:
+                following = read_output_event(later) if isinstance(later, bytes) else None
+                if (following is None or following[:2] != output[:2]
+                        or size + len(following.data) > PIECE_BYTES):
+                    break
+                pieces.append(following.data)
+                size += len(following.data)
+                later = None
+        except Exception as error:  # noqa: BLE001 (raised once the output before it has gone on)
+            failure = error
+        yield item if len(pieces) == 1 else b"".join((output_event_head(output.id, output.channel, size), *pieces))
+        if failure is not None:
+            raise failure
 
 
 class _Writer:

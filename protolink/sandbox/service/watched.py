@@ -11,6 +11,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from protolink.wire._pb import process_pb2
+from protolink.wire.output_events import read_output_event
 
 from .events import Events
 
@@ -79,6 +80,10 @@ class Commands:
         self._emit("command.started", id=request.id, argv=list(request.argv), cwd=request.cwd)
 
     def event(self, data: bytes) -> None:
+        if (output := read_output_event(data)) is not None:  # counted without copying its bytes
+            if (running := self.running.get(output.id)) is not None:
+                running.output_bytes += len(output.data)
+            return
         try:
             event = process_pb2.ExecuteEvent.FromString(data)
         except DecodeError:
