@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from protolink.sandbox.hostdirs import runtime_dir
+from protolink.sandbox.service.files import ServiceFiles
 from tests.conftest import TEST_NAME_PREFIX
 
 pytestmark = pytest.mark.docker
@@ -28,12 +29,21 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
                           timeout=300, env={**environment, **env})
 
 
+def down_and_forget(name: str) -> None:
+    """``down``, then what the appliance's service keeps for a user after it (its tokens and
+    audit log): a test leaves nothing of its own in this user's runtime directory."""
+    cli("down", "--name", name)
+    files = ServiceFiles.of(name)
+    for kept in (files.tokens, files.default_token, files.audit):
+        kept.unlink(missing_ok=True)
+
+
 @pytest.fixture
 def name(docker_client) -> Iterator[str]:
     """A name of the test's own; whatever ``up`` left under it is removed after the test."""
     name = f"{TEST_NAME_PREFIX}cli-{uuid.uuid4().hex[:8]}"
     yield name
-    cli("down", "--name", name)
+    down_and_forget(name)
 
 
 def test_up_status_exec_down(docker_client, sandbox_image, tmp_path, name):
@@ -127,7 +137,7 @@ def appliance(docker_client, sandbox_image, tmp_path_factory) -> Iterator[tuple[
         assert up.returncode == 0, up.stderr
         yield name, root
     finally:
-        cli("down", "--name", name)
+        down_and_forget(name)
 
 
 CAP = 1 << 20  # the --max-output-bytes the tests of the cap give
