@@ -221,7 +221,7 @@ class ChannelCall:
 
     def arrived(self) -> bytes | PassedPipes | None:
         """The next item if its datagram has arrived already, without waiting; None if none has
-        (or the call is over: iterating says how it ended)."""
+        (or the call was canceled). A datagram that ends the call raises as iterating does."""
         if not self._greeted.done() or not self._greeted.result():
             return None
         while not self._done:

@@ -30,6 +30,7 @@ from protolink.wire.pipe_passing import (
     GREETING,
     KEY_BYTES,
     PING,
+    PONG,
     SOCKET_NAME,
 )
 
@@ -270,3 +271,25 @@ async def test_an_idle_call_closed_as_its_server_closes_leaves_no_watch_for_the_
     finally:
         await stream.aclose()
 
+
+
+async def test_arrived_takes_what_has_come_without_waiting_and_skips_pongs(server):
+    call = ChannelCall(server.path, AUTHORIZATION, None, lambda _: None)
+    try:
+        assert call.arrived() is None  # not greeted yet
+        await call.write(process_pb2.ExecuteRequest(id=1, argv=["/bin/true"]))
+        await server.datagrams(2)  # the authorization and the request: it is greeted
+        assert call.arrived() is None  # nothing has come: None at once
+        for datagram in (PONG, EVENT + b"first", PONG, EVENT + b"second"):
+            server.connections[0].send(datagram)
+        assert await anext(call) == b"first"
+        assert call.arrived() == b"second"
+        assert call.arrived() is None
+        server.connections[0].close()
+        with pytest.raises(SandboxUnavailableError, match="closed its command channel"):
+            async with asyncio.timeout(30):
+                while call.arrived() is None:  # the end, once it has come, raises as iterating does
+                    await asyncio.sleep(0.01)
+        assert call.done()
+    finally:
+        call.cancel()
