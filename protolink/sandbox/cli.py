@@ -33,7 +33,7 @@ from protolink.errors import SandboxError, SandboxNotReachedError, ToolExecution
 from . import records
 from .addresses import socket_gone, socket_path
 from .engine import engine_errors
-from .typed import COMMAND_ENV, command_env, typed_argv
+from .typed import COMMAND_ENV, as_typed, command_env, typed_argv
 
 if TYPE_CHECKING:
     from .exec_client import Command, Outcome
@@ -386,7 +386,7 @@ def _exec(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # what reads the output went away: the command ends with the connection
         return _reader_gone()
     except ToolExecutionError as error:  # the sandbox's own word: the command could not start
-        _say(str(error))
+        _say(as_typed(str(error), args.command))
         return NOT_STARTED
     except (OSError, RuntimeError) as error:  # the sandbox's failure (or its error for this call)
         _say(str(error))

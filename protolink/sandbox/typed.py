@@ -26,7 +26,19 @@ def command_env(settings: Sequence[str], host: Mapping[str, str]) -> dict[str, s
     return env
 
 
+#: What looks a typed bare name up in the sandbox's ``PATH``.
+LOOKUP = "/usr/bin/env"
+
+
 def typed_argv(argv: Sequence[str]) -> list[str]:
     """``argv`` to run: an absolute ``argv[0]`` as it is; a bare name is looked up in the
-    sandbox's ``PATH`` there (through ``/usr/bin/env``), never on the host."""
-    return list(argv) if argv[0].startswith("/") else ["/usr/bin/env", "--", *argv]
+    sandbox's ``PATH`` there (through :data:`LOOKUP`), never on the host."""
+    return list(argv) if argv[0].startswith("/") else [LOOKUP, "--", *argv]
+
+
+def as_typed(message: str, argv: Sequence[str]) -> str:
+    """``message`` (a command's failure to start) naming ``argv[0]`` as typed where it names
+    the :data:`LOOKUP` that :func:`typed_argv` put in front of a bare name."""
+    if argv[0].startswith("/"):
+        return message
+    return message.replace(f"could not start {LOOKUP!r}", f"could not start {argv[0]!r}", 1)

@@ -248,8 +248,8 @@ def test_exec_of_a_command_that_cannot_start_says_why(appliance):
     assert missing.stderr == b"protolink-sandbox: could not start '/no/such/file' in '/tmp': No such file or directory\n"
     nowhere = exec_bytes(name, "--cwd", "/no/such/directory", "--", "true")
     assert nowhere.returncode == 126
-    assert nowhere.stderr == (b"protolink-sandbox: could not start '/usr/bin/env' in '/no/such/directory': "
-                              b"its working directory: No such file or directory\n")
+    assert nowhere.stderr == (b"protolink-sandbox: could not start 'true' in '/no/such/directory': "
+                              b"its working directory: No such file or directory\n")  # as typed
 
 
 def test_exec_without_an_appliance_exits_3(docker_client):

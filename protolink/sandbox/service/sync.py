@@ -14,10 +14,11 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+from protolink.errors import ToolExecutionError
 from protolink.execution.process_types import NO_EVENTS, ProcessResult, ProcessSpec
 
 from ..transfer import TransferResult
-from ..typed import COMMAND_ENV, typed_argv
+from ..typed import COMMAND_ENV, as_typed, typed_argv
 from .client import Sandbox, SandboxStatus, ServiceClient, connect
 
 T = TypeVar("T")
@@ -95,7 +96,10 @@ class SyncSandbox:
             timeout: float = 60.0, max_output_bytes: int = 1 << 20) -> ProcessResult:
         """Run ``argv`` (argv[0] an absolute path, or looked up in ``env``'s PATH in the sandbox)."""
         spec = ProcessSpec(tuple(typed_argv(argv)), cwd, dict(env), timeout, max_output_bytes)
-        return self._client.call(self.backend.execute(spec, NO_EVENTS))
+        try:
+            return self._client.call(self.backend.execute(spec, NO_EVENTS))
+        except ToolExecutionError as error:  # it could not start: named as the caller typed it
+            raise ToolExecutionError(as_typed(str(error), argv)) from None
 
     def renew(self, ttl_seconds: float | None = None) -> SandboxStatus:
         return self._client.call(self._sandbox.renew(ttl_seconds))

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from protolink.errors import ToolExecutionError
 from protolink.sandbox.service.sync import SyncServiceClient
 from tests.conftest import TEST_NAME_PREFIX
 
@@ -44,6 +45,8 @@ def test_up_serves_sandboxes_a_script_uses_and_down_removes_them(name, runtime, 
         with service.create(labels={"from": "script"}) as sandbox:
             result = sandbox.run(["echo", "hello"])
             assert (result.exit_code, result.stdout) == (0, "hello\n")
+            with pytest.raises(ToolExecutionError, match=r"^could not start 'echo' in '/no/such/directory'"):
+                sandbox.run(["echo", "hello"], cwd="/no/such/directory")  # named as typed
             shown = cli("service", "--name", name)
             assert shown.returncode == 0, shown.stderr
             assert f"{sandbox.id}: running, template default" in shown.stdout
