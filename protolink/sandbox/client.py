@@ -115,7 +115,8 @@ async def connect(
     every process on gRPC (see :func:`attach`).
     """
     options = channel_options(max_message_bytes)
-    if socket_path(address) is not None:
+    local = socket_path(address) is not None
+    if local:
         channel = grpc.aio.insecure_channel(grpc_target(address), options=options)
     elif fingerprint is None:
         raise ValueError(f"{address} is a TCP address: connect over TLS with the server's certificate "
@@ -125,7 +126,7 @@ async def connect(
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     try:
         return await attach(channel, metadata, timeout=timeout, max_message_bytes=max_message_bytes, owns_channel=True,
-                            address=address if socket_path(address) is not None else None, output_pipes=output_pipes,
+                            address=address if local else None, output_pipes=output_pipes,
                             command_channel=command_channel)
     except SandboxNotReachedError:
         await channel.close()

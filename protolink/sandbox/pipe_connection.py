@@ -211,10 +211,9 @@ class ChannelCall:
         if not await asyncio.shield(self._greeted):
             raise SandboxUnavailableError("the sandbox offers no command channel")
         while not self._done:
-            try:
-                if (item := self._receive()) is not None:
-                    return item
-            except BlockingIOError:
+            if (item := self.arrived()) is not None:
+                return item
+            if not self._done:
                 self._waiting_since = self._loop.time()
                 await self._ready("read")
         raise self._failure or SandboxUnavailableError("the sandbox's process stream was cancelled")
@@ -226,23 +225,16 @@ class ChannelCall:
             return None
         while not self._done:
             try:
-                if (item := self._receive()) is not None:
-                    return item
+                size, ancillary, flags, _ = self._sock.recvmsg_into([self._buffer], self._ancillary,
+                                                                    socket.MSG_CMSG_CLOEXEC)
             except BlockingIOError:
                 return None
+            except OSError as error:
+                self.cancel()
+                raise SandboxUnavailableError(f"the sandbox's command channel failed: {error}") from None
+            if (item := self._datagram(size, _descriptors(ancillary), flags)) is not None:
+                return item  # None: a pong
         return None
-
-    def _receive(self) -> bytes | PassedPipes | None:
-        """One datagram's item (None: a pong); BlockingIOError when none is there."""
-        try:
-            size, ancillary, flags, _ = self._sock.recvmsg_into([self._buffer], self._ancillary,
-                                                                socket.MSG_CMSG_CLOEXEC)
-        except BlockingIOError:
-            raise  # nothing there yet: the caller waits, or does not
-        except OSError as error:
-            self.cancel()
-            raise SandboxUnavailableError(f"the sandbox's command channel failed: {error}") from None
-        return self._datagram(size, _descriptors(ancillary), flags)
 
     def done(self) -> bool:
         return self._done or self._broken
