@@ -1,13 +1,19 @@
-"""Messages with descriptors attached (``SCM_RIGHTS``) on a Unix socket, as the host receives
-them from a sandbox's server: the egress relay's sockets and a command's output pipes."""
+"""Messages with descriptors attached (``SCM_RIGHTS``) on a Unix socket: the egress relay's
+sockets and a command's output pipes, passed on to the host."""
 
 from __future__ import annotations
 
 import array
 import asyncio
 import socket
+from collections.abc import Sequence
 
 _INT = array.array("i")
+
+
+def rights(fds: Sequence[int]) -> list[tuple[int, int, bytes]]:
+    """The ancillary data that passes ``fds`` (``SCM_RIGHTS``); none for none."""
+    return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
 
 
 def receive(sock: socket.socket, size: int, max_fds: int) -> tuple[bytes, list[int], int]:

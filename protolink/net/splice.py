@@ -1,4 +1,5 @@
-"""One direction of a joined pair moved inside the kernel: ``os.splice`` through a pipe.
+"""Bytes moved inside the kernel with ``os.splice``: one direction of a joined pair of sockets
+through a pipe (:class:`Flow`), or one pipe into another (:func:`pipe_to_pipe`).
 
 A :class:`Flow` passes what its source socket receives into a pipe, then from the pipe to its
 sink socket; no byte is copied into Python. It runs on the event loop, from readiness callbacks
@@ -13,6 +14,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import select
 from collections.abc import Callable
 
 #: Whether this system has splice(2) at all.
@@ -171,3 +173,48 @@ class Flow:
         self._write_no_more()
         self._settle(always=True)
         self._failed(error)
+
+
+async def pipe_to_pipe(source: int, sink: int, *, pipe_bytes: int, counted: Callable[[int], None]) -> None:
+    """Move what the pipe ``source`` holds into the pipe ``sink`` (each the caller's to close),
+    inside the kernel, until the source's writers have all closed it; ``counted(size)`` sees
+    each move. Returns early once the sink's reader has closed it (what the source still holds
+    then goes nowhere, as for a reader that stopped). Both are made non-blocking, and the sink
+    is enlarged to about ``pipe_bytes``."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(source, False)
+    os.set_blocking(sink, False)
+    with contextlib.suppress(OSError):  # beyond the user's pipe limits the default size stays
+        fcntl.fcntl(sink, fcntl.F_SETPIPE_SZ, pipe_bytes)
+    while True:
+        try:
+            moved = os.splice(source, sink, pipe_bytes, flags=_FLAGS)
+        except BlockingIOError:  # nothing to move, or no room for it
+            await _pipes_ready(loop, source, sink)
+            continue
+        except BrokenPipeError:
+            return
+        if moved == 0:
+            return
+        counted(moved)
+
+
+async def _pipes_ready(loop: asyncio.AbstractEventLoop, source: int, sink: int) -> None:
+    """Wait for the source to hold something (or reach its end) when it is empty, else for the
+    sink to have room; either way also for the sink's reader to close it (a pipe's write end is
+    never readable: epoll reports that as an error, which the loop gives its reader)."""
+    readable = select.poll()
+    readable.register(source, select.POLLIN)
+    waits = [(loop.add_reader, loop.remove_reader, sink)]
+    if readable.poll(0):
+        waits.append((loop.add_writer, loop.remove_writer, sink))
+    else:
+        waits.append((loop.add_reader, loop.remove_reader, source))
+    ready = loop.create_future()
+    for watch, _, fd in waits:
+        watch(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        for _, unwatch, fd in waits:
+            unwatch(fd)

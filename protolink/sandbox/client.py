@@ -165,6 +165,7 @@ async def attach(
     address: str | None = None,
     output_pipes: bool = True,
     command_channel: bool = True,
+    command_socket: str | None = None,
 ) -> SandboxBackend:
     """A backend over an open ``channel`` whose every call carries ``metadata`` (a sandbox
     service's channel, say), once the server answers ``Info`` within ``timeout`` seconds (or
@@ -174,12 +175,13 @@ async def attach(
     without grpcio's receive (:func:`.process_stream.own_calls`); the server runs them on its command
     channel, where it offers one (:mod:`.pipe_connection`; unless ``command_channel`` is False), and
     may pass their output's pipes to this host there (unless ``output_pipes`` is False); without
-    ``address``, on the gRPC channel. The
+    ``address``, on the gRPC channel, or on the command channel at ``command_socket`` (a sandbox
+    service's, for its clients on this host) where it is offered. The
     processes' call is opened at once (:meth:`SandboxBackend.open_ahead`)."""
     response = info if info is not None else await _first_answer(channel, metadata, timeout)
     backend = SandboxBackend(channel, _info(response), metadata=metadata, max_message_bytes=max_message_bytes,
                              owns_channel=owns_channel, address=address, output_pipes=output_pipes,
-                             command_channel=command_channel)
+                             command_channel=command_channel, command_socket=command_socket)
     backend.open_ahead()
     return backend
 
@@ -193,7 +195,8 @@ class SandboxBackend(Operations):
     Closing it closes ``channel`` unless ``owns_channel`` is False (a channel shared with others).
     Processes run on connections of their own to ``address`` when it is given, their output's
     pipes passed to this host where the server can and ``output_pipes`` allows, on the command
-    channel unless ``command_channel`` is False (see :func:`attach`).
+    channel (the server's, or the one at ``command_socket``) unless ``command_channel`` is False
+    (see :func:`attach`).
     """
 
     def __init__(
@@ -207,6 +210,7 @@ class SandboxBackend(Operations):
         address: str | None = None,
         output_pipes: bool = True,
         command_channel: bool = True,
+        command_socket: str | None = None,
     ) -> None:
         self._channel = channel
         self._owns_channel = owns_channel
@@ -220,7 +224,7 @@ class SandboxBackend(Operations):
                  else own_calls(address, self._metadata, max_message_bytes=max_message_bytes))
         in_flight = asyncio.Semaphore(int(info.limits.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)))
         self._grpc_processes = ProcessStream(calls, in_flight=in_flight)
-        local = channel_socket(address) if address is not None and command_channel else None
+        local = None if not command_channel else command_socket or (address and channel_socket(address))
         #: Where the server offers a command channel, every process that fits its datagrams runs there.
         self._channel_processes = None if local is None else ProcessStream(
             ChannelCalls(local, self._metadata, calls, pipes_above=PIPES_ABOVE_BYTES if output_pipes else None),

@@ -41,7 +41,6 @@ from protolink.wire import convert
 from protolink.wire._pb import errors_pb2, process_pb2
 from protolink.wire.pipe_passing import (
     AT_LIMIT,
-    AUTHORIZATION,
     DATAGRAM_BYTES,
     EVENT,
     FAILURE,
@@ -53,6 +52,7 @@ from protolink.wire.pipe_passing import (
     PING,
     PONG,
     SOCKET_NAME,
+    first_datagram,
 )
 from protolink.wire.keepalive import PING_SECONDS
 from protolink.wire.status import checked_answer, from_wire
@@ -122,7 +122,7 @@ class ChannelCalls:
     def __init__(self, path: str, metadata: Sequence[tuple[str, str]], fallback: Callable[[], Any], *,
                  pipes_above: int | None) -> None:
         self._path = path
-        self._authorization = AUTHORIZATION + dict(metadata).get("authorization", "").encode()
+        self._authorization = first_datagram(metadata)
         self._fallback = fallback
         self._pipes_above = pipes_above
         #: False once the server has shown it does not offer the channel: every later call is the fallback's.
@@ -172,14 +172,15 @@ class ChannelCall:
         self._failure: Exception | None = None
         self._greeted = asyncio.ensure_future(self._greeting(path, authorization, greeted))
 
-    async def write(self, request: process_pb2.ExecuteRequest) -> None:
-        """Send ``request``, naming this connection for its pipes when its output may be large
-        (:class:`Unsent` when the channel is not, or no longer, there); one write at a time, as
+    async def write(self, request: process_pb2.ExecuteRequest, *, pipes: bool = False) -> None:
+        """Send ``request``, naming this connection for its pipes when its output may be large,
+        or ``pipes`` asks for them whatever its size (:class:`Unsent` when the channel is not,
+        or no longer, there); one write at a time, as
         :class:`~.process_stream.ProcessStream` writes. A burst the server has not read yet waits
         here for room."""
         if not await asyncio.shield(self._greeted) or self._done:
             raise Unsent(SandboxUnavailableError("the sandbox offers no command channel"))
-        if self._pipes_above is not None and request.max_output_bytes > self._pipes_above:
+        if pipes or (self._pipes_above is not None and request.max_output_bytes > self._pipes_above):
             request.pipe_connection = self._key
         data = request.SerializeToString()
         if len(data) > DATAGRAM_BYTES:

@@ -28,7 +28,14 @@ larger output event.
 
 from __future__ import annotations
 
+import os
+import socket
 import struct
+from collections.abc import Iterator, Mapping, Sequence
+
+from protolink.net.descriptors import rights
+
+from .output_events import MAX_HEAD_BYTES, output_event, read_output_event
 
 #: The channel's socket in the server's socket directory.
 SOCKET_NAME = "pipes.sock"
@@ -42,7 +49,9 @@ GREETING = b"protolink-commands/1:"
 AT_LIMIT = b"protolink-commands/1 at its limit"
 #: The most bytes in one datagram, either way (the default send buffer of a Unix socket holds it).
 DATAGRAM_BYTES = 128 * 1024
-#: The host's first datagram: this, then its authorization metadata (``Bearer <token>``, or nothing).
+#: The host's first datagram: this, then its authorization metadata (``Bearer <token>``, or
+#: nothing), then each other metadata entry of its call on a line of its own (``key:value``: the
+#: sandbox a service's client names); see :func:`first_datagram`.
 AUTHORIZATION = b"authorization:"
 #: The kind of a datagram from the server (its first byte).
 EVENT = b"e"
@@ -58,3 +67,53 @@ HANDOFF = struct.Struct("!cQ")
 HANDOFF_KIND = b"h"
 #: Descriptors a hand-off carries: stdout's read end, then stderr's.
 HANDED_FDS = 2
+
+
+def first_datagram(metadata: Sequence[tuple[str, str]]) -> bytes:
+    """The host's first datagram on a connection whose calls carry ``metadata``."""
+    entries = dict(metadata)
+    lines = [AUTHORIZATION + entries.pop("authorization", "").encode()]
+    lines += [f"{key}:{value}".encode() for key, value in entries.items()]
+    return b"\n".join(lines)
+
+
+def read_first_datagram(first: bytes) -> Mapping[str, str] | None:
+    """The metadata of a host's first datagram (``authorization`` among them); None when it is
+    not one."""
+    if not first.startswith(AUTHORIZATION):
+        return None
+    metadata: dict[str, str] = {}
+    try:
+        for line in first.decode().split("\n"):
+            key, colon, value = line.partition(":")
+            if not colon or key in metadata:
+                return None
+            metadata[key] = value
+    except UnicodeDecodeError:
+        return None
+    return metadata
+
+
+def greet(connection: socket.socket, key: bytes) -> None:
+    """Greet a new connection with ``key`` and a pipe's read end attached, then make it
+    non-blocking; OSError when the kernel refuses to pass the descriptor (gVisor's)."""
+    read, write = os.pipe()
+    try:
+        connection.sendmsg([GREETING, key], rights((read,)), socket.MSG_DONTWAIT)
+    finally:
+        os.close(read)
+        os.close(write)
+    connection.setblocking(False)
+
+
+def event_datagrams(event: bytes) -> Iterator[bytes]:
+    """``event`` as the payloads of :data:`EVENT` datagrams of at most DATAGRAM_BYTES: an output
+    event larger than that as several output events of its bytes in order (any other event is
+    far smaller)."""
+    room = DATAGRAM_BYTES - len(EVENT) - MAX_HEAD_BYTES
+    output = read_output_event(event) if len(event) > room else None
+    if output is None:
+        yield event
+        return
+    for start in range(0, len(output.data), room):
+        yield output_event(output.id, output.channel, output.data[start:start + room])

@@ -31,19 +31,18 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from protolink.errors import SandboxAuthenticationError
+from protolink.net.descriptors import rights
 from protolink.wire._pb import errors_pb2
-from protolink.wire.output_events import MAX_HEAD_BYTES, output_event, read_output_event
 from protolink.wire.pipe_passing import (
     AT_LIMIT,
     AUTHORIZATION,
     DATAGRAM_BYTES,
     EVENT,
     FAILURE,
-    GREETING,
     HANDOFF,
     HANDOFF_KIND,
     HOST_SILENT_SECONDS,
@@ -51,12 +50,13 @@ from protolink.wire.pipe_passing import (
     PING,
     PONG,
     SOCKET_NAME,
+    event_datagrams,
+    greet,
 )
 from protolink.wire.status import to_status
 
 from .config import ServerConfig
 from .owned_socket import unix_listener
-from .spawner_client import descriptor_rights
 
 log = logging.getLogger("sandbox")
 
@@ -148,7 +148,13 @@ class PipeListener:
             connection.close()
             return
         key = os.urandom(KEY_BYTES)  # secrets would load random and base64 at start
-        if self._calls is None or not _greet(connection, key):
+        if self._calls is None:
+            connection.close()
+            return
+        try:
+            greet(connection, key)
+        except OSError as error:
+            log.info("pipes: the kernel does not pass descriptors to the host (%s); Execute stays on gRPC", error)
             connection.close()
             return
         channel = _Channel(connection, self._calls, self._authorized)
@@ -181,7 +187,7 @@ class _Channel:
 
     def hand_off(self, request_id: int, stdout: int, stderr: int) -> bool:
         try:
-            self._sock.sendmsg([HANDOFF.pack(HANDOFF_KIND, request_id)], descriptor_rights((stdout, stderr)),
+            self._sock.sendmsg([HANDOFF.pack(HANDOFF_KIND, request_id)], rights((stdout, stderr)),
                                socket.MSG_DONTWAIT)
         except BlockingIOError:
             return False
@@ -263,7 +269,7 @@ class _Channel:
             await self._admitted
             async with contextlib.aclosing(self._call.events()) as events:
                 async for event in events:
-                    for piece in _datagrams(event):
+                    for piece in event_datagrams(event):
                         await self._send([EVENT, piece])
                     if self._paused and self._call.waiting < MAX_WAITING:
                         self._paused = False
@@ -304,31 +310,3 @@ class _Channel:
                 pass
         self._sock.close()
         self.ended.set_result(None)
-
-
-def _datagrams(event: bytes) -> Iterator[bytes]:
-    """``event`` as datagrams of at most DATAGRAM_BYTES: an output event larger than that as
-    several output events of its bytes in order (any other event is far smaller)."""
-    room = DATAGRAM_BYTES - len(EVENT) - MAX_HEAD_BYTES
-    output = read_output_event(event) if len(event) > room else None
-    if output is None:
-        yield event
-        return
-    for start in range(0, len(output.data), room):
-        yield output_event(output.id, output.channel, output.data[start:start + room])
-
-
-def _greet(connection: socket.socket, key: bytes) -> bool:
-    """Send ``key`` with a pipe's read end attached: False when the kernel refuses (the host
-    then keeps to gRPC)."""
-    read, write = os.pipe()
-    try:
-        connection.sendmsg([GREETING, key], descriptor_rights((read,)), socket.MSG_DONTWAIT)
-    except OSError as error:
-        log.info("pipes: the kernel does not pass descriptors to the host (%s); Execute stays on gRPC", error)
-        return False
-    finally:
-        os.close(read)
-        os.close(write)
-    connection.setblocking(False)
-    return True

@@ -8,7 +8,6 @@ user, so a command could at worst stop it, and then it is replaced.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import functools
@@ -33,6 +32,7 @@ from protolink.execution.resolve import (
     missing_directory,
     missing_executable,
 )
+from protolink.net.descriptors import rights
 
 from . import spawner
 from .spawner import (
@@ -300,7 +300,7 @@ class SpawnerConnection:
     def _send(self, frame: bytes, fds: Sequence[int]) -> None:
         if not self._outbox:
             try:
-                sent = self._channel.sendmsg([frame], descriptor_rights(fds))
+                sent = self._channel.sendmsg([frame], rights(fds))
             except BlockingIOError:
                 sent = 0
             except OSError as error:
@@ -319,7 +319,7 @@ class SpawnerConnection:
         while self._outbox:
             data, fds = self._outbox[0]
             try:
-                sent = self._channel.sendmsg([data], descriptor_rights(fds))
+                sent = self._channel.sendmsg([data], rights(fds))
             except BlockingIOError:
                 return
             except OSError as error:
@@ -440,11 +440,6 @@ class SpawnerConnection:
             self._reaped.set_result(None)
         else:
             self._loop.call_later(REAP_POLL_SECONDS, self._reap)
-
-
-def descriptor_rights(fds: Sequence[int]) -> list[tuple[int, int, bytes]]:
-    """The ancillary data that passes ``fds`` (``SCM_RIGHTS``); none for none."""
-    return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
 
 
 def _fail(answer: asyncio.Future[Any], error: BaseException) -> None:

@@ -35,7 +35,7 @@ from .. import transfer
 from ..addresses import grpc_target, socket_path
 from ..client import SandboxBackend, attach, channel_options
 from ..transfer import TransferResult
-from .files import DEFAULT_NAME, ServiceFiles
+from .files import DEFAULT_NAME, ServiceFiles, commands_socket
 from .forward import SANDBOX_KEY
 from ..tls import pinned_channel
 
@@ -72,12 +72,17 @@ class SandboxStatus:
 
 async def connect(address: str | None = None, token: str | None = None, *, name: str = DEFAULT_NAME,
                   fingerprint: str | None = None, channel: grpc.aio.Channel | None = None,
-                  credentials: grpc.ChannelCredentials | None = None, timeout: float = 5.0) -> ServiceClient:
+                  credentials: grpc.ChannelCredentials | None = None, timeout: float = 5.0,
+                  command_channel: bool = True) -> ServiceClient:
     """A client of the service at ``address`` (``unix:///path`` or ``host:port``; default: the
     Unix socket of local service ``name``), or over ``channel``. ``token`` defaults to the
     local service's default token. A TCP address is always TLS: pin the service's certificate
     with the ``fingerprint`` that ``up`` printed (CertificateMismatchError when another one
-    answers), or pass ``credentials``. SandboxUnavailableError when it does not answer in ``timeout``."""
+    answers), or pass ``credentials``. SandboxUnavailableError when it does not answer in ``timeout``.
+
+    On a Unix socket, the sandboxes' commands run on the service's command channel
+    (:mod:`.command_relay`), their large output passed as pipes, unless ``command_channel`` is
+    False (every call on gRPC, as a remote client's)."""
     files = ServiceFiles.of(name)
     if token is None:
         try:
@@ -98,7 +103,8 @@ async def connect(address: str | None = None, token: str | None = None, *, name:
                              "a channel=; tokens never travel in clear")
         else:
             channel = grpc.aio.secure_channel(grpc_target(address), credentials, options=channel_options())
-    client = ServiceClient(channel, token, owns_channel=owned)
+    path = socket_path(address) if address is not None and command_channel else None
+    client = ServiceClient(channel, token, owns_channel=owned, command_socket=path and commands_socket(path))
     try:
         await client.list(timeout=timeout, wait_for_ready=True)
     except BaseException:
@@ -110,8 +116,11 @@ async def connect(address: str | None = None, token: str | None = None, *, name:
 class ServiceClient:
     """A connection to a sandbox service as one token (its tenant); see the module."""
 
-    def __init__(self, channel: grpc.aio.Channel, token: str, *, owns_channel: bool = True) -> None:
+    def __init__(self, channel: grpc.aio.Channel, token: str, *, owns_channel: bool = True,
+                 command_socket: str | None = None) -> None:
         self.channel = channel
+        #: The service's command channel, for a client on its host (:mod:`.command_relay`).
+        self.command_socket = command_socket
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._stub = service_pb2_grpc.SandboxServiceStub(channel)
         self._owns_channel = owns_channel
@@ -196,7 +205,8 @@ class Sandbox:
     async def open(cls, client: ServiceClient, status: SandboxStatus) -> Sandbox:
         info = sandbox_pb2.InfoResponse.FromString(status.info) if status.info else None
         try:
-            backend = await attach(client.channel, client.metadata(status.id), timeout=CALL_SECONDS, info=info)
+            backend = await attach(client.channel, client.metadata(status.id), timeout=CALL_SECONDS, info=info,
+                                   command_socket=client.command_socket)
         except SandboxUnavailableError:
             raise
         except SandboxError as error:

@@ -14,6 +14,12 @@ from ..records import checked_name
 DEFAULT_NAME = "protolink-appliance"
 
 
+def commands_socket(service_socket: str) -> str:
+    """Where the service at the Unix socket ``service_socket`` serves its command channel
+    (:mod:`.command_relay`)."""
+    return f"{service_socket}.commands"
+
+
 @dataclass(frozen=True)
 class ServiceFiles:
     """The files of service ``name``: its socket, tokens, default token, pid record, log, and the
@@ -26,8 +32,9 @@ class ServiceFiles:
     def of(cls, name: str) -> ServiceFiles:
         """ValueError when ``name`` is no container name, or too long for its socket's path."""
         files = cls(checked_name(name), runtime_dir())
-        if len(os.fsencode(files.socket)) > MAX_SOCKET_PATH_BYTES:
-            raise ValueError(f"service name {name!r} is too long: its socket {files.socket} would pass the "
+        longest = commands_socket(str(files.socket))
+        if len(os.fsencode(longest)) > MAX_SOCKET_PATH_BYTES:
+            raise ValueError(f"service name {name!r} is too long: its socket {longest} would pass the "
                              f"{MAX_SOCKET_PATH_BYTES} bytes of a Unix socket's path")
         return files
 

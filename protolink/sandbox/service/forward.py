@@ -94,9 +94,7 @@ class Forwarder(grpc.GenericRpcHandler):
         """The call's tenant and target; a lost target ends the call with the typed loss."""
         tenant, target = await self._resolve(context, method)
         if target.state == "lost":
-            await abort_with(context, to_status(SandboxLostError(
-                f"sandbox {target.id} is lost: its container or task is gone (killed, out of memory, its node left); "
-                f"it is not recreated")))
+            await abort_with(context, to_status(lost(target)))
         return tenant, target
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
@@ -225,6 +223,12 @@ class HeldCall:
         yield OPENING.SerializeToString()
         async for request in await self._requests:
             yield request
+
+
+def lost(target: Target) -> SandboxLostError:
+    """What a call to ``target``, lost, ends with."""
+    return SandboxLostError(f"sandbox {target.id} is lost: its container or task is gone (killed, out of memory, "
+                            f"its node left); it is not recreated")
 
 
 async def _first(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:

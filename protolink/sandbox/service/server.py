@@ -4,14 +4,15 @@ It listens on a Unix socket (0600, in this user's runtime directory) and, when a
 address, which takes TLS credentials (``grpc.ServerCredentials``, e.g. from
 ``grpc.ssl_server_credentials``): without them the server refuses to start, since tokens must
 never cross a network in clear. Every call needs ``authorization: Bearer <token>``, on the Unix
-socket too: the token is the tenant.
+socket too: the token is the tenant. Beside the Unix socket, the command channel of its local
+clients (:mod:`.command_relay`) takes the same tokens.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any, NoReturn
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -21,14 +22,17 @@ from protolink.wire.keepalive import SERVER_KEEPALIVE_OPTIONS
 from protolink.wire.roots import Root
 from protolink.wire.status import abort_with, to_status
 
+from .command_relay import CommandRelay
 from .config import Overrides
 from .events import Events
+from .files import commands_socket
 from .forward import SANDBOX_KEY, Forwarder
 from .manager import Manager
 from .sandboxes import Placed
 from .tokens import Tenant, Tokens
 
 MAX_MESSAGE_BYTES = 64 << 20
+E = TypeVar("E", bound=BaseException)
 
 
 class Gate:
@@ -38,32 +42,51 @@ class Gate:
         self.tokens, self.manager, self.events = tokens, manager, events
 
     async def tenant(self, context: grpc.aio.ServicerContext, method: str) -> Tenant:
-        metadata = dict(context.invocation_metadata() or ())
-        header = str(metadata.get("authorization", ""))
-        tenant = self.tokens.tenant(header.removeprefix("Bearer ")) if header.startswith("Bearer ") else None
-        if tenant is None:
-            error = SandboxAuthenticationError("a valid token is required (authorization: Bearer)")
-            await refuse(context, error, self.events, None, method)
-        self.events.emit("request", tenant.id, str(metadata.get(SANDBOX_KEY, "")), method=method)
-        return tenant
+        try:
+            return self.tenant_of(_metadata(context), method)
+        except SandboxAuthenticationError as error:
+            await abort_with(context, to_status(error))
 
     async def sandbox(self, context: grpc.aio.ServicerContext, method: str) -> tuple[str, Placed]:
         """The caller's sandbox that the call's metadata names, for forwarding."""
-        tenant = await self.tenant(context, method)
-        sandbox_id = str(dict(context.invocation_metadata() or ()).get(SANDBOX_KEY, ""))
         try:
-            return tenant.id, await self.manager.reach(tenant, sandbox_id)
+            return await self.sandbox_of(_metadata(context), method)
+        except SandboxError as error:
+            await abort_with(context, to_status(error))
+
+    def tenant_of(self, metadata: Mapping[str, str], method: str) -> Tenant:
+        """The tenant of a call with ``metadata``; SandboxAuthenticationError (an event says it) when none."""
+        header = metadata.get("authorization", "")
+        tenant = self.tokens.tenant(header.removeprefix("Bearer ")) if header.startswith("Bearer ") else None
+        if tenant is None:
+            raise self.refused(SandboxAuthenticationError("a valid token is required (authorization: Bearer)"),
+                               None, method)
+        self.events.emit("request", tenant.id, metadata.get(SANDBOX_KEY, ""), method=method)
+        return tenant
+
+    async def sandbox_of(self, metadata: Mapping[str, str], method: str) -> tuple[str, Placed]:
+        """The tenant of a call with ``metadata``, and its sandbox that they name; the typed
+        refusal (an event says it) when there is none."""
+        tenant = self.tenant_of(metadata, method)
+        try:
+            return tenant.id, await self.manager.reach(tenant, metadata.get(SANDBOX_KEY, ""))
         except (SandboxNotFoundError, SandboxUnavailableError) as error:
-            await refuse(context, error, self.events, tenant, method)
+            raise self.refused(error, tenant, method) from None
+
+    def refused(self, error: E, tenant: Tenant | None, method: str) -> E:
+        """``error``, once the event of its refusal is out (its full text goes to the events only)."""
+        self.events.emit("refused", tenant.id if tenant else "", method=method, code=to_status(error)[0].name,
+                         reason=str(error))
+        return error
+
+    async def refuse(self, context: grpc.aio.ServicerContext, error: BaseException, tenant: Tenant, method: str) -> NoReturn:
+        """End the call with ``error`` as the wire carries it (:func:`~protolink.wire.status.to_status`):
+        the client raises the same typed error."""
+        await abort_with(context, to_status(self.refused(error, tenant, method)))
 
 
-async def refuse(context: grpc.aio.ServicerContext, error: BaseException, events: Events, tenant: Tenant | None,
-                 method: str) -> NoReturn:
-    """End the call with ``error`` as the wire carries it (:func:`~protolink.wire.status.to_status`):
-    the client raises the same typed error. Its full text goes to the events only."""
-    status = to_status(error)
-    events.emit("refused", tenant.id if tenant else "", method=method, code=status[0].name, reason=str(error))
-    await abort_with(context, status)
+def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {key: str(value) for key, value in context.invocation_metadata() or ()}
 
 
 def status(placed: Placed) -> service_pb2.SandboxStatus:
@@ -92,7 +115,7 @@ class Control(service_pb2_grpc.SandboxServiceServicer):
         try:
             return status(await self.manager.create(tenant, request.template, overrides(request)))
         except (SandboxError, ValueError) as error:
-            await refuse(context, error, self.events, tenant, "Create")
+            await self.gate.refuse(context, error, tenant, "Create")
 
     async def List(self, request: service_pb2.ListRequest, context: grpc.aio.ServicerContext) -> Any:
         tenant = await self.gate.tenant(context, "List")
@@ -104,21 +127,21 @@ class Control(service_pb2_grpc.SandboxServiceServicer):
         try:
             return status(self.manager.find(tenant, request.id))
         except SandboxError as error:
-            await refuse(context, error, self.events, tenant, "Get")
+            await self.gate.refuse(context, error, tenant, "Get")
 
     async def Renew(self, request: service_pb2.RenewRequest, context: grpc.aio.ServicerContext) -> Any:
         tenant = await self.gate.tenant(context, "Renew")
         try:
             return status(self.manager.renew(tenant, request.id, request.ttl_seconds or None))
         except SandboxError as error:
-            await refuse(context, error, self.events, tenant, "Renew")
+            await self.gate.refuse(context, error, tenant, "Renew")
 
     async def Delete(self, request: service_pb2.DeleteRequest, context: grpc.aio.ServicerContext) -> Any:
         tenant = await self.gate.tenant(context, "Delete")
         try:
             await self.manager.delete(tenant, request.id)
         except SandboxError as error:
-            await refuse(context, error, self.events, tenant, "Delete")
+            await self.gate.refuse(context, error, tenant, "Delete")
         return service_pb2.DeleteResponse()
 
 
@@ -153,6 +176,7 @@ class ServiceServer:
                                                 *SERVER_KEEPALIVE_OPTIONS, ("grpc.so_reuseport", 0)])
         self._server.add_generic_rpc_handlers((control_handler(Control(gate, manager, events)),
                                                Forwarder(gate.sandbox, events)))
+        self._commands = CommandRelay(commands_socket(unix_path), gate.sandbox_of, events)
 
     @property
     def addresses(self) -> Iterable[str]:
@@ -172,6 +196,8 @@ class ServiceServer:
             await self._server.start()
         finally:
             os.umask(old)
+        self._commands.start()
 
     async def stop(self, grace: float = 2.0) -> None:
+        await self._commands.aclose()
         await self._server.stop(grace)

@@ -53,6 +53,8 @@ class _Running:
     cwd: str
     started: float = field(default_factory=time.monotonic)
     output_bytes: int = 0
+    open_pipes: int = 0  # its output's pipes still being passed on (:meth:`Commands.piping`)
+    ended: dict[str, Any] | None = None  # what its end says, once it has ended with pipes open
 
 
 class Commands:
@@ -60,11 +62,13 @@ class Commands:
 
     Each is followed from the moment its request is seen; its events are ``command.started`` and
     ``command.ended``, which :meth:`call_ended` gives the ones still running when the call ends
-    (the sandbox kills them then)."""
+    (the sandbox kills them then). A process whose output pipes are passed on ends once they
+    have been (its output counted whole)."""
 
     def __init__(self, events: Events, tenant: str, sandbox: str) -> None:
         self.events, self.tenant, self.sandbox = events, tenant, sandbox
         self.running: dict[int, _Running] = {}
+        self._piping: dict[int, _Running] = {}  # ended, its pipes still being passed on
 
     def request(self, data: bytes) -> None:
         try:
@@ -78,6 +82,27 @@ class Commands:
             return
         self.running[request.id] = _Running(list(request.argv), request.cwd)
         self._emit("command.started", id=request.id, argv=list(request.argv), cwd=request.cwd)
+
+    def piping(self, request_id: int, pipes: int) -> None:
+        """``pipes`` of the process's output pipes are being passed on: it ends once each has
+        been (:meth:`piped`)."""
+        if (running := self.running.get(request_id)) is not None:
+            running.open_pipes += pipes
+
+    def output(self, request_id: int, size: int) -> None:
+        """``size`` bytes of the process's output went on through a pipe."""
+        if (running := self.running.get(request_id) or self._piping.get(request_id)) is not None:
+            running.output_bytes += size
+
+    def piped(self, request_id: int) -> None:
+        """One of the process's pipes has been passed on to its end."""
+        running = self.running.get(request_id) or self._piping.get(request_id)
+        if running is None:
+            return
+        running.open_pipes -= 1
+        if running.open_pipes == 0 and running.ended is not None:
+            del self._piping[request_id]
+            self._ended(request_id, running, **running.ended)
 
     def event(self, data: bytes) -> None:
         if (output := read_output_event(data)) is not None:  # counted without copying its bytes
@@ -97,20 +122,26 @@ class Commands:
         elif which in ("finished", "error"):
             del self.running[event.id]
             finished = event.finished
-            self._emit(
-                "command.ended", id=event.id, argv=running.argv, cwd=running.cwd,
-                exit_code=finished.exit_code if which == "finished" and finished.HasField("exit_code") else None,
-                duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
-                timed_out=finished.timed_out, error=event.error.message if which == "error" else None)
+            ended = {"exit_code": finished.exit_code if which == "finished" and finished.HasField("exit_code") else None,
+                     "duration_seconds": time.monotonic() - running.started, "timed_out": finished.timed_out,
+                     "error": event.error.message if which == "error" else None}
+            if running.open_pipes:
+                running.ended = ended
+                self._piping[event.id] = running
+            else:
+                self._ended(event.id, running, **ended)
 
     def call_ended(self) -> None:
         """The call has ended (its caller gone, its sandbox deleted or lost): each command still
         running ends with it, killed by the sandbox, and is reported so."""
         for request_id, running in self.running.items():
-            self._emit("command.ended", id=request_id, argv=running.argv, cwd=running.cwd, exit_code=None,
-                       duration_seconds=time.monotonic() - running.started, output_bytes=running.output_bytes,
-                       timed_out=False, error=CALL_ENDED)
+            self._ended(request_id, running, exit_code=None, duration_seconds=time.monotonic() - running.started,
+                        timed_out=False, error=CALL_ENDED)
         self.running.clear()
+
+    def _ended(self, request_id: int, running: _Running, **fields: Any) -> None:
+        self._emit("command.ended", id=request_id, argv=running.argv, cwd=running.cwd,
+                   output_bytes=running.output_bytes, **fields)
 
     def _emit(self, kind: str, **fields: Any) -> None:
         self.events.emit(kind, self.tenant, self.sandbox, **fields)

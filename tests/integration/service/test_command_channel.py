@@ -5,7 +5,9 @@ is forwarded on gRPC; a sandbox deleted or lost under a command on the channel e
 typed.
 
 The service runs in this process (``serving``), so that the channel's connections, Unix sockets
-of type ``SOCK_SEQPACKET`` (gRPC's are ``SOCK_STREAM``), are this process's to count."""
+of type ``SOCK_SEQPACKET`` (gRPC's are ``SOCK_STREAM``), are this process's to count. Its
+clients call on gRPC, as a remote client does (a local one's commands take the service's own
+command channel: test_local_commands)."""
 
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ async def test_a_pooled_sandbox_runs_its_first_command_on_the_channel_held_open_
         runtime, sandbox_image, docker_client, run):
     sink = Collected()
     async with serving(sandbox_image, sink, docker_client, pool=1) as files:
-        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0, command_channel=False)
         await pool_of_one(client)
 
         async def held_alone() -> set[str]:  # the pool member's (its warm-up's connection closed)
@@ -95,7 +97,7 @@ async def test_a_pooled_sandbox_whose_held_channel_closed_runs_its_first_command
     down): the first command still runs, on a connection of its own, and is reported."""
     sink = Collected()
     async with serving(sandbox_image, sink, docker_client, pool=1) as files:
-        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0, command_channel=False)
         await pool_of_one(client)
 
         async def held_alone() -> set[str]:
@@ -133,7 +135,7 @@ async def test_a_command_on_the_channel_ends_outputs_and_is_reported_as_on_grpc(
     sink = Collected()
     argv = ["/bin/sh", "-c", f"head -c {LARGE_OUTPUT} /dev/zero; printf tail >&2; exit 3"]
     async with serving(sandbox_image, sink, docker_client) as files:
-        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0, command_channel=False)
         before = command_channels()
         on_channel = await client.create(workspace=True)
         without = await client.create(workspace=True)
@@ -173,7 +175,7 @@ async def running_alone_on(connections: int, before: set[str], sandbox, run) -> 
 async def test_a_sandbox_deleted_or_lost_under_a_command_on_the_channel_ends_it_typed(
         runtime, sandbox_image, docker_client, run):
     async with serving(sandbox_image, Collected(), docker_client) as files:
-        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0, command_channel=False)
         for end, error in (("delete", SandboxNotFoundError), ("pause", SandboxLostError)):
             sandbox = await client.create(workspace=True)
             started = Path(sandbox.status.workspace) / "started"

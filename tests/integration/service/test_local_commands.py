@@ -1,0 +1,141 @@
+"""A client on the service's host runs its commands on the service's command channel
+(protolink.sandbox.service.command_relay): large output comes as pipes the service feeds from
+the sandbox's, intact and counted in the command's event; the same results where the sandbox
+offers no channel (the service uses gRPC behind); another tenant's token is refused, typed; a
+sandbox deleted under a command ends it, typed; a flood past the cap is drained until the
+command's timeout; nothing of a call is left open in the service once it has ended.
+
+The service runs in this process (``serving``), so that its descriptors are this process's to
+count, and its pipes' feeding (``pipe_to_pipe``) can be watched."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from protolink.errors import SandboxNotFoundError
+from protolink.sandbox.pipe_connection import ChannelCalls
+from protolink.sandbox.service import command_relay
+from protolink.sandbox.service.client import SANDBOX_KEY, connect
+from protolink.sandbox.service.files import commands_socket
+from protolink.sandbox.service.tokens import Tokens
+from protolink.sandbox.service.watched import CALL_ENDED
+from protolink.wire._pb import process_pb2
+from protolink.wire.pipe_passing import SOCKET_NAME
+from tests.integration.service.test_command_channel import socket_directory
+from tests.integration.service.test_events import Collected, serving
+from tests.integration.service.test_lifecycle import WAIT_SECONDS as HANG_GUARD
+from tests.integration.service.test_lifecycle import eventually
+
+pytestmark = pytest.mark.docker
+
+#: Output well past what a client asks pipes for (1 MiB): `seq`'s lines, known here.
+LINES = 400_000
+EXPECTED = "".join(f"{n}\n" for n in range(1, LINES + 1))
+
+
+def open_descriptors() -> set[str]:
+    """What this process's descriptors are (pipes and sockets by inode)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return found
+
+
+async def test_large_output_comes_through_the_services_pipes_intact_and_counted(
+        runtime, sandbox_image, docker_client, run, monkeypatch):
+    fed: list[int] = []
+    real = command_relay.pipe_to_pipe
+
+    async def watched(source: int, sink: int, **options):
+        fed.append(source)
+        await real(source, sink, **options)
+
+    monkeypatch.setattr(command_relay, "pipe_to_pipe", watched)
+    sink = Collected()
+    argv = ["/bin/sh", "-c", f"seq 1 {LINES}; printf tail >&2; exit 3"]
+    async with serving(sandbox_image, sink, docker_client) as files:
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        on_channel = await client.create()
+        without = await client.create()
+        (socket_directory(docker_client, without.id) / SOCKET_NAME).unlink()
+        before = open_descriptors()
+        results = []
+        for sandbox in (on_channel, without):
+            results.append(await run(sandbox.backend, argv, max_output_bytes=4 << 20))
+            piped = len(fed)
+        for sandbox in (on_channel, without):
+            await sandbox.delete()
+        await client.aclose()
+
+        async def all_closed() -> bool:
+            return open_descriptors() <= before
+
+        await eventually(all_closed, "the calls' connections and pipes closed")
+    assert [(r.stdout == EXPECTED, r.stderr, r.exit_code) for r in results] == [(True, "tail", 3)] * 2
+    assert piped == 2 and len(fed) == 2  # stdout and stderr of the first: the second's sandbox has no channel
+    ended = [(e.sandbox, e.fields["exit_code"], e.fields["output_bytes"]) for e in sink.of("command.ended")]
+    assert ended == [(on_channel.id, 3, len(EXPECTED) + 4), (without.id, 3, len(EXPECTED) + 4)]
+
+
+async def test_a_flood_past_the_cap_is_drained_and_its_timeout_ends_it(runtime, sandbox_image, docker_client, run):
+    """`yes` never ends by itself: past the cap its output is drained through the service's pipes
+    and dropped, as on the host, and its timeout ends it, its pipes with it."""
+    sink = Collected()
+    async with serving(sandbox_image, sink, docker_client) as files:
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        async with await client.create() as sandbox:
+            result = await asyncio.wait_for(run(sandbox.backend, ["/usr/bin/yes"], timeout=3, max_output_bytes=2 << 20),
+                                            HANG_GUARD)
+        await client.aclose()
+    assert (len(result.stdout), result.truncated, result.timed_out) == (2 << 20, True, True)
+    [ended] = sink.of("command.ended")
+    assert ended.fields["timed_out"] and ended.fields["output_bytes"] > 2 << 20  # every byte that went through
+
+
+async def test_another_tenants_token_is_refused_on_the_command_channel(runtime, sandbox_image, docker_client):
+    async with serving(sandbox_image, Collected(), docker_client) as files:
+        owner = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        other = Tokens(files.tokens).add("other")
+        async with await owner.create() as sandbox:
+            for token, error in ((other, SandboxNotFoundError), ("wrong", "a valid token is required")):
+                metadata = (("authorization", f"Bearer {token}"), (SANDBOX_KEY, sandbox.id))
+                calls = ChannelCalls(commands_socket(str(files.socket)), metadata, lambda: None, pipes_above=None)
+                call = calls()
+                await call.write(process_pb2.ExecuteRequest(id=5, argv=["/bin/true"], cwd="/tmp"))
+                with pytest.raises(Exception) as raised:
+                    await asyncio.wait_for(anext(call), HANG_GUARD)
+                call.cancel()
+                if isinstance(error, str):
+                    assert error in str(raised.value)
+                else:
+                    assert isinstance(raised.value, error)
+        await owner.aclose()
+
+
+async def test_a_sandbox_deleted_under_a_command_on_the_services_channel_ends_it_typed(
+        runtime, sandbox_image, docker_client, run):
+    sink = Collected()
+    async with serving(sandbox_image, sink, docker_client) as files:
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        sandbox = await client.create(workspace=True)
+        started = Path(sandbox.status.workspace) / "started"
+        command = asyncio.ensure_future(run(sandbox.backend, ["/bin/sh", "-c", "touch started && exec sleep 600"],
+                                            cwd=sandbox.status.workspace, timeout=600))
+
+        async def under_way() -> bool:
+            return started.exists()
+
+        await eventually(under_way, "the command started")
+        await client.delete(sandbox.id)
+        with pytest.raises(SandboxNotFoundError):
+            await asyncio.wait_for(command, HANG_GUARD)
+        await sandbox.delete()
+        await client.aclose()
+    assert [e.fields["error"] for e in sink.of("command.ended")] == [CALL_ENDED]
