@@ -175,38 +175,52 @@ class Flow:
         self._failed(error)
 
 
-async def pipe_to_pipe(source: int, sink: int, *, pipe_bytes: int, counted: Callable[[int], None]) -> None:
+async def pipe_to_pipe(source: int, sink: int, *, pipe_bytes: int, worth_bytes: int, pause_seconds: float,
+                       counted: Callable[[int], None]) -> None:
     """Move what the pipe ``source`` holds into the pipe ``sink`` (each the caller's to close),
     inside the kernel, until the source's writers have all closed it; ``counted(size)`` sees
     each move. Returns early once the sink's reader has closed it (what the source still holds
-    then goes nowhere, as for a reader that stopped). Both are made non-blocking, and the sink
-    is enlarged to about ``pipe_bytes``."""
+    then goes nowhere, as for a reader that stopped). Both are made non-blocking and enlarged to
+    about ``pipe_bytes``.
+
+    Paced as :mod:`protolink.execution.output_pipes` reads: the source is emptied each time it
+    is readable, and when that found less than ``worth_bytes`` (a writer of small pieces, each
+    waking this side) the next look waits ``pause_seconds``, so that it finds them together."""
     loop = asyncio.get_running_loop()
-    os.set_blocking(source, False)
-    os.set_blocking(sink, False)
-    with contextlib.suppress(OSError):  # beyond the user's pipe limits the default size stays
-        fcntl.fcntl(sink, fcntl.F_SETPIPE_SZ, pipe_bytes)
+    for end in (source, sink):
+        os.set_blocking(end, False)
+        with contextlib.suppress(OSError):  # beyond the user's pipe limits the default size stays
+            fcntl.fcntl(end, fcntl.F_SETPIPE_SZ, pipe_bytes)
+    ends = select.poll()
+    ends.register(source, select.POLLIN)
+    ends.register(sink, 0)  # its errors only: its reader has gone
     while True:
-        try:
-            moved = os.splice(source, sink, pipe_bytes, flags=_FLAGS)
-        except BlockingIOError:  # nothing to move, or no room for it
-            await _pipes_ready(loop, source, sink)
-            continue
-        except BrokenPipeError:
-            return
-        if moved == 0:
-            return
-        counted(moved)
+        found = 0
+        while True:
+            try:
+                moved = os.splice(source, sink, pipe_bytes, flags=_FLAGS)
+            except BlockingIOError:  # nothing more to move, or no room for it
+                break
+            except BrokenPipeError:
+                return
+            if moved == 0:
+                return
+            counted(moved)
+            found += moved
+        if 0 < found < worth_bytes:
+            await asyncio.sleep(pause_seconds)
+        ready = dict(ends.poll(0))
+        if ready.get(sink, 0) & select.POLLERR:
+            return  # an empty source is not spliced far enough to find this out
+        await _pipes_ready(loop, source, sink, sink_full=source in ready)
 
 
-async def _pipes_ready(loop: asyncio.AbstractEventLoop, source: int, sink: int) -> None:
-    """Wait for the source to hold something (or reach its end) when it is empty, else for the
-    sink to have room; either way also for the sink's reader to close it (a pipe's write end is
+async def _pipes_ready(loop: asyncio.AbstractEventLoop, source: int, sink: int, *, sink_full: bool) -> None:
+    """Wait for the sink to have room when it is full, else for the source to hold something (or
+    reach its end); either way also for the sink's reader to close it (a pipe's write end is
     never readable: epoll reports that as an error, which the loop gives its reader)."""
-    readable = select.poll()
-    readable.register(source, select.POLLIN)
     waits = [(loop.add_reader, loop.remove_reader, sink)]
-    if readable.poll(0):
+    if sink_full:
         waits.append((loop.add_writer, loop.remove_writer, sink))
     else:
         waits.append((loop.add_reader, loop.remove_reader, source))

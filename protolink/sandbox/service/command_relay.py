@@ -35,7 +35,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxProtocolError
-from protolink.execution.output_pipes import PIPE_BYTES
+from protolink.execution.output_pipes import PIPE_BYTES, READ_CHUNK_BYTES, READ_INTERVAL_SECONDS
 from protolink.net.descriptors import receive, rights
 from protolink.net.splice import pipe_to_pipe
 from protolink.wire._pb import process_pb2
@@ -324,7 +324,8 @@ async def _upstream(target: Target) -> Any:
 async def _passed_on(source: int, sink: int, request_id: int, watch: Commands) -> None:
     """One pipe of a process passed on, counted, then closed."""
     try:
-        await pipe_to_pipe(source, sink, pipe_bytes=PIPE_BYTES, counted=lambda size: watch.output(request_id, size))
+        await pipe_to_pipe(source, sink, pipe_bytes=PIPE_BYTES, worth_bytes=READ_CHUNK_BYTES,
+                           pause_seconds=READ_INTERVAL_SECONDS, counted=lambda size: watch.output(request_id, size))
     except OSError as error:
         log.warning("a command's output pipe could not be passed on: %s", error)
     finally:
