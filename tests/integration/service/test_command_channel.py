@@ -172,10 +172,13 @@ async def running_alone_on(connections: int, before: set[str], sandbox, run) -> 
         await asyncio.gather(command, return_exceptions=True)
 
 
+@pytest.mark.parametrize("local_client", [False, True], ids=["grpc-client", "local-client"])
 async def test_a_sandbox_deleted_or_lost_under_a_command_on_the_channel_ends_it_typed(
-        runtime, sandbox_image, docker_client, run):
+        runtime, sandbox_image, docker_client, run, local_client):
+    """As a remote client's call, so a local client's on the service's own command channel."""
     async with serving(sandbox_image, Collected(), docker_client) as files:
-        client = await connect(files.address, files.default_token.read_text(), timeout=30.0, command_channel=False)
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0,
+                               command_channel=local_client)
         for end, error in (("delete", SandboxNotFoundError), ("pause", SandboxLostError)):
             sandbox = await client.create(workspace=True)
             started = Path(sandbox.status.workspace) / "started"

@@ -2,8 +2,8 @@
 (protolink.sandbox.service.command_relay): large output comes as pipes the service feeds from
 the sandbox's, intact and counted in the command's event; the same results where the sandbox
 offers no channel (the service uses gRPC behind); another tenant's token is refused, typed; a
-sandbox deleted under a command ends it, typed; a flood past the cap is drained until the
-command's timeout; nothing of a call is left open in the service once it has ended.
+flood past the cap is drained until the command's timeout; nothing of a call is left open in
+the service once it has ended. A sandbox deleted or lost under a command: test_command_channel.
 
 The service runs in this process (``serving``), so that its descriptors are this process's to
 count, and its pipes' feeding (``pipe_to_pipe``) can be watched."""
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,6 @@ from protolink.sandbox.service import command_relay
 from protolink.sandbox.service.client import SANDBOX_KEY, connect
 from protolink.sandbox.service.files import commands_socket
 from protolink.sandbox.service.tokens import Tokens
-from protolink.sandbox.service.watched import CALL_ENDED
 from protolink.wire._pb import process_pb2
 from protolink.wire.pipe_passing import SOCKET_NAME
 from tests.integration.service.test_command_channel import socket_directory
@@ -117,25 +115,3 @@ async def test_another_tenants_token_is_refused_on_the_command_channel(runtime, 
                 else:
                     assert isinstance(raised.value, error)
         await owner.aclose()
-
-
-async def test_a_sandbox_deleted_under_a_command_on_the_services_channel_ends_it_typed(
-        runtime, sandbox_image, docker_client, run):
-    sink = Collected()
-    async with serving(sandbox_image, sink, docker_client) as files:
-        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
-        sandbox = await client.create(workspace=True)
-        started = Path(sandbox.status.workspace) / "started"
-        command = asyncio.ensure_future(run(sandbox.backend, ["/bin/sh", "-c", "touch started && exec sleep 600"],
-                                            cwd=sandbox.status.workspace, timeout=600))
-
-        async def under_way() -> bool:
-            return started.exists()
-
-        await eventually(under_way, "the command started")
-        await client.delete(sandbox.id)
-        with pytest.raises(SandboxNotFoundError):
-            await asyncio.wait_for(command, HANG_GUARD)
-        await sandbox.delete()
-        await client.aclose()
-    assert [e.fields["error"] for e in sink.of("command.ended")] == [CALL_ENDED]
