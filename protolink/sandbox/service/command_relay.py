@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 #: The most connections served at once (each holds a connection to its sandbox too).
 MAX_CONNECTIONS = 256
+#: How long accepting pauses when the service is out of descriptors.
+ACCEPT_PAUSE_SECONDS = 0.1
 #: How long a new connection may take to send its first datagram.
 FIRST_DATAGRAM_SECONDS = 5.0
 
@@ -103,6 +105,14 @@ class CommandRelay:
         self._listener = listener
         asyncio.get_running_loop().add_reader(listener.fileno(), self._accept)
 
+    def _pause_accepting(self) -> None:
+        loop = asyncio.get_running_loop()
+        listener = self._listener
+        assert listener is not None
+        loop.remove_reader(listener.fileno())
+        loop.call_later(ACCEPT_PAUSE_SECONDS,
+                        lambda: self._listener is listener and loop.add_reader(listener.fileno(), self._accept))
+
     async def aclose(self) -> None:
         """Stop listening; end every call (the sandboxes kill their commands) and every pipe."""
         if self._listener is not None:
@@ -121,6 +131,10 @@ class CommandRelay:
         try:
             connection, _ = self._listener.accept()
         except (BlockingIOError, ConnectionAbortedError):
+            return
+        except OSError as error:  # out of descriptors: the connection waits in the queue a moment
+            log.warning("the command channel cannot accept a connection now: %s", error)
+            self._pause_accepting()
             return
         if len(self._connections) >= self._max_connections:
             with contextlib.suppress(OSError):

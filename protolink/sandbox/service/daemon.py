@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import signal
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -123,6 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve as ``args`` say; 2 for a configuration that cannot be used."""
     logging.basicConfig(format="%(asctime)s protolink-sandbox service: %(message)s", level=logging.WARNING)
+    _most_descriptors()
     try:
         config = ServiceConfig.load(args.config, image=args.image, pool=args.pool, swarm=args.swarm)
         credentials, fingerprint = _tls(args)
@@ -131,6 +133,15 @@ def run(args: argparse.Namespace) -> int:
         log.error("%s", error)
         return 2
     return 0
+
+
+def _most_descriptors() -> None:
+    """Raise this process's limit of open descriptors to its hard limit: each sandbox and each
+    local client's call holds a few (sockets, and the pipes a command's output is passed on in),
+    and a desktop's soft limit of 1024 would refuse a busy service's calls before its quotas do."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
