@@ -14,7 +14,9 @@ they are, and the :class:`~.watched.Commands` of the call become events.
 A hand-off from the sandbox is passed on as two new pipes of this service, each fed from the
 sandbox's pipe inside the kernel (:func:`~protolink.net.splice.pipe_to_pipe`), so that every
 byte is counted in the command's event, and a client that closes its end (it stopped at its cap)
-closes the sandbox's. A connection whose client sends nothing for
+closes the sandbox's. A connection on which no command runs (the client keeps it for its next)
+is not the sandbox's use: its idle timeout runs meanwhile (:class:`_InUse`). A connection whose
+client sends nothing for
 :data:`~protolink.wire.pipe_passing.HOST_SILENT_SECONDS` ends; so does every call in flight to
 a sandbox that is deleted or lost, with that typed error (:class:`~.watched.InFlight`). At most
 :data:`MAX_CONNECTIONS` connections are served; more are answered ``AT_LIMIT`` (the client uses
@@ -156,6 +158,34 @@ class _ClientGone(Exception):
     """The client closed its connection, or broke the protocol."""
 
 
+class _InUse:
+    """Counts a call in flight to its sandbox while it is in use: while a command runs on it or
+    a command's output is still passed on. A connection the client keeps open for its next
+    command is not use: the sandbox's idle timeout runs meanwhile, as it does between a remote
+    client's gRPC calls, and ends from the sandbox's last command or output."""
+
+    def __init__(self, target: Target, call: Any, watch: Commands) -> None:
+        self._target, self._call, self._watch = target, call, watch
+        self._counted = self._closed = False
+
+    def settle(self) -> None:
+        """Count the call in (canceled at once if its sandbox has gone), or out, as its use says."""
+        busy = self._watch.busy and not self._closed
+        if busy != self._counted:
+            self._counted = busy
+            if busy:
+                self._target.calls.add(self._call)
+            else:
+                self._target.calls.discard(self._call)
+        if not busy:
+            self._target.last_used = time.time()
+
+    def close(self) -> None:
+        """The call has ended: counted out for good."""
+        self._closed = True
+        self.settle()
+
+
 class _Connection:
     """One client connection, served as one Execute call of its sandbox."""
 
@@ -193,14 +223,15 @@ class _Connection:
         except Exception as error:  # noqa: BLE001 (its server not reached: the call's typed failure)
             self._fail(error)
             return
-        target.calls.add(upstream)
-        requests = asyncio.ensure_future(self._requests(upstream, watch))
+        in_use = _InUse(target, upstream, watch)
+        requests = asyncio.ensure_future(self._requests(upstream, watch, in_use))
         try:
             async for item in upstream:
                 if isinstance(item, PassedPipes):
-                    await self._pass_on(item, watch)
+                    await self._pass_on(item, watch, in_use)
                     continue
                 watch.event(item)
+                in_use.settle()
                 for piece in event_datagrams(item):
                     await self._send([EVENT, piece])
         except _ClientGone:
@@ -212,11 +243,10 @@ class _Connection:
             requests.cancel()
             await asyncio.wait([requests])  # it no longer watches the connection, which closes next
             upstream.cancel()
-            target.calls.discard(upstream)
-            target.last_used = time.time()
+            in_use.close()
             watch.call_ended()
 
-    async def _requests(self, upstream: Any, watch: Commands) -> None:
+    async def _requests(self, upstream: Any, watch: Commands, in_use: _InUse) -> None:
         """Send the client's requests on; answer its pings. Its close, its silence or a request
         that cannot go on ends the call."""
         try:
@@ -235,6 +265,7 @@ class _Connection:
                 pipes = request.pipe_connection == self._key and isinstance(upstream, ChannelCall)
                 request.ClearField("pipe_connection")
                 watch.started(request)
+                in_use.settle()  # a deleted sandbox's call is canceled here, and the request not sent
                 await (upstream.write(request, pipes=True) if pipes else upstream.write(request))
         except (_ClientGone, TimeoutError):
             self._client_gone = True
@@ -243,7 +274,7 @@ class _Connection:
         finally:
             upstream.cancel()
 
-    async def _pass_on(self, passed: PassedPipes, watch: Commands) -> None:
+    async def _pass_on(self, passed: PassedPipes, watch: Commands, in_use: _InUse) -> None:
         """Hand the client two pipes of its own, fed from ``passed`` (the sandbox's)."""
         stdout, stdout_sink = os.pipe2(os.O_CLOEXEC)
         stderr, stderr_sink = os.pipe2(os.O_CLOEXEC)
@@ -259,7 +290,7 @@ class _Connection:
             os.close(stderr)
         watch.piping(passed.request_id, 2)
         for source, sink in ((passed.stdout, stdout_sink), (passed.stderr, stderr_sink)):
-            task = asyncio.ensure_future(_passed_on(source, sink, passed.request_id, watch))
+            task = asyncio.ensure_future(_passed_on(source, sink, passed.request_id, watch, in_use))
             self._splices.add(task)
             task.add_done_callback(self._splices.discard)
 
@@ -335,7 +366,7 @@ async def _upstream(target: Target) -> Any:
     return grpc_calls(target.channel(), ())()
 
 
-async def _passed_on(source: int, sink: int, request_id: int, watch: Commands) -> None:
+async def _passed_on(source: int, sink: int, request_id: int, watch: Commands, in_use: _InUse) -> None:
     """One pipe of a process passed on, counted, then closed."""
     try:
         await pipe_to_pipe(source, sink, pipe_bytes=PIPE_BYTES, worth_bytes=READ_CHUNK_BYTES,
@@ -346,3 +377,4 @@ async def _passed_on(source: int, sink: int, request_id: int, watch: Commands) -
         os.close(source)
         os.close(sink)
         watch.piped(request_id)
+        in_use.settle()

@@ -70,6 +70,11 @@ class Commands:
         self.running: dict[int, _Running] = {}
         self._piping: dict[int, _Running] = {}  # ended, its pipes still being passed on
 
+    @property
+    def busy(self) -> bool:
+        """Whether a process runs, or an ended one's output is still passed on."""
+        return bool(self.running or self._piping)
+
     def request(self, data: bytes) -> None:
         try:
             request = process_pb2.ExecuteRequest.FromString(data)
