@@ -179,7 +179,9 @@ class ChannelCall:
         :class:`~.process_stream.ProcessStream` writes. A burst the server has not read yet waits
         here for room."""
         if not await asyncio.shield(self._greeted) or self._done:
-            raise Unsent(SandboxUnavailableError("the sandbox offers no command channel"))
+            # A server may end the call before it reads a request (a refusal of the connection's
+            # authorization): its failure is the request's too.
+            raise Unsent(self._failure or SandboxUnavailableError("the sandbox offers no command channel"))
         if pipes or (self._pipes_above is not None and request.max_output_bytes > self._pipes_above):
             request.pipe_connection = self._key
         data = request.SerializeToString()
@@ -344,7 +346,8 @@ class ChannelCall:
             if kind == FAILURE:
                 raise from_wire(checked_answer(convert.parse, errors_pb2.Error, bytes(memoryview(self._buffer)[1:size])))
             raise SandboxProtocolError(f"the sandbox sent a datagram of unknown kind {kind!r}")
-        except Exception:
+        except Exception as error:
+            self._failure = self._failure or error
             self.cancel()
             raise
         finally:

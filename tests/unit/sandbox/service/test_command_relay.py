@@ -101,3 +101,14 @@ async def test_its_socket_is_gone_after_close(tmp_path: Path):
     relay.start()
     await relay.aclose()
     assert not os.path.exists(relay.path)
+
+
+async def test_a_request_written_after_the_refusal_came_is_refused_alike(relay):
+    """The relay refuses as soon as it reads the authorization, before any request: a request the
+    client writes after that (a stream's next process) fails with the same typed error."""
+    call = calls_to(relay, Fallback())()
+    with pytest.raises(SandboxAuthenticationError):
+        await asyncio.wait_for(anext(call), GUARD_SECONDS)
+    with pytest.raises(Unsent) as unsent:
+        await call.write(REQUEST)
+    assert isinstance(unsent.value.error, SandboxAuthenticationError)
