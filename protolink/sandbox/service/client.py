@@ -121,6 +121,7 @@ class ServiceClient:
         self.channel = channel
         #: The service's command channel, for a client on its host (:mod:`.command_relay`).
         self.command_socket = command_socket
+        self._backends: set[SandboxBackend] = set()  # of the sandboxes it opened, closed with it
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._stub = service_pb2_grpc.SandboxServiceStub(channel)
         self._owns_channel = owns_channel
@@ -132,6 +133,11 @@ class ServiceClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the connection and the backends of the sandboxes it opened (their calls and
+        connections of their own); the sandboxes themselves stay."""
+        backends, self._backends = self._backends, set()
+        for backend in backends:
+            await backend.aclose()
         if self._owns_channel:
             await self.channel.close()
 
@@ -211,6 +217,7 @@ class Sandbox:
             raise
         except SandboxError as error:
             raise SandboxNotFoundError(f"sandbox {status.id} cannot be reached: {error}") from None
+        client._backends.add(backend)
         return cls(client, status, backend)
 
     @property
@@ -234,6 +241,7 @@ class Sandbox:
     async def delete(self) -> None:
         """Close the backend and delete the sandbox (one already gone is no error)."""
         await self.backend.aclose()
+        self.client._backends.discard(self.backend)
         try:
             await self.client.delete(self.id)
         except SandboxNotFoundError:

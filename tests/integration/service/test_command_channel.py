@@ -71,18 +71,19 @@ async def pool_of_one(client) -> None:
 async def test_a_pooled_sandbox_runs_its_first_command_on_the_channel_held_open_for_it(
         runtime, sandbox_image, docker_client, run):
     sink = Collected()
+    before = command_channels()  # of tests before, not yet closed: not this service's
     async with serving(sandbox_image, sink, docker_client, pool=1) as files:
         client = await connect(files.address, files.default_token.read_text(), timeout=30.0, command_channel=False)
         await pool_of_one(client)
 
         async def held_alone() -> set[str]:  # the pool member's (its warm-up's connection closed)
-            return found if len(found := command_channels()) == 1 else set()
+            return found if len(found := command_channels() - before) == 1 else set()
 
         held = await eventually(held_alone, "one connection held")
         sandbox = await client.create()
         assert sandbox.status.pooled
         first = await run(sandbox.backend, ["/bin/sh", "-c", "printf held; exit 4"])
-        assert command_channels() == held  # the call stays open on the very same connection
+        assert command_channels() - before == held  # the call stays open on the very same connection
         await sandbox.delete()
         await client.aclose()
     assert (first.stdout, first.exit_code) == ("held", 4)
@@ -96,12 +97,13 @@ async def test_a_pooled_sandbox_whose_held_channel_closed_runs_its_first_command
     """The connection held for a pool member's owner breaks while it waits (this side shut
     down): the first command still runs, on a connection of its own, and is reported."""
     sink = Collected()
+    before = command_channels()
     async with serving(sandbox_image, sink, docker_client, pool=1) as files:
         client = await connect(files.address, files.default_token.read_text(), timeout=30.0, command_channel=False)
         await pool_of_one(client)
 
         async def held_alone() -> set[str]:
-            return found if len(found := command_channels()) == 1 else set()
+            return found if len(found := command_channels() - before) == 1 else set()
 
         held = await eventually(held_alone, "one connection held")
         shut_down(held)
@@ -113,7 +115,7 @@ async def test_a_pooled_sandbox_whose_held_channel_closed_runs_its_first_command
         sandbox = await client.create()
         assert sandbox.status.pooled
         first = await run(sandbox.backend, ["/bin/sh", "-c", "printf new; exit 5"])
-        assert len(command_channels() - held) == 1  # the call stays open on its new connection
+        assert len(command_channels() - before - held) == 1  # the call stays open on its new connection
         await sandbox.delete()
         await client.aclose()
     assert (first.stdout, first.exit_code) == ("new", 5)

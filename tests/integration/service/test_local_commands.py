@@ -3,7 +3,8 @@
 the sandbox's, intact and counted in the command's event; the same results where the sandbox
 offers no channel (the service uses gRPC behind); another tenant's token is refused, typed; a
 flood past the cap is drained until the command's timeout; nothing of a call is left open in
-the service once it has ended. A sandbox deleted or lost under a command: test_command_channel.
+the service once it has ended, nor in the client once it is closed. A sandbox deleted or lost
+under a command: test_command_channel.
 
 The service runs in this process (``serving``), so that its descriptors are this process's to
 count, and its pipes' feeding (``pipe_to_pipe``) can be watched."""
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +117,29 @@ async def test_another_tenants_token_is_refused_on_the_command_channel(runtime, 
                 else:
                     assert isinstance(raised.value, error)
         await owner.aclose()
+
+
+async def test_closing_the_client_closes_its_sandboxes_connections(runtime, sandbox_image, docker_client, run):
+    """A sandbox the client opened and never deleted keeps its connection for its next command;
+    closing the client closes it (a script's client, say, that leaves a sandbox for later)."""
+    async with serving(sandbox_image, Collected(), docker_client) as files:
+        client = await connect(files.address, files.default_token.read_text(), timeout=30.0)
+        sandbox = await client.create()
+        await run(sandbox.backend, ["/bin/true"])
+        assert relay_connections(files) == 1  # open, for the next command
+        await client.aclose()
+
+        async def closed() -> bool:
+            return relay_connections(files) == 0
+
+        await eventually(closed, "the sandbox's connection closed")
+        assert sandbox.backend.closed
+        async with await connect(files.address, files.default_token.read_text(), timeout=30.0) as again:
+            assert [status.state for status in await again.list()] == ["running"]  # the sandbox stays
+
+
+def relay_connections(files) -> int:
+    """The connections the service's command channel holds (accepted sockets carry its path)."""
+    path = commands_socket(str(files.socket))
+    rows = Path("/proc/net/unix").read_text().splitlines()[1:]
+    return sum(1 for fields in map(str.split, rows) if fields[5] == "03" and fields[-1] == path)
