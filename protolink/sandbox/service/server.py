@@ -32,7 +32,7 @@ from .sandboxes import Placed
 from .tokens import Tenant, Tokens
 
 MAX_MESSAGE_BYTES = 64 << 20
-E = TypeVar("E", bound=BaseException)
+RefusalT = TypeVar("RefusalT", bound=BaseException)
 
 
 class Gate:
@@ -73,13 +73,14 @@ class Gate:
         except (SandboxNotFoundError, SandboxUnavailableError) as error:
             raise self.refused(error, tenant, method) from None
 
-    def refused(self, error: E, tenant: Tenant | None, method: str) -> E:
+    def refused(self, error: RefusalT, tenant: Tenant | None, method: str) -> RefusalT:
         """``error``, once the event of its refusal is out (its full text goes to the events only)."""
         self.events.emit("refused", tenant.id if tenant else "", method=method, code=to_status(error)[0].name,
                          reason=str(error))
         return error
 
-    async def refuse(self, context: grpc.aio.ServicerContext, error: BaseException, tenant: Tenant, method: str) -> NoReturn:
+    async def refuse(self, context: grpc.aio.ServicerContext, error: BaseException, tenant: Tenant,
+                     method: str) -> NoReturn:
         """End the call with ``error`` as the wire carries it (:func:`~protolink.wire.status.to_status`):
         the client raises the same typed error."""
         await abort_with(context, to_status(self.refused(error, tenant, method)))

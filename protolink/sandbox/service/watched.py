@@ -127,7 +127,8 @@ class Commands:
         elif which in ("finished", "error"):
             del self.running[event.id]
             finished = event.finished
-            ended = {"exit_code": finished.exit_code if which == "finished" and finished.HasField("exit_code") else None,
+            exited = which == "finished" and finished.HasField("exit_code")
+            ended = {"exit_code": finished.exit_code if exited else None,
                      "duration_seconds": time.monotonic() - running.started, "timed_out": finished.timed_out,
                      "error": event.error.message if which == "error" else None}
             if running.open_pipes:
