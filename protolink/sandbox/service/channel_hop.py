@@ -52,15 +52,8 @@ class HeldChannel:
     @classmethod
     async def open(cls, calls: ChannelCalls) -> HeldChannel | None:
         """A held connection from ``calls``; None when the sandbox does not offer the channel."""
-        call = calls()
-        if call is None:
-            return None
-        try:
-            await call.write(process_pb2.ExecuteRequest(id=OPENING.id, cancel=OPENING.cancel))
-        except Unsent:
-            call.cancel()
-            return None
-        return cls(call)
+        call = await opened_ahead(calls)
+        return None if call is None else cls(call)
 
     def done(self) -> bool:
         return self._waiting.done() or self.call.done()
@@ -78,6 +71,20 @@ class HeldChannel:
     def cancel(self) -> None:
         self._waiting.cancel()
         self.call.cancel()
+
+
+async def opened_ahead(calls: ChannelCalls) -> ChannelCall | None:
+    """A call of ``calls``, greeted and sent :data:`~protolink.sandbox.process_stream.OPENING`
+    (a client's opening of its call); None when the sandbox does not offer the channel."""
+    call = calls()
+    if call is None:
+        return None
+    try:
+        await call.write(process_pb2.ExecuteRequest(id=OPENING.id, cancel=OPENING.cancel))
+    except Unsent:
+        call.cancel()
+        return None
+    return call
 
 
 async def opened(calls: ChannelCalls | None, held: HeldChannel | None, first: bytes,

@@ -38,7 +38,7 @@ from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxProtocolError
 from protolink.execution.output_pipes import PIPE_BYTES, READ_CHUNK_BYTES, READ_INTERVAL_SECONDS
-from protolink.net.descriptors import receive, rights
+from protolink.net.descriptors import receive_next, rights
 from protolink.net.splice import pipe_to_pipe
 from protolink.wire._pb import process_pb2
 from protolink.wire.pipe_passing import (
@@ -59,8 +59,8 @@ from protolink.wire.pipe_passing import (
 from protolink.wire.status import to_status
 
 from ..pipe_connection import ChannelCall, PassedPipes, Unsent
-from ..process_stream import OPENING, grpc_calls
-from .channel_hop import HeldChannel
+from ..process_stream import grpc_calls
+from .channel_hop import HeldChannel, opened_ahead
 from .forward import EXECUTE, Target, lost
 from .watched import Commands
 
@@ -297,19 +297,15 @@ class _Connection:
     async def _receive(self) -> bytes:
         """The client's next datagram; :class:`_ClientGone` once it has closed the connection or
         broken the protocol (a datagram too long, descriptors attached)."""
-        while True:
-            try:
-                data, fds, flags = receive(self._sock, DATAGRAM_BYTES + 1, 1)
-            except BlockingIOError:
-                await self._ready(self._loop.add_reader, self._loop.remove_reader)
-                continue
-            except OSError as error:
-                raise _ClientGone() from error
-            for fd in fds:
-                os.close(fd)
-            if not data or fds or len(data) > DATAGRAM_BYTES or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                raise _ClientGone()
-            return data
+        try:
+            data, fds, flags = await receive_next(self._sock, DATAGRAM_BYTES + 1, 1)
+        except OSError as error:
+            raise _ClientGone() from error
+        for fd in fds:
+            os.close(fd)
+        if not data or fds or len(data) > DATAGRAM_BYTES or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise _ClientGone()
+        return data
 
     async def _send(self, parts: list[bytes], fds: tuple[int, ...] = ()) -> None:
         """Send one datagram, waiting while the client's side is full (back-pressure);
@@ -319,17 +315,15 @@ class _Connection:
                 self._sock.sendmsg(parts, rights(fds), socket.MSG_DONTWAIT)
                 return
             except BlockingIOError:
-                await self._ready(self._loop.add_writer, self._loop.remove_writer)
+                pass
             except OSError as error:
                 raise _ClientGone() from error
-
-    async def _ready(self, watch: Callable[..., Any], unwatch: Callable[[int], Any]) -> None:
-        ready = self._loop.create_future()
-        watch(self._sock.fileno(), lambda: ready.done() or ready.set_result(None))
-        try:
-            await ready
-        finally:
-            unwatch(self._sock.fileno())
+            writable = self._loop.create_future()
+            self._loop.add_writer(self._sock.fileno(), lambda: writable.done() or writable.set_result(None))
+            try:
+                await writable
+            finally:
+                self._loop.remove_writer(self._sock.fileno())
 
     def _fail(self, error: BaseException) -> None:
         """Tell the client what ended its call, if it still listens."""
@@ -356,14 +350,8 @@ async def _upstream(target: Target) -> Any:
     elif held is not None:
         held.cancel()  # a gRPC call held for the first command: this one goes on its own
     calls = target.command_channel()
-    call = calls() if calls is not None else None
-    if call is not None:
-        try:
-            await call.write(process_pb2.ExecuteRequest(id=OPENING.id, cancel=OPENING.cancel))
-            return call
-        except Unsent:
-            call.cancel()
-    return grpc_calls(target.channel(), ())()
+    call = await opened_ahead(calls) if calls is not None else None
+    return call if call is not None else grpc_calls(target.channel(), ())()
 
 
 async def _passed_on(source: int, sink: int, request_id: int, watch: Commands, in_use: _InUse) -> None:
