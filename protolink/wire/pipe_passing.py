@@ -28,6 +28,8 @@ larger output event.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 import struct
@@ -36,6 +38,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from protolink.net.descriptors import rights
 
 from .output_events import MAX_HEAD_BYTES, output_event, read_output_event
+
+log = logging.getLogger(__name__)
 
 #: The channel's socket in the server's socket directory.
 SOCKET_NAME = "pipes.sock"
@@ -94,16 +98,33 @@ def read_first_datagram(first: bytes) -> Mapping[str, str] | None:
     return metadata
 
 
-def greet(connection: socket.socket, key: bytes) -> None:
-    """Greet a new connection with ``key`` and a pipe's read end attached, then make it
-    non-blocking; OSError when the kernel refuses to pass the descriptor (gVisor's)."""
+def accept_greeted(listener: socket.socket, *, at_limit: bool) -> tuple[socket.socket, bytes] | None:
+    """Take the next connection waiting on ``listener`` and greet it: the connection, made
+    non-blocking, and its key. None when ``at_limit`` (it is answered :data:`AT_LIMIT` and closed)
+    or when the kernel refuses to pass the greeting's descriptor (gVisor's; it is closed).
+    BlockingIOError when none waits. The greeting's pipe is made before the connection is taken:
+    a process out of descriptors raises OSError and the connection waits in the backlog, rather
+    than being taken and closed for want of a pipe."""
     read, write = os.pipe()
     try:
-        connection.sendmsg([GREETING, key], rights((read,)), socket.MSG_DONTWAIT)
+        connection, _ = listener.accept()
+        if at_limit:
+            with contextlib.suppress(OSError):
+                connection.sendmsg([AT_LIMIT], [], socket.MSG_DONTWAIT)
+            connection.close()
+            return None
+        key = os.urandom(KEY_BYTES)  # secrets would load random and base64 at start
+        try:
+            connection.sendmsg([GREETING, key], rights((read,)), socket.MSG_DONTWAIT)
+        except OSError as error:
+            log.info("command channel: the kernel does not pass descriptors (%s); calls stay on gRPC", error)
+            connection.close()
+            return None
     finally:
         os.close(read)
         os.close(write)
     connection.setblocking(False)
+    return connection, key
 
 
 def event_datagrams(event: bytes) -> Iterator[bytes]:

@@ -35,10 +35,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from protolink.errors import SandboxAuthenticationError
+from protolink.net.accepting import Acceptor
 from protolink.net.descriptors import rights
 from protolink.wire._pb import errors_pb2
 from protolink.wire.pipe_passing import (
-    AT_LIMIT,
     AUTHORIZATION,
     DATAGRAM_BYTES,
     EVENT,
@@ -46,12 +46,11 @@ from protolink.wire.pipe_passing import (
     HANDOFF,
     HANDOFF_KIND,
     HOST_SILENT_SECONDS,
-    KEY_BYTES,
     PING,
     PONG,
     SOCKET_NAME,
+    accept_greeted,
     event_datagrams,
-    greet,
 )
 from protolink.wire.status import to_status
 
@@ -98,8 +97,8 @@ class PipeListener:
         self._path = os.path.join(directory, SOCKET_NAME)
         self._max_connections = max_connections
         self._channels: dict[bytes, _Channel] = {}
-        self._loop = asyncio.get_running_loop()
         self._calls: Calls | None = None
+        self._acceptor: Acceptor | None = None
         self._token_allows: Callable[[bytes], bool] = lambda _: True
         self._listener = unix_listener(self._path, command_uid, max_connections)
 
@@ -118,7 +117,7 @@ class PipeListener:
         self._calls = calls
         if token_allows is not None:
             self._token_allows = token_allows
-        self._loop.add_reader(self._listener.fileno(), self._accept)
+        self._acceptor = Acceptor(self._listener, self._accept, "pipes")
 
     def hand_off(self, key: bytes, request_id: int, stdout: int, stderr: int) -> bool:
         """Send the read ends ``stdout`` and ``stderr`` of request ``request_id`` on the
@@ -129,8 +128,8 @@ class PipeListener:
 
     async def aclose(self) -> None:
         """Stop listening; end every connection's call (its processes killed and reaped)."""
-        if self._calls is not None:
-            self._loop.remove_reader(self._listener.fileno())
+        if self._acceptor is not None:
+            self._acceptor.close()
         self._listener.close()
         channels = list(self._channels.values())
         for channel in channels:
@@ -138,25 +137,11 @@ class PipeListener:
         await asyncio.gather(*(channel.ended for channel in channels), return_exceptions=True)
 
     def _accept(self) -> None:
-        try:
-            connection, _ = self._listener.accept()
-        except (BlockingIOError, ConnectionAbortedError):
+        assert self._calls is not None
+        greeted = accept_greeted(self._listener, at_limit=len(self._channels) >= self._max_connections)
+        if greeted is None:
             return
-        if len(self._channels) >= self._max_connections:
-            with contextlib.suppress(OSError):
-                connection.sendmsg([AT_LIMIT], [], socket.MSG_DONTWAIT)
-            connection.close()
-            return
-        key = os.urandom(KEY_BYTES)  # secrets would load random and base64 at start
-        if self._calls is None:
-            connection.close()
-            return
-        try:
-            greet(connection, key)
-        except OSError as error:
-            log.info("pipes: the kernel does not pass descriptors to the host (%s); Execute stays on gRPC", error)
-            connection.close()
-            return
+        connection, key = greeted
         channel = _Channel(connection, self._calls, self._authorized)
         self._channels[key] = channel
         channel.ended.add_done_callback(lambda _: self._channels.pop(key, None))

@@ -20,12 +20,14 @@ at once. The host never listens: the container cannot reach anything the host ma
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
 from pathlib import Path
 from typing import Literal, Protocol
 
+from protolink.net.accepting import Acceptor
 from protolink.net.descriptors import receive_next
 from protolink.net.tasks import owning_task
 from protolink.wire.egress import HANDOVER
@@ -111,7 +113,7 @@ class RelayDialer:
         """One standby slot: wait for a handover on ``standby`` and serve what it brings; dial the
         next when the relay took the connection itself, or closed it; forever."""
         pause = RETRY_SECONDS[0]
-        listeners: list[socket.socket] = []  # handed over on this standby connection, accepted from while it lasts
+        listeners: dict[socket.socket, Acceptor] = {}  # handed over on this standby connection, accepted from while it lasts
         try:
             while True:
                 if standby is None:
@@ -140,8 +142,7 @@ class RelayDialer:
                     if kind == "connection":
                         self._serve(sock)
                     elif kind == "listener":
-                        listeners.append(sock)
-                        asyncio.get_running_loop().add_reader(sock.fileno(), self._accept_all, sock)
+                        listeners[sock] = Acceptor(sock, functools.partial(self._accept, sock), "the egress proxy")
                     else:
                         log.warning("the egress relay handed over a descriptor that is not a TCP socket; closed")
                         sock.close()
@@ -150,36 +151,21 @@ class RelayDialer:
             if standby is not None:
                 standby.close()
 
-    def _stop_accepting(self, listeners: list[socket.socket]) -> list[socket.socket]:
+    def _stop_accepting(self, listeners: dict[socket.socket, Acceptor]) -> list[socket.socket]:
         """Stop accepting from ``listeners`` (emptied); what they were, to close."""
-        loop = asyncio.get_running_loop()
-        for listener in listeners:
-            loop.remove_reader(listener.fileno())
-        stopped = listeners[:]
+        for acceptor in listeners.values():
+            acceptor.close()
+        stopped = list(listeners)
         listeners.clear()
         return stopped
 
-    def _accept_all(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                sock, _ = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:  # out of descriptors: leave the rest in the backlog for a moment
-                log.warning("the egress proxy cannot accept a command's connection: %s", error)
-                loop = asyncio.get_running_loop()
-                loop.remove_reader(listener.fileno())
-                loop.call_later(RETRY_SECONDS[1], self._resume_accepting, listener)
-                return
-            if len(self._handling) >= MAX_HANDLING:
-                sock.close()
-                continue
-            sock.setblocking(False)
-            self._serve(sock)
-
-    def _resume_accepting(self, listener: socket.socket) -> None:
-        if listener.fileno() >= 0 and not self._closed:
-            asyncio.get_running_loop().add_reader(listener.fileno(), self._accept_all, listener)
+    def _accept(self, listener: socket.socket) -> None:
+        sock, _ = listener.accept()
+        if len(self._handling) >= MAX_HANDLING:
+            sock.close()
+            return
+        sock.setblocking(False)
+        self._serve(sock)
 
     def _serve(self, sock: socket.socket) -> None:
         task = owning_task(self._handle(sock), sock.close)

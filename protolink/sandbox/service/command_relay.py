@@ -38,22 +38,21 @@ from google.protobuf.message import DecodeError
 
 from protolink.errors import SandboxProtocolError
 from protolink.execution.output_pipes import PIPE_BYTES, READ_CHUNK_BYTES, READ_INTERVAL_SECONDS
+from protolink.net.accepting import Acceptor
 from protolink.net.descriptors import receive_next, rights
 from protolink.net.splice import pipe_to_pipe
 from protolink.wire._pb import process_pb2
 from protolink.wire.pipe_passing import (
-    AT_LIMIT,
     DATAGRAM_BYTES,
     EVENT,
     FAILURE,
     HANDOFF,
     HANDOFF_KIND,
     HOST_SILENT_SECONDS,
-    KEY_BYTES,
     PING,
     PONG,
+    accept_greeted,
     event_datagrams,
-    greet,
     read_first_datagram,
 )
 from protolink.wire.status import to_status
@@ -68,8 +67,6 @@ log = logging.getLogger(__name__)
 
 #: The most connections served at once (each holds a connection to its sandbox too).
 MAX_CONNECTIONS = 256
-#: How long accepting pauses when the service is out of descriptors.
-ACCEPT_PAUSE_SECONDS = 0.1
 #: How long a new connection may take to send its first datagram.
 FIRST_DATAGRAM_SECONDS = 5.0
 
@@ -89,6 +86,7 @@ class CommandRelay:
         self._connections: set[asyncio.Task[None]] = set()
         self._splices: set[asyncio.Task[None]] = set()
         self._listener: socket.socket | None = None
+        self._acceptor: Acceptor | None = None
 
     def start(self) -> None:
         """Listen (the socket born 0600, replacing one a crashed service left)."""
@@ -105,20 +103,13 @@ class CommandRelay:
             os.umask(old)
         listener.listen(self._max_connections)
         self._listener = listener
-        asyncio.get_running_loop().add_reader(listener.fileno(), self._accept)
-
-    def _pause_accepting(self) -> None:
-        loop = asyncio.get_running_loop()
-        listener = self._listener
-        assert listener is not None
-        loop.remove_reader(listener.fileno())
-        loop.call_later(ACCEPT_PAUSE_SECONDS,
-                        lambda: self._listener is listener and loop.add_reader(listener.fileno(), self._accept))
+        self._acceptor = Acceptor(listener, self._accept, "the command channel")
 
     async def aclose(self) -> None:
         """Stop listening; end every call (the sandboxes kill their commands) and every pipe."""
         if self._listener is not None:
-            asyncio.get_running_loop().remove_reader(self._listener.fileno())
+            assert self._acceptor is not None
+            self._acceptor.close()
             self._listener.close()
             self._listener = None
             with contextlib.suppress(FileNotFoundError):
@@ -130,25 +121,10 @@ class CommandRelay:
 
     def _accept(self) -> None:
         assert self._listener is not None
-        try:
-            connection, _ = self._listener.accept()
-        except (BlockingIOError, ConnectionAbortedError):
+        greeted = accept_greeted(self._listener, at_limit=len(self._connections) >= self._max_connections)
+        if greeted is None:
             return
-        except OSError as error:  # out of descriptors: the connection waits in the queue a moment
-            log.warning("the command channel cannot accept a connection now: %s", error)
-            self._pause_accepting()
-            return
-        if len(self._connections) >= self._max_connections:
-            with contextlib.suppress(OSError):
-                connection.sendmsg([AT_LIMIT], [], socket.MSG_DONTWAIT)
-            connection.close()
-            return
-        key = os.urandom(KEY_BYTES)
-        try:
-            greet(connection, key)
-        except OSError:
-            connection.close()
-            return
+        connection, key = greeted
         task = asyncio.ensure_future(_Connection(connection, key, self._splices).serve(self._resolve, self._events))
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)

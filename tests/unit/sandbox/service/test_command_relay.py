@@ -6,6 +6,7 @@ is born 0600 and is gone after close."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import resource
 import socket
@@ -73,9 +74,13 @@ async def test_at_its_limit_the_relay_sends_the_call_to_grpc(relay):
         assert calls() == "grpc" and fallback.calls == 1
 
 
-async def test_out_of_descriptors_it_waits_and_then_serves(relay, caplog):
+@pytest.mark.parametrize("free", [0, 1, 2])
+async def test_out_of_descriptors_it_waits_and_then_serves(relay, caplog, free):
+    """With fewer descriptors free than a connection and its greeting's pipe need, the connection
+    waits in the backlog (not taken and dropped) and is served once they are free."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     spare = []
+    gc.disable()  # the collector would free descriptors of earlier tests' garbage meanwhile
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 16, hard))
         call = calls_to(relay, Fallback())()  # its socket is made now
@@ -84,11 +89,14 @@ async def test_out_of_descriptors_it_waits_and_then_serves(relay, caplog):
                 spare.append(os.open("/dev/null", os.O_RDONLY))
             except OSError:
                 break
-        await asyncio.sleep(0.5)  # the relay cannot accept the connection meanwhile
+        for _ in range(free):
+            os.close(spare.pop())
+        await asyncio.sleep(0.5)  # the relay cannot serve the connection meanwhile
     finally:
         for fd in spare:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        gc.enable()
     await call.write(REQUEST)
     with pytest.raises(SandboxAuthenticationError):
         await asyncio.wait_for(anext(call), GUARD_SECONDS)
