@@ -4,9 +4,10 @@ sockets and a command's output pipes, passed on to the host."""
 from __future__ import annotations
 
 import array
-import asyncio
 import socket
 from collections.abc import Sequence
+
+from .readiness import ready
 
 _INT = array.array("i")
 
@@ -31,15 +32,19 @@ def receive(sock: socket.socket, size: int, max_fds: int) -> tuple[bytes, list[i
 
 async def receive_next(sock: socket.socket, size: int, max_fds: int) -> tuple[bytes, list[int], int]:
     """:func:`receive`, once a message waits (or the socket has closed: ``b""``)."""
-    loop = asyncio.get_running_loop()
     while True:
         try:
             return receive(sock, size, max_fds)
         except BlockingIOError:
-            pass
-        readable = loop.create_future()
-        loop.add_reader(sock.fileno(), lambda: readable.done() or readable.set_result(None))
+            await ready(read=(sock.fileno(),))
+
+
+async def send_next(sock: socket.socket, parts: Sequence[bytes], fds: Sequence[int] = ()) -> None:
+    """Send one message of ``parts``, ``fds`` attached, on the non-blocking ``sock``, waiting
+    while its peer's side is full (back-pressure). OSError once the peer has gone."""
+    while True:
         try:
-            await readable
-        finally:
-            loop.remove_reader(sock.fileno())
+            sock.sendmsg(parts, rights(fds), socket.MSG_DONTWAIT)
+            return
+        except BlockingIOError:
+            await ready(write=(sock.fileno(),))

@@ -17,6 +17,8 @@ import os
 import select
 from collections.abc import Callable
 
+from .readiness import ready
+
 #: Whether this system has splice(2) at all.
 AVAILABLE = hasattr(os, "splice") and hasattr(fcntl, "F_SETPIPE_SZ")
 #: errno values by which a kernel refuses to splice between these descriptors.
@@ -186,7 +188,6 @@ async def pipe_to_pipe(source: int, sink: int, *, pipe_bytes: int, worth_bytes: 
     Paced as :mod:`protolink.execution.output_pipes` reads: the source is emptied each time it
     is readable, and when that found less than ``worth_bytes`` (a writer of small pieces, each
     waking this side) the next look waits ``pause_seconds``, so that it finds them together."""
-    loop = asyncio.get_running_loop()
     for end in (source, sink):
         os.set_blocking(end, False)
         with contextlib.suppress(OSError):  # beyond the user's pipe limits the default size stays
@@ -209,26 +210,13 @@ async def pipe_to_pipe(source: int, sink: int, *, pipe_bytes: int, worth_bytes: 
             found += moved
         if 0 < found < worth_bytes:
             await asyncio.sleep(pause_seconds)
-        ready = dict(ends.poll(0))
-        if ready.get(sink, 0) & select.POLLERR:
+        polled = dict(ends.poll(0))
+        if polled.get(sink, 0) & select.POLLERR:
             return  # an empty source is not spliced far enough to find this out
-        await _pipes_ready(loop, source, sink, sink_full=source in ready)
-
-
-async def _pipes_ready(loop: asyncio.AbstractEventLoop, source: int, sink: int, *, sink_full: bool) -> None:
-    """Wait for the sink to have room when it is full, else for the source to hold something (or
-    reach its end); either way also for the sink's reader to close it (a pipe's write end is
-    never readable: epoll reports that as an error, which the loop gives its reader)."""
-    waits = [(loop.add_reader, loop.remove_reader, sink)]
-    if sink_full:
-        waits.append((loop.add_writer, loop.remove_writer, sink))
-    else:
-        waits.append((loop.add_reader, loop.remove_reader, source))
-    ready = loop.create_future()
-    for watch, _, fd in waits:
-        watch(fd, lambda: ready.done() or ready.set_result(None))
-    try:
-        await ready
-    finally:
-        for _, unwatch, fd in waits:
-            unwatch(fd)
+        # Room in a full sink, else something in the source; either way the sink's reader
+        # closing it (a pipe's write end is never readable: epoll reports that as an error,
+        # which the loop gives its reader).
+        if source in polled:
+            await ready(read=(sink,), write=(sink,))
+        else:
+            await ready(read=(sink, source))

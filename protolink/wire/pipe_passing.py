@@ -127,6 +127,16 @@ def accept_greeted(listener: socket.socket, *, at_limit: bool) -> tuple[socket.s
     return connection, key
 
 
+def close_connection(connection: socket.socket) -> None:
+    """Close ``connection`` after reading (and dropping) what its peer sent that was not read:
+    closed with datagrams unread, the peer's next read would fail (ECONNRESET) before the
+    :data:`FAILURE` sent ahead of them."""
+    with contextlib.suppress(OSError):
+        while connection.recv(DATAGRAM_BYTES, socket.MSG_DONTWAIT):
+            pass
+    connection.close()
+
+
 def event_datagrams(event: bytes) -> Iterator[bytes]:
     """``event`` as the payloads of :data:`EVENT` datagrams of at most DATAGRAM_BYTES: an output
     event larger than that as several output events of its bytes in order (any other event is

@@ -37,15 +37,17 @@ What the host accepts, its dialer bounds.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import errno
+import functools
 import logging
 import socket
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from protolink.net.accepting import Acceptor
+from protolink.net.descriptors import rights
 from protolink.net.tunnel import Tunnel
 from protolink.wire.egress import HANDOVER
 
@@ -102,6 +104,7 @@ class EgressRelay:
         self._command_uid = command_uid
         self._limits = limits
         self._listeners: list[socket.socket] = []  # the Unix socket's, then the loopback ones
+        self._acceptors: dict[socket.socket, Acceptor] = {}  # the listeners accepted from now
         self._holder: socket.socket | None = None  # the standby connection whose host holds the loopback listeners
         self._idle: deque[socket.socket] = deque()
         self._busy: set[socket.socket] = set()  # its host's queue is full: used again once it has room
@@ -134,14 +137,13 @@ class EgressRelay:
 
     async def start(self) -> None:
         """Create the Unix socket (as its directory's owner) and the loopback listeners."""
-        loop = asyncio.get_running_loop()
         try:
-            self._listen(loop, self._unix_socket(), self._standby_arrived)
+            self._listen(self._unix_socket(), self._standby_arrived)
             for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
                 sock = _loopback_socket(family, address, self._port)
                 if sock is not None:
                     self._port = sock.getsockname()[1]
-                    self._listen(loop, sock, self._command_arrived)
+                    self._listen(sock, self._command_arrived)
         except BaseException:
             await self.aclose()
             raise
@@ -151,8 +153,10 @@ class EgressRelay:
         """Stop listening and close every standby connection, waiting command and piped tunnel."""
         self._closed = True
         loop = asyncio.get_running_loop()
+        for acceptor in self._acceptors.values():
+            acceptor.close()
+        self._acceptors.clear()
         for listener in self._listeners:
-            loop.remove_reader(listener.fileno())
             listener.close()
         self._listeners = []
         if self._holder is not None:
@@ -172,11 +176,14 @@ class EgressRelay:
         if tunnels:
             await asyncio.wait(tunnels)
 
-    def _listen(self, loop: asyncio.AbstractEventLoop, listener: socket.socket,
-                arrived: Callable[[socket.socket], None]) -> None:
+    def _listen(self, listener: socket.socket, arrived: Callable[[socket.socket], None]) -> None:
         listener.setblocking(False)
         self._listeners.append(listener)
-        loop.add_reader(listener.fileno(), _accept_all, listener, arrived)
+        self._accept(listener, arrived)
+
+    def _accept(self, listener: socket.socket, arrived: Callable[[socket.socket], None]) -> None:
+        """Accept each connection waiting on ``listener`` from now on, to ``arrived``."""
+        self._acceptors[listener] = Acceptor(listener, functools.partial(_accept_one, listener, arrived), "egress relay")
 
     def _unix_socket(self) -> socket.socket:
         """The listening Unix socket, bound by the owner of its directory (:mod:`.owned_socket`)."""
@@ -234,7 +241,7 @@ class EgressRelay:
                 return
             self._holder = standby
             for listener in self._listeners[1:]:
-                loop.remove_reader(listener.fileno())
+                self._acceptors.pop(listener).close()
             loop.add_reader(standby.fileno(), self._holder_gone)
 
     def _holder_gone(self) -> None:
@@ -245,7 +252,7 @@ class EgressRelay:
         self._holder.close()
         self._holder = None
         for listener in self._listeners[1:]:
-            loop.add_reader(listener.fileno(), _accept_all, listener, self._command_arrived)
+            self._accept(listener, self._command_arrived)
         self._hand_listeners()
 
     def _take(self) -> socket.socket | None:
@@ -261,9 +268,8 @@ class EgressRelay:
         """Send HANDOVER with ``socks`` attached over ``standby``: True once sent; None when
         ``standby`` is gone (closed) or full (busy until its host has read); False when the kernel
         refuses to pass sockets, and from then on the relay pipes."""
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [sock.fileno() for sock in socks]))]
         try:
-            standby.sendmsg([HANDOVER], rights, socket.MSG_DONTWAIT)
+            standby.sendmsg([HANDOVER], rights([sock.fileno() for sock in socks]), socket.MSG_DONTWAIT)
         except BlockingIOError:
             self._busy.add(standby)
             asyncio.get_running_loop().add_writer(standby.fileno(), self._has_room, standby)
@@ -331,18 +337,11 @@ def _alive(standby: socket.socket) -> bool:
     return False  # its end, or bytes no host writes there
 
 
-def _accept_all(listener: socket.socket, arrived: Callable[[socket.socket], None]) -> None:
-    """Accept every connection waiting on ``listener`` (non-blocking), each to ``arrived``."""
-    while True:
-        try:
-            sock, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as error:  # out of descriptors, or the connection aborted before accept
-            log.warning("egress relay: accept failed: %s", error)
-            return
-        sock.setblocking(False)
-        arrived(sock)
+def _accept_one(listener: socket.socket, arrived: Callable[[socket.socket], None]) -> None:
+    """Accept one connection waiting on ``listener`` (BlockingIOError when none waits), to ``arrived``."""
+    sock, _ = listener.accept()
+    sock.setblocking(False)
+    arrived(sock)
 
 
 def _loopback_socket(family: socket.AddressFamily, address: str, port: int) -> socket.socket | None:

@@ -36,7 +36,7 @@ from typing import Protocol
 
 from protolink.errors import SandboxAuthenticationError
 from protolink.net.accepting import Acceptor
-from protolink.net.descriptors import rights
+from protolink.net.descriptors import rights, send_next
 from protolink.wire._pb import errors_pb2
 from protolink.wire.pipe_passing import (
     AUTHORIZATION,
@@ -50,6 +50,7 @@ from protolink.wire.pipe_passing import (
     PONG,
     SOCKET_NAME,
     accept_greeted,
+    close_connection,
     event_datagrams,
 )
 from protolink.wire.status import to_status
@@ -255,7 +256,7 @@ class _Channel:
             async with contextlib.aclosing(self._call.events()) as events:
                 async for event in events:
                     for piece in event_datagrams(event):
-                        await self._send([EVENT, piece])
+                        await send_next(self._sock, [EVENT, piece])
                     if self._paused and self._call.waiting < MAX_WAITING:
                         self._paused = False
                         self._resume()
@@ -270,28 +271,8 @@ class _Channel:
         finally:
             await self._call.aclose()  # also when canceled before the call's events were iterated
 
-    async def _send(self, parts: list[bytes]) -> None:
-        """Send one datagram, waiting while the host's side is full (back-pressure)."""
-        while True:
-            try:
-                self._sock.sendmsg(parts, [], socket.MSG_DONTWAIT)
-                return
-            except BlockingIOError:
-                pass
-            writable = self._loop.create_future()
-            self._loop.add_writer(self._sock.fileno(), lambda: writable.done() or writable.set_result(None))
-            try:
-                await writable
-            finally:
-                self._loop.remove_writer(self._sock.fileno())
-
     def _closed(self, _: asyncio.Future[None]) -> None:
         self._silence.cancel()
         self._loop.remove_reader(self._sock.fileno())
-        # Closed with requests unread, the host's next read would fail (ECONNRESET) before the
-        # failure datagram sent ahead of them: they are read (and dropped) first.
-        with contextlib.suppress(OSError):
-            while self._sock.recv(DATAGRAM_BYTES, socket.MSG_DONTWAIT):
-                pass
-        self._sock.close()
+        close_connection(self._sock)
         self.ended.set_result(None)

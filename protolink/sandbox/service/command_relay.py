@@ -39,7 +39,7 @@ from google.protobuf.message import DecodeError
 from protolink.errors import SandboxProtocolError
 from protolink.execution.output_pipes import PIPE_BYTES, READ_CHUNK_BYTES, READ_INTERVAL_SECONDS
 from protolink.net.accepting import Acceptor
-from protolink.net.descriptors import receive_next, rights
+from protolink.net.descriptors import receive_next, send_next
 from protolink.net.splice import pipe_to_pipe
 from protolink.wire._pb import process_pb2
 from protolink.wire.pipe_passing import (
@@ -52,6 +52,7 @@ from protolink.wire.pipe_passing import (
     PING,
     PONG,
     accept_greeted,
+    close_connection,
     event_datagrams,
     read_first_datagram,
 )
@@ -191,7 +192,7 @@ class _Connection:
                 return
             await self._relay(target, Commands(events, tenant, target.id))
         finally:
-            self._close()
+            close_connection(self._sock)
 
     async def _relay(self, target: Target, watch: Commands) -> None:
         try:
@@ -286,34 +287,15 @@ class _Connection:
     async def _send(self, parts: list[bytes], fds: tuple[int, ...] = ()) -> None:
         """Send one datagram, waiting while the client's side is full (back-pressure);
         :class:`_ClientGone` once it has closed the connection."""
-        while True:
-            try:
-                self._sock.sendmsg(parts, rights(fds), socket.MSG_DONTWAIT)
-                return
-            except BlockingIOError:
-                pass
-            except OSError as error:
-                raise _ClientGone() from error
-            writable = self._loop.create_future()
-            self._loop.add_writer(self._sock.fileno(), lambda: writable.done() or writable.set_result(None))
-            try:
-                await writable
-            finally:
-                self._loop.remove_writer(self._sock.fileno())
+        try:
+            await send_next(self._sock, parts, fds)
+        except OSError as error:
+            raise _ClientGone() from error
 
     def _fail(self, error: BaseException) -> None:
         """Tell the client what ended its call, if it still listens."""
         with contextlib.suppress(OSError):
             self._sock.sendmsg([FAILURE, to_status(error)[1].SerializeToString()], [], socket.MSG_DONTWAIT)
-
-    def _close(self) -> None:
-        # Closed with requests unread, the client's next read would fail (ECONNRESET) before the
-        # failure sent ahead of them: they are read (and dropped) first.
-        with contextlib.suppress(OSError):
-            while self._sock.recv(DATAGRAM_BYTES, socket.MSG_DONTWAIT):
-                pass
-        self._sock.close()
-
 
 async def _upstream(target: Target) -> Any:
     """An Execute call to ``target``: on its command channel where it offers one (the one a
