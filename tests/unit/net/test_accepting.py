@@ -1,0 +1,69 @@
+"""Accepting from the event loop: a failed accept (out of descriptors) pauses instead of
+spinning on a listener that stays readable, then accepts again; closing during a pause stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+
+from protolink.net.accepting import PAUSE_SECONDS, Acceptor
+
+GUARD_SECONDS = 30.0
+
+
+class OutOfDescriptors:
+    """An accept that fails as a process without descriptors does, ``failures`` times, then takes
+    the connections."""
+
+    def __init__(self, listener: socket.socket, failures: int) -> None:
+        self.listener = listener
+        self.failures = failures
+        self.tries = 0
+        self.taken: list[socket.socket] = []
+
+    def __call__(self) -> None:
+        self.tries += 1
+        if self.failures:
+            self.failures -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        connection, _ = self.listener.accept()
+        self.taken.append(connection)
+
+
+def listening() -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("")  # an abstract address of the kernel's choosing
+    listener.listen(8)
+    listener.setblocking(False)
+    return listener
+
+
+async def test_a_failed_accept_pauses_then_serves():
+    with listening() as listener, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        accept = OutOfDescriptors(listener, failures=3)
+        acceptor = Acceptor(listener, accept, "the test listener")
+        client.connect(listener.getsockname())
+        await asyncio.sleep(PAUSE_SECONDS * 2.5)
+        assert accept.tries <= 3  # one try a pause, not a loop on a readable listener
+        await asyncio.wait_for(until(lambda: accept.taken), GUARD_SECONDS)
+        assert accept.failures == 0 and len(accept.taken) == 1
+        acceptor.close()
+        for connection in accept.taken:
+            connection.close()
+
+
+async def test_closed_during_a_pause_it_accepts_no_more():
+    with listening() as listener, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        accept = OutOfDescriptors(listener, failures=1)
+        acceptor = Acceptor(listener, accept, "the test listener")
+        client.connect(listener.getsockname())
+        await asyncio.wait_for(until(lambda: accept.tries), GUARD_SECONDS)
+        acceptor.close()
+        await asyncio.sleep(PAUSE_SECONDS * 3)
+        assert accept.tries == 1 and not accept.taken
+
+
+async def until(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
