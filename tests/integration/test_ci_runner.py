@@ -13,6 +13,7 @@ import pytest
 
 from protolink.sandbox.ci import CiJob, run_job
 from protolink.sandbox.ci.report import EXIT_REPOSITORY, EXIT_RUNNER_ERROR, EXIT_SETUP_FAILED
+from protolink.sandbox.ci.runner import UNTRUSTED
 from protolink.sandbox.service.tls import ensure_certificate
 
 pytestmark = pytest.mark.docker
@@ -168,4 +169,33 @@ async def test_npm_trusts_the_jobs_certificate_authority_during_setup(tmp_path, 
     exit_codes = [command.exit_code == 0 for phase in report.phases for command in phase.commands]
     assert exit_codes == ([True, False] if trusted else [False]), report.phases[-1].commands[0].output_tail
     assert report.outcome == ("failed" if trusted else "setup_failed")
+    assert ("--ca-file" in (report.error or "")) == (not trusted)  # the hint, when the CA was missing
+    assert _left(jobs) == []
+
+
+#: Serves HTTPS on the loopback with the certificate in the repository and fetches from it with
+#: Python's urllib (as pip would), trusting only the system's authorities.
+PYTHON_FETCH = """
+import http.server, ssl, threading, urllib.request
+server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain("cert.pem", "key.pem")
+server.socket = context.wrap_socket(server.socket, server_side=True)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+urllib.request.urlopen(f"https://127.0.0.1:{server.server_port}/", timeout=10)
+"""
+
+
+async def test_a_setup_refused_by_an_untrusted_certificate_hints_at_the_ca_file(tmp_path, jobs, sandbox_image):
+    """Behind a proxy that intercepts TLS, pip fails with CERTIFICATE_VERIFY_FAILED: the job's
+    error says to give the proxy's authority with --ca-file."""
+    certificate = ensure_certificate(tmp_path / "tls")
+    repo = _repo(tmp_path, PYTHON_FETCH)
+    shutil.copyfile(certificate.certificate_path, repo / "cert.pem")
+    shutil.copyfile(certificate.key_path, repo / "key.pem")
+    job = CiJob(repo=str(repo), image=sandbox_image, setup=["python3 check.py"], test=["true"])
+    report = await run_job(job, artifacts_dir=tmp_path / "out")
+    assert (report.outcome, report.exit_code) == ("setup_failed", EXIT_SETUP_FAILED)
+    assert "CERTIFICATE_VERIFY_FAILED" in report.phases[0].commands[0].output_tail
+    assert report.error == f"setup command 'python3 check.py' exited 1: {UNTRUSTED}"
     assert _left(jobs) == []

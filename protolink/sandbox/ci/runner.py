@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import re
 import shlex
 import time
 from collections import deque
@@ -39,6 +40,7 @@ from ..docker import DockerSandbox, engine_cpus
 from ..egress.events import EgressEvent
 from ..egress.policy import DENY_ALL
 from ..provision import ensure_image
+from ..typed import typed_argv
 from ..usage import PidsPeak, memory_peak
 from .collect import collect_artifacts, collect_junit, junit_totals
 from .job import CiJob
@@ -201,7 +203,7 @@ class CiRunner:
                 return False
             if record.exit_code != 0:
                 code = _exit_status(record.exit_code)
-                why = self._over_disk_budget() or _hint(code)
+                why = self._over_disk_budget() or _hint(code) or self._untrusted_certificate(record)
                 self.report.end("setup_failed", EXIT_SETUP_FAILED,
                                 f"setup command {command!r} exited {code}" + (f": {why}" if why else ""))
                 return False
@@ -212,7 +214,7 @@ class CiRunner:
         test = self.job.test
         self._test_started_at = time.time()
         phase = self._new_phase("test", "none")
-        argv = list(test) if test[0].startswith("/") else ["/usr/bin/env", "--", *test]
+        argv = typed_argv(test)
         record = await self._command(backend, phase, argv, shlex.join(test), env)
         if record.timed_out:
             self._end_timed_out()
@@ -220,6 +222,13 @@ class CiRunner:
             code = _exit_status(record.exit_code)
             why = (self._over_disk_budget() or _hint(code)) if code else None
             self.report.end("passed" if code == 0 else "failed", code, why)
+
+    def _untrusted_certificate(self, record: CommandRecord) -> str | None:
+        """Why a setup command may have failed when its output says a TLS certificate was not
+        trusted and the job gave no certificate authority (an intercepting proxy's)."""
+        if self.job.ca_file is not None or not UNTRUSTED_CERTIFICATE.search(record.output_tail):
+            return None
+        return UNTRUSTED
 
     def _over_disk_budget(self) -> str | None:
         """Why the commands were stopped when the workspace grew past the disk budget, else None."""
@@ -332,6 +341,16 @@ class CiRunner:
 #: Why a command may exit 126 here when it would not on the host.
 NOT_EXECUTABLE = ("126 is a shell's 'found but could not be run': in the sandbox /tmp and /dev/shm are mounted "
                   "noexec, so keep programs (a venv, a downloaded tool) in the repository")
+
+
+#: What pip, curl and git, npm, Go and Rust tools print when a server's certificate is not trusted.
+UNTRUSTED_CERTIFICATE = re.compile(
+    r"CERTIFICATE_VERIFY_FAILED|SSL certificate problem|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT"
+    r"|UNABLE_TO_GET_ISSUER_CERT|UNABLE_TO_VERIFY_LEAF_SIGNATURE|certificate signed by unknown authority"
+    r"|invalid peer certificate")
+#: Why a setup command whose output says so may have failed.
+UNTRUSTED = ("a server's TLS certificate was not trusted: behind a proxy that intercepts TLS, give its "
+             "certificate authority with --ca-file PEM (CiJob(ca_file=...))")
 
 
 def _hint(code: int) -> str | None:
