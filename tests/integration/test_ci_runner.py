@@ -86,6 +86,15 @@ async def test_the_test_commands_exit_status_is_the_jobs(tmp_path, jobs, sandbox
     assert _left(jobs) == []
 
 
+async def test_a_job_that_names_no_junit_files_reports_no_test_counts(tmp_path, jobs, sandbox_image):
+    repo = _repo(tmp_path, "import pathlib; pathlib.Path('out').mkdir(); pathlib.Path('out/log.txt').write_text('x')")
+    job = CiJob(repo=str(repo), image=sandbox_image, test=["python3", "check.py"], artifacts=["out/**"])
+    report = await run_job(job, artifacts_dir=tmp_path / "out")
+    assert report.outcome == "passed" and report.junit == {}  # not "0 passed": nothing was counted
+    assert [item["path"] for item in report.artifacts["files"]] == ["out/log.txt"]
+    assert _left(jobs) == []
+
+
 async def test_a_failing_setup_command_ends_the_job_before_the_tests(tmp_path, jobs, sandbox_image):
     job = CiJob(repo=str(_repo(tmp_path, "")), image=sandbox_image, setup=["echo trying; exit 3", "echo never"],
                 test=["python3", "check.py"])

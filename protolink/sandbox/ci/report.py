@@ -5,12 +5,12 @@ credentials, commit, what was copied and left out); ``image``, ``container``, ``
 ``started_at``, ``finished_at`` (ISO 8601, UTC) and ``duration_seconds``; ``phases`` (``setup``
 and ``test``: network, commands with argv, exit code, timed out, duration, output bytes, whether
 truncated and the output's tail); ``egress`` (the allow-list and every decision); ``resources``
-(peak memory and tasks, disk used); ``junit`` (files with their counts, refusals, totals);
-``artifacts``; ``env`` (the names passed in, never their values); ``timings`` (seconds spent in
-each step of the runner: ``image``, ``workspace``, ``sandbox_start``, ``sandbox_stop``,
-``collect``, ``cleanup``; the commands' own are in ``phases``); ``error`` (what stopped the
-runner itself, the timeout, or the disk budget when the sandbox stopped the commands for it;
-else null).
+(peak memory and tasks, disk used); ``junit`` (files with their counts, refusals, totals) and
+``artifacts``, each empty when the job names none; ``env`` (the names passed in, never their
+values); ``timings`` (seconds spent in each step of the runner: ``image``, ``workspace``,
+``sandbox_start``, ``sandbox_stop``, ``collect``, ``cleanup``; the commands' own are in
+``phases``); ``error`` (what stopped the runner itself, the timeout, or the disk budget when the
+sandbox stopped the commands for it; else null).
 """
 
 from __future__ import annotations

@@ -331,11 +331,13 @@ class CiRunner:
         job = self.job
         if not workspace.repo.is_dir() or not (job.junit or job.artifacts):
             return
-        junit = await asyncio.to_thread(collect_junit, workspace.repo, job.junit, self.artifacts_dir, job.limits)
-        self.report.junit = {**junit.to_dict(), "totals": junit_totals(junit)}
-        out = self.artifacts_dir / "artifacts"
-        artifacts = await asyncio.to_thread(collect_artifacts, workspace.repo, job.artifacts, out, job.limits)
-        self.report.artifacts = {"directory": str(out), **artifacts.to_dict()}
+        if job.junit:
+            junit = await asyncio.to_thread(collect_junit, workspace.repo, job.junit, self.artifacts_dir, job.limits)
+            self.report.junit = {**junit.to_dict(), "totals": junit_totals(junit)}
+        if job.artifacts:
+            out = self.artifacts_dir / "artifacts"
+            artifacts = await asyncio.to_thread(collect_artifacts, workspace.repo, job.artifacts, out, job.limits)
+            self.report.artifacts = {"directory": str(out), **artifacts.to_dict()}
 
 
 #: Why a command may exit 126 here when it would not on the host.
