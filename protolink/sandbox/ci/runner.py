@@ -345,11 +345,12 @@ NOT_EXECUTABLE = ("126 is a shell's 'found but could not be run': in the sandbox
                   "noexec, so keep programs (a venv, a downloaded tool) in the repository")
 
 
-#: What pip, curl and git, npm, Go and Rust tools print when a server's certificate is not trusted.
+#: What tools print when a server's certificate is not trusted: OpenSSL's users (pip, Ruby),
+#: curl and git, npm, Go, Rust (rustls), Java.
 UNTRUSTED_CERTIFICATE = re.compile(
-    r"CERTIFICATE_VERIFY_FAILED|SSL certificate problem|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT"
+    r"certificate verify failed|SSL certificate problem|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT"
     r"|UNABLE_TO_GET_ISSUER_CERT|UNABLE_TO_VERIFY_LEAF_SIGNATURE|certificate signed by unknown authority"
-    r"|invalid peer certificate")
+    r"|invalid peer certificate|PKIX path building failed", re.IGNORECASE)
 #: Why a setup command whose output says so may have failed.
 UNTRUSTED = ("a server's TLS certificate was not trusted: behind a proxy that intercepts TLS, give its "
              "certificate authority with --ca-file PEM (CiJob(ca_file=...))")
