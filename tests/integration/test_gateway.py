@@ -4,6 +4,7 @@ only, the product's containers only, the typed loss for a container that stopped
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -70,7 +71,9 @@ async def gateway(docker_client, tmp_path: Path) -> AsyncIterator[Reached]:
 
 
 def _pidfds() -> list[str]:
-    """This process's open pidfds (a gateway holds one per container it reaches)."""
+    """This process's open pidfds (a gateway holds one per container it reaches), once objects
+    already unreachable (an earlier test's) have closed theirs."""
+    gc.collect()
     fds = Path("/proc/self/fd")
     return [fd.name for fd in fds.iterdir() if _link(fd) == "anon_inode:[pidfd]"]
 

@@ -4,12 +4,12 @@ a live policy change, and a flood that ends in refusals without slowing another 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
 
 from protolink.sandbox.egress import DENY_ALL, EgressLimits, EgressPolicy
+from tests.descriptors import open_descriptors
 
 from ...net.support import pipe_ends
 from .support import Origin, ScriptedNetwork, serve, until_closed, wait_for
@@ -184,10 +184,7 @@ async def test_deny_all_also_drops_connections_still_sending_their_request(origi
 
 
 async def test_deny_all_closes_a_tunnel_moving_in_the_kernel_and_frees_its_pipes(origin):
-    def descriptors() -> int:
-        return len(os.listdir("/proc/self/fd"))
-
-    before, pipes_before = descriptors(), pipe_ends()
+    before, pipes_before = open_descriptors(), pipe_ends()
     async with serve(policy(), network(origin)) as served:
         reader, writer, answer = await tunnel(served)
         assert answer.startswith(b"HTTP/1.1 200")
@@ -199,4 +196,4 @@ async def test_deny_all_closes_a_tunnel_moving_in_the_kernel_and_frees_its_pipes
         writer.close()
         await wait_for(lambda: "closed" in served.kinds())
         assert served.events[-1].reason == "deny-all" and pipe_ends() == pipes_before
-    await wait_for(lambda: descriptors() <= before)
+    await wait_for(lambda: open_descriptors() <= before)

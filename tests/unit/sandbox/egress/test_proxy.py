@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import os
 import time
 import urllib.request
 
@@ -13,6 +12,7 @@ import pytest
 from protolink.deadlines import LATE_SECONDS
 from protolink.sandbox.egress import EgressLimits, EgressPolicy
 from protolink.sandbox.egress.proxy import EgressProxy
+from tests.descriptors import open_descriptors
 
 from .support import LOOPBACK_RULES, Origin, ScriptedNetwork, accepting, serve, until_closed, wait_for
 
@@ -225,12 +225,9 @@ async def test_aclose_ends_open_tunnels_and_leaves_no_task(origin):
 
 async def test_no_socket_is_left_open(origin):
     """Allowed, refused, budget-cut and policy-cut connections: file descriptors come back."""
-    def descriptors() -> int:
-        return len(os.listdir("/proc/self/fd"))
-
     network = ScriptedNetwork(origin.port, {"files.example": [[PUBLIC]]})
     limits = EgressLimits(max_bytes=4 << 20)
-    before = descriptors()
+    before = open_descriptors()
     async with serve(EgressPolicy.parse(["files.example"], limits=limits), network) as served:
         for head in (b"GET http://files.example/bytes/10 HTTP/1.1\r\n\r\n", b"CONNECT other.example:443 HTTP/1.1\r\n\r\n",
                      b"GET / HTTP/1.1\r\n\r\n", b"GET http://files.example/bytes/99999999 HTTP/1.1\r\n\r\n"):
@@ -243,7 +240,7 @@ async def test_no_socket_is_left_open(origin):
         assert await until_closed(reader) == 0
         writer.close()
         await wait_for(lambda: served.proxy.open_connections == 0)
-    await wait_for(lambda: descriptors() <= before)
+    await wait_for(lambda: open_descriptors() <= before)
 
 
 async def test_a_slow_reader_gets_the_whole_answer_after_the_origin_is_done(origin):
