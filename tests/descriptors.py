@@ -29,6 +29,19 @@ def open_descriptors() -> int:
     return count
 
 
+def descriptor_targets() -> dict[int, str]:
+    """What each descriptor of this process is (``pipe:[inode]``, ``socket:[inode]``, a path),
+    once objects already unreachable (an earlier test's) have closed theirs."""
+    gc.collect()
+    targets = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            targets[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            pass  # closed meanwhile, as the listing's own descriptor is
+    return targets
+
+
 def open_tcp_sockets(remote_port: int | None = None) -> int:
     """This process's TCP sockets, or those connected to ``remote_port``: the client's ends of a
     test server's connections (the server's own ends have that port as their local one)."""
@@ -38,11 +51,4 @@ def open_tcp_sockets(remote_port: int | None = None) -> int:
             fields = line.split()
             if remote_port is None or int(fields[2].rsplit(":", 1)[1], 16) == remote_port:
                 inodes.add(fields[9])
-    count = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        count += target.startswith("socket:[") and target[8:-1] in inodes
-    return count
+    return sum(target.startswith("socket:[") and target[8:-1] in inodes for target in descriptor_targets().values())

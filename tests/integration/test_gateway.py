@@ -4,7 +4,6 @@ only, the product's containers only, the typed loss for a container that stopped
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -25,6 +24,7 @@ from protolink.sandbox.tls import pinned_channel
 from protolink.wire._pb import sandbox_pb2
 from protolink.wire.status import from_rpc_error
 from tests.conftest import TEST_NAME_PREFIX
+from tests.descriptors import descriptor_targets
 
 pytestmark = pytest.mark.docker
 
@@ -70,19 +70,9 @@ async def gateway(docker_client, tmp_path: Path) -> AsyncIterator[Reached]:
         yield reached
 
 
-def _pidfds() -> list[str]:
-    """This process's open pidfds (a gateway holds one per container it reaches), once objects
-    already unreachable (an earlier test's) have closed theirs."""
-    gc.collect()
-    fds = Path("/proc/self/fd")
-    return [fd.name for fd in fds.iterdir() if _link(fd) == "anon_inode:[pidfd]"]
-
-
-def _link(fd: Path) -> str:
-    try:
-        return str(fd.readlink())
-    except FileNotFoundError:  # the directory's own descriptor, closed once listed
-        return ""
+def _pidfds() -> list[int]:
+    """This process's open pidfds (a gateway holds one per container it reaches)."""
+    return [fd for fd, target in descriptor_targets().items() if target == "anon_inode:[pidfd]"]
 
 
 @pytest.fixture

@@ -170,7 +170,6 @@ class _Connection:
         self._sock = sock
         self._key = key
         self._splices = splices
-        self._loop = asyncio.get_running_loop()
         self._client_gone = False
         self._failure: Exception | None = None  # a request that could not go on
 

@@ -22,6 +22,7 @@ from protolink.errors import SandboxLostError, SandboxNotFoundError
 from protolink.sandbox.appliance import ADDRESS_LABEL
 from protolink.sandbox.service.client import connect
 from protolink.wire.pipe_passing import SOCKET_NAME
+from tests.descriptors import descriptor_targets
 from tests.integration.service.test_events import Collected, serving
 from tests.integration.service.test_lifecycle import WAIT_SECONDS as HANG_GUARD
 from tests.integration.service.test_lifecycle import eventually
@@ -36,15 +37,8 @@ LARGE_OUTPUT = 300_000
 
 def own_sockets() -> dict[str, int]:
     """This process's sockets: each one's inode, and a descriptor of it."""
-    mine = {}
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            mine[target.removeprefix("socket:[").removesuffix("]")] = int(fd)
-    return mine
+    return {target.removeprefix("socket:[").removesuffix("]"): fd
+            for fd, target in descriptor_targets().items() if target.startswith("socket:[")}
 
 
 def command_channels() -> set[str]:

@@ -12,7 +12,6 @@ count, and its pipes' feeding (``pipe_to_pipe``) can be watched."""
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from protolink.sandbox.service.tokens import Tokens
 from protolink.wire._pb import process_pb2
 from protolink.wire.pipe_passing import SOCKET_NAME
 from tests.integration.service.test_command_channel import socket_directory
+from tests.descriptors import descriptor_targets
 from tests.integration.service.test_events import Collected, serving
 from tests.integration.service.test_lifecycle import WAIT_SECONDS as HANG_GUARD
 from tests.integration.service.test_lifecycle import eventually
@@ -35,17 +35,6 @@ pytestmark = pytest.mark.docker
 #: Output well past what a client asks pipes for (1 MiB): `seq`'s lines, known here.
 LINES = 400_000
 EXPECTED = "".join(f"{n}\n" for n in range(1, LINES + 1))
-
-
-def open_descriptors() -> set[str]:
-    """What this process's descriptors are (pipes and sockets by inode)."""
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            found.add(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            pass
-    return found
 
 
 async def test_large_output_comes_through_the_services_pipes_intact_and_counted(
@@ -65,7 +54,7 @@ async def test_large_output_comes_through_the_services_pipes_intact_and_counted(
         on_channel = await client.create()
         without = await client.create()
         (socket_directory(docker_client, without.id) / SOCKET_NAME).unlink()
-        before = open_descriptors()
+        before = set(descriptor_targets().values())
         results = []
         for sandbox in (on_channel, without):
             results.append(await run(sandbox.backend, argv, max_output_bytes=4 << 20))
@@ -75,7 +64,7 @@ async def test_large_output_comes_through_the_services_pipes_intact_and_counted(
         await client.aclose()
 
         async def all_closed() -> bool:
-            return open_descriptors() <= before
+            return set(descriptor_targets().values()) <= before
 
         await eventually(all_closed, "the calls' connections and pipes closed")
     assert [(r.stdout == EXPECTED, r.stderr, r.exit_code) for r in results] == [(True, "tail", 3)] * 2
