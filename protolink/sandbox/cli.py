@@ -1,5 +1,5 @@
-"""``protolink-sandbox up | down | status | exec | egress | ci | serve | service | token | gateway``:
-a long-running sandbox appliance and its sandbox service, and a CI runner.
+"""``protolink-sandbox up | down | status | exec | egress | ci | serve | service | token | gateway
+| audit | kube-manifest``: a long-running sandbox appliance and its sandbox service, and a CI runner.
 
 ``up`` makes a Docker Engine answer (scripts/engine-up.sh), builds the images when needed
 (scripts/build-images.sh), starts the appliance with the roots given as ``--root PATH[:rw]`` or in
@@ -596,9 +596,19 @@ def _exec_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Verbs(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Verbs whose own ``--help`` opens with the line the verb list shows, unless given one."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.setdefault("description", kwargs.get("help"))
+        return super().add_parser(name, **kwargs)
+
+
 def _verbs() -> tuple[argparse.ArgumentParser, Any]:
-    parser = argparse.ArgumentParser(prog="protolink-sandbox", description=__doc__.split("\n\n")[0])
-    return parser, parser.add_subparsers(dest="verb", required=True)
+    parser = argparse.ArgumentParser(
+        prog="protolink-sandbox",
+        description="A long-running sandbox appliance and its sandbox service, and a CI runner.")
+    return parser, parser.add_subparsers(dest="verb", required=True, action=_Verbs)
 
 
 def _add_exec(commands: Any) -> argparse.ArgumentParser:
@@ -648,7 +658,8 @@ def _add_service(commands: Any) -> None:
 
 def _add_audit(commands: Any) -> None:
     audit = commands.add_parser("audit", help="check the service's audit log").add_subparsers(dest="action",
-                                                                                            required=True)
+                                                                                            required=True,
+                                                                                            action=_Verbs)
     verify = audit.add_parser("verify", help="check every record's hash and link; exit 1 with a line per problem")
     verify.add_argument("path", nargs="?", default=None,
                         help="default: the audit log of the service --name (NAME.service.audit.jsonl in the "

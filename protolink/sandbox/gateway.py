@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="protolink-sandbox gateway", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="protolink-sandbox gateway", description="A Swarm node's gateway to its sandboxes, run as root on each node.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

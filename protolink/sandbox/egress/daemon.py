@@ -182,7 +182,7 @@ class Daemon:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m protolink.sandbox.egress.daemon",
-                                     description=__doc__.split("\n\n")[0])
+                                     description="The egress daemon of one appliance: its host-side proxy.")
     parser.add_argument("name")
     parser.add_argument("--channel-dir", type=Path, required=True)
     parser.add_argument("--container", required=True, help="the container's id")

@@ -101,7 +101,7 @@ def _tls(args: argparse.Namespace) -> tuple[grpc.ServerCredentials | None, str |
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="protolink-sandbox serve", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="protolink-sandbox serve", description="The sandbox service, in the foreground.")
     add_arguments(parser)
     return parser
 

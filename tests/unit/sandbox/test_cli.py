@@ -9,8 +9,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from protolink.sandbox import records
-from protolink.sandbox.cli import when
+from protolink.sandbox.cli import main, when
 from tests.sandbox_server import sandbox_server
 
 #: Runs the command line, then says which of these modules it loaded.
@@ -78,3 +80,20 @@ def test_egress_of_an_appliance_without_a_daemon_is_a_clear_error(tmp_path, monk
         done = subprocess.run([sys.executable, "-m", "protolink.sandbox.cli", "egress", "--name", "nothing", *args],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 1 and "nothing has no egress" in done.stderr, done.stderr
+
+
+def test_each_verbs_help_opens_with_what_it_does(capsys):
+    for argv, opening in ((["up"], "build when needed, start the appliance"),
+                          (["down"], "remove the appliance, its sandbox service"),
+                          (["serve"], "run the sandbox service in the foreground"),
+                          (["audit", "verify"], "check every record's hash and link"),
+                          (["egress"], "Without options: show the allow-list.")):
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--help"])
+        assert exited.value.code == 0
+        assert opening in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert "A long-running sandbox appliance and its sandbox service, and a CI runner." in top
+    assert "``" not in top
