@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protolink.core.tools import Tool, ToolContext
 from protolink.net.addresses import MAX_URL_CHARS, Destination, parse_url
-from protolink.tools.net.html import document_text, meta_charset
+from protolink.tools.net.html import MAX_TITLE_CHARS, document_text, meta_charset
 from protolink.tools.net.http1 import Response, open_response, transport_deadline
 from protolink.tools.net.media import is_text
 from protolink.tools.net.transport import resolve_public
@@ -30,7 +30,7 @@ OUTPUT_SCHEMA: dict[str, Any] = {
         "url": {"type": "string", "maxLength": MAX_URL_CHARS, "description": "Final validated URL"},
         "status": {"type": "integer"},
         "content_type": {"type": "string", "description": "Media type without parameters"},
-        "title": {"type": ["string", "null"]},
+        "title": {"type": ["string", "null"], "maxLength": MAX_TITLE_CHARS},
         "text": {"type": "string", "maxLength": MAX_CHARS},
         "truncated": {"type": "boolean"},
         "untrusted_content": {"const": True},
@@ -56,9 +56,9 @@ def fetch_url() -> Tool:
     Only public destinations are reached: credentials, non-HTTP schemes, nonstandard ports and
     non-public addresses (in any spelling, after DNS, at every redirect) raise ValueError. Each
     request gets 10 seconds and 1,000,000 bytes; at most four redirects are followed, never from
-    HTTPS to HTTP. Returns the final URL, status, content type, title, text (at most
-    ``max_chars``), ``truncated`` and ``untrusted_content=True``; transfer, HTTP, content-type and
-    charset failures raise RuntimeError.
+    HTTPS to HTTP. Returns the final URL, status, content type, title (at most 300 characters),
+    text (at most ``max_chars``), ``truncated`` (either was cut) and ``untrusted_content=True``;
+    transfer, HTTP, content-type and charset failures raise RuntimeError.
     """
     return Tool(
         name="fetch_url",
@@ -115,9 +115,9 @@ async def _page(destination: Destination, response: Response, max_chars: int) ->
         "url": destination.url,
         "status": response.status,
         "content_type": media_type,
-        "title": title,
+        "title": None if title is None else title[:MAX_TITLE_CHARS],
         "text": text[:max_chars],
-        "truncated": len(text) > max_chars,
+        "truncated": len(text) > max_chars or len(title or "") > MAX_TITLE_CHARS,
         "untrusted_content": True,
     }
 

@@ -26,7 +26,7 @@ from pydantic import (
 
 from protolink.core.tools import Tool, ToolContext
 from protolink.net.addresses import MAX_URL_CHARS, parse_url
-from protolink.tools.net.html import collapse, fragment_text
+from protolink.tools.net.html import MAX_TITLE_CHARS, collapse, fragment_text
 from protolink.tools.net.http1 import open_response, transport_deadline
 from protolink.tools.net.media import is_json
 from protolink.tools.net.transport import resolve_public
@@ -39,7 +39,6 @@ MAX_QUERY_WORDS = 50
 MAX_RESULTS = 10
 MAX_RESPONSE_BYTES = 2_000_000
 TRANSPORT_SECONDS = 10.0
-MAX_TITLE_CHARS = 300
 MAX_SNIPPET_CHARS = 1_000
 BRAVE_KEY_VARIABLE = "BRAVE_SEARCH_API_KEY"
 
@@ -231,7 +230,7 @@ def _brave_results(reply: _Reply, args: WebSearchArguments) -> tuple[list[dict[s
         items = data.get("web", {}).get("results", [])
         more = bool(data.get("query", {}).get("more_results_available", False))
         results = [
-            _result("Brave", item["title"], item["url"], fragment_text(item.get("description") or ""))
+            _result("Brave", fragment_text(item["title"]), item["url"], fragment_text(item.get("description") or ""))
             for item in items
         ]
     except (AttributeError, KeyError, TypeError):

@@ -20,6 +20,8 @@ _BLOCKS = frozenset({
 _CELLS = frozenset({"td", "th"})
 _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
 SNIFF_BYTES = 1024
+#: The most characters of a title a tool returns (a page's, a search result's).
+MAX_TITLE_CHARS = 300
 
 
 class _TextParser(HTMLParser):

@@ -87,6 +87,18 @@ async def test_max_chars_truncates_and_says_so(site, network):
     assert (page["text"], page["truncated"]) == ("abcdefghij", False)
 
 
+@pytest.mark.parametrize("markup", [b"<title>" + b"t" * 900_000 + b"</title><p>body</p>",
+                                    b"<title>never closed<p>" + b"b" * 900_000])
+async def test_a_title_is_at_most_300_characters_and_a_cut_one_says_so(site, network, markup):
+    site.route("www.example.org", "/long", Reply(200, HTML, markup))
+
+    page = await fetch_url()(url="https://www.example.org/long", max_chars=10)
+
+    assert len(page["title"]) == 300
+    assert page["truncated"] is True
+    assert fetch_url().output_schema["properties"]["title"]["maxLength"] == 300
+
+
 @pytest.mark.parametrize("max_chars", [0, 50_001])
 async def test_max_chars_is_bounded(network, max_chars):
     with pytest.raises(ValueError, match="max_chars"):

@@ -131,6 +131,16 @@ async def test_a_redirect_is_an_error_and_is_not_followed(site, network, brave_k
     assert len(site.requests) == 1 and network.lookups == ["api.search.brave.com"]
 
 
+async def test_brave_titles_are_plain_text_as_its_snippets_are(site, network, brave_key):
+    body = {"web": {"results": [{"title": "Fish <strong>&amp;</strong> chips", "url": "https://example.org/",
+                                 "description": "<strong>Fresh</strong> &amp; hot"}]}}
+    site.route(*BRAVE, Reply(200, JSON, json.dumps(body).encode()))
+
+    result = await web_search()(query="fish")
+
+    assert [(r["title"], r["snippet"]) for r in result["results"]] == [("Fish & chips", "Fresh & hot")]
+
+
 async def test_malformed_provider_json_is_a_runtime_error(site, network, brave_key):
     site.route(*BRAVE, Reply(200, JSON, b'{"web": {"results": [{"title": 1}]}}'))
 
