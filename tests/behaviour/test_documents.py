@@ -208,12 +208,15 @@ async def test_tsv_splits_on_tabs(workspace, backend):
     assert [s["cells"] for s in result["sections"]] == [["a", "b,c"], ["1", "2"]]
 
 
-async def test_rows_are_limited_to_100_columns(workspace, backend):
+async def test_rows_are_limited_to_100_columns_and_the_rows_after_them_are_kept(workspace, backend):
     path = workspace / "wide.csv"
-    path.write_text(",".join(f"c{i}" for i in range(1, 151)) + "\n", encoding="utf-8")
-    result = await read(make_agent(workspace, backend), path)
-    assert result["sections"][0]["cells"] == [f"c{i}" for i in range(1, 101)]
+    path.write_text(",".join(f"c{i}" for i in range(1, 151)) + "\nnext,row\n", encoding="utf-8")
+    agent = make_agent(workspace, backend)
+    result = await read(agent, path)
+    assert [s["cells"] for s in result["sections"]] == [[f"c{i}" for i in range(1, 101)], ["next", "row"]]
     assert result["truncated"] is True
+    found = await agent.call_tool("search_document", path=str(path), query="next")
+    assert len(found["matches"]) == 1
 
 
 async def test_trailing_empty_cells_do_not_count_against_the_column_limit(workspace, backend):

@@ -110,7 +110,7 @@ def bounded_sections(
     """Keep sections in order until ``max_sections`` or the shared character budget is spent.
 
     Empty sections are skipped. Rows keep at most :data:`MAX_COLUMNS` cells (trailing empty
-    cells are dropped first). Returns the kept sections and whether anything was left out; the
+    cells are dropped first); the rows after a cut one are kept. Returns the kept sections and whether anything was left out; the
     source is consumed only as far as needed, so parsing stops early.
     """
     budget = _Budget(chars=limits.max_output_chars)
@@ -124,8 +124,6 @@ def bounded_sections(
             _add_text(budget, section)
         else:
             _add_row(budget, section)
-        if budget.truncated:
-            break
     return tuple(budget.sections), budget.truncated
 
 
