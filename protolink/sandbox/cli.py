@@ -676,7 +676,7 @@ def _audit(args: argparse.Namespace) -> int:
     from .service.files import ServiceFiles
 
     try:
-        report = verify(args.path or ServiceFiles.of(args.name).audit, kept_head=args.head)
+        report = verify(args.path or ServiceFiles.named(args.name).audit, kept_head=args.head)
     except (SandboxError, ValueError) as error:  # no log there, no runtime directory, not a head
         _say(str(error))
         return 1

@@ -29,9 +29,15 @@ class ServiceFiles:
     base: Path
 
     @classmethod
+    def named(cls, name: str) -> ServiceFiles:
+        """The files of service ``name`` in the runtime directory, for reading them (its audit
+        log): ValueError when ``name`` is no container name."""
+        return cls(checked_name(name), runtime_dir())
+
+    @classmethod
     def of(cls, name: str) -> ServiceFiles:
-        """ValueError when ``name`` is no container name, or too long for its socket's path."""
-        files = cls(checked_name(name), runtime_dir())
+        """:meth:`named`, also a ValueError when ``name`` is too long for its socket's path."""
+        files = cls.named(name)
         longest = commands_socket(str(files.socket))
         if len(os.fsencode(longest)) > MAX_SOCKET_PATH_BYTES:
             raise ValueError(f"service name {name!r} is too long: its socket {longest} would pass the "

@@ -34,6 +34,13 @@ def test_an_intact_log_in_the_runtime_directory_is_verified_by_default(tmp_path)
                                                  f"head sha256:{head}\n"), done.stderr
 
 
+def test_the_log_is_verified_in_a_runtime_directory_too_long_for_a_socket(tmp_path):
+    runtime = tmp_path / ("r" * 80)  # reading the log makes no socket
+    head = _write(runtime / "protolink-appliance.service.audit.jsonl", 2)
+    done = _verify(runtime=runtime)
+    assert (done.returncode, done.stdout.endswith(f": intact, 2 records, head sha256:{head}\n")) == (0, True), done.stderr
+
+
 def test_a_tampered_log_exits_1_with_a_line_per_problem(tmp_path):
     path = tmp_path / "logs" / "audit.jsonl"
     _write(path, 5)
