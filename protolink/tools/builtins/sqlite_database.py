@@ -2,9 +2,11 @@
 
 Every call opens a fresh ``mode=ro`` connection on a worker thread and closes it afterwards.
 Before any model SQL runs, the connection is locked down with SQLite's own APIs: extension
-loading disabled, ``query_only``, no attached databases, strings and blobs limited to
-``max_result_bytes``, an authorizer that admits only reads, and a progress handler that stops
-the statement at its deadline or when the caller is canceled (``connection.interrupt()``).
+loading disabled, ``query_only``, no attached databases, a length limit on strings and blobs
+(a memory guard), the read-only table-valued functions declared, an authorizer that admits only
+reads, and a progress handler that stops the statement at its deadline or when the caller is
+canceled (``connection.interrupt()``). A value larger than ``max_result_bytes`` fails when it
+would leave SQLite for the result.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNC
 _DENIED_FUNCTIONS = {"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"}
 _SCHEMA_PRAGMAS = frozenset({"table_xinfo"})
 _SCHEMA_TABLES = {"sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlite_temp_schema"}
+# Read-only built-in eponymous virtual tables. On a connection's first use of one, SQLite parses
+# its declaration as a CREATE TABLE and asks the authorizer about that parse's UPDATE of
+# sqlite_master, which is never run. They are declared before the authorizer is installed, as
+# SQLite itself declares those a view uses (with the authorizer off). Others stay rejected.
+_TABLE_FUNCTIONS = ("json_each", "json_tree")
+_MIN_LENGTH_LIMIT, _MAX_LENGTH_LIMIT = 16 * 2**20, 1_000_000_000  # SQLite's default hard maximum
 _ACTION_NAMES = {
     getattr(sqlite3, f"SQLITE_{name}"): name.replace("_", " ")
     for name in (
@@ -54,9 +62,12 @@ class SQLiteDatabase:
 
     The file must exist; it is never created, and in-memory databases are unsupported.
     ``timeout_seconds`` is each statement's progress deadline (and the busy timeout);
-    ``max_result_bytes`` bounds a result's JSON and every single string or blob SQLite
-    produces; ``max_tables`` bounds the schema listing. Writes, ATTACH, PRAGMA, explicit
-    transactions and extension loading are rejected with ValueError.
+    ``max_result_bytes`` bounds a result's JSON and every single value transferred, while values
+    inside the SQL may be larger (to filter or measure them); ``max_tables`` bounds the schema
+    listing. SQLite's length limit, max(16 MiB, 8 x ``max_result_bytes``) up to 1e9 bytes, is
+    only a memory guard: it leaves room for hex(), quote() or JSON escaping of any transferable
+    value, and beyond it SQLite fails the query (printf() yields NULL). Writes, ATTACH, PRAGMA,
+    explicit transactions and extension loading are rejected with ValueError.
     """
 
     def __init__(
@@ -90,6 +101,7 @@ class SQLiteDatabase:
         self.timeout_seconds = float(timeout_seconds)
         self.max_result_bytes = max_result_bytes
         self.max_tables = max_tables
+        self.length_limit = min(max(_MIN_LENGTH_LIMIT, 8 * max_result_bytes), _MAX_LENGTH_LIMIT)
         self._uri = f"file:{urllib.parse.quote(self.path)}?mode=ro"
 
     def describe_target(self) -> dict[str, Any]:
@@ -142,9 +154,11 @@ class SQLiteDatabase:
         if hasattr(connection, "enable_load_extension"):  # absent when SQLite was built without it
             connection.enable_load_extension(False)
         connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.max_result_bytes)
-        connection.text_factory = _text
+        connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.length_limit)
+        connection.text_factory = self._text
         connection.execute("PRAGMA query_only = ON")
+        for name in _TABLE_FUNCTIONS:  # the call syntax cannot reach a table or view of that name
+            connection.execute(f"SELECT 1 FROM {name}(NULL) WHERE 0")
         connection.set_authorizer(guard.authorize)
         connection.set_progress_handler(guard.progress, _PROGRESS_STEPS)
         guard.attach(connection)
@@ -154,7 +168,7 @@ class SQLiteDatabase:
         try:
             columns = [description[0] for description in cursor.description or ()]
             empty = _json_size({"columns": columns, "rows": [], "truncated": False})
-            rows, truncated = _within(([_value(item) for item in row] for row in cursor),
+            rows, truncated = _within(([self._value(item) for item in row] for row in cursor),
                                       max_items=max_rows, max_bytes=self.max_result_bytes - empty)
         finally:
             cursor.close()
@@ -170,6 +184,23 @@ class SQLiteDatabase:
         tables, truncated = _within(entries, max_items=self.max_tables,
                                     max_bytes=self.max_result_bytes - _json_size({"tables": [], "truncated": True}))
         return {"tables": tables, "truncated": truncated}
+
+    def _value(self, item: Any) -> Any:
+        if isinstance(item, bytes):
+            return {"base64": base64.b64encode(self._transferable(item)).decode("ascii")}
+        if isinstance(item, float) and not math.isfinite(item):
+            return {"float": "Infinity" if item > 0 else "-Infinity"}
+        return item
+
+    def _text(self, raw: bytes) -> str:
+        return self._transferable(raw).decode("utf-8", "replace")
+
+    def _transferable(self, raw: bytes) -> bytes:
+        """A string's or blob's bytes as they leave SQLite, refused over ``max_result_bytes``."""
+        if len(raw) > self.max_result_bytes:
+            raise ValueError(f"a single value exceeds max_result_bytes ({self.max_result_bytes} bytes); "
+                             "select less data")
+        return raw
 
 
 class _Guard:
@@ -208,7 +239,12 @@ class _Guard:
             return sqlite3.SQLITE_OK
         if action in _READ_ACTIONS and not (action == sqlite3.SQLITE_FUNCTION and arg2 in _DENIED_FUNCTIONS):
             return sqlite3.SQLITE_OK
-        if arg1 in _SCHEMA_TABLES:  # CREATE/DROP/ALTER are first authorized as writes to the schema
+        if action == sqlite3.SQLITE_UPDATE and arg1 in _SCHEMA_TABLES:
+            # Only the declaration of an eponymous virtual table asks this: SQLite refuses a real
+            # UPDATE of the schema itself, and CREATE/DROP/ALTER are denied earlier.
+            self.denied.append(f"a table-valued function other than {'/'.join(_TABLE_FUNCTIONS)} "
+                               "(pragma_* functions are PRAGMA)")
+        elif arg1 in _SCHEMA_TABLES:  # CREATE/DROP are first authorized as writes to the schema
             self.denied.append("schema change")
         else:
             what = "function" if action == sqlite3.SQLITE_FUNCTION else _ACTION_NAMES.get(action, f"action {action}")
@@ -229,8 +265,8 @@ class _Guard:
                 return RuntimeError("query canceled")
             return TimeoutError(f"query stopped at its {database.timeout_seconds:g}-second deadline")
         if code == _SQLITE_TOOBIG:
-            return ValueError(f"a single value exceeds max_result_bytes ({database.max_result_bytes} bytes); "
-                              "select less data")
+            return ValueError(f"a value inside the query exceeds SQLite's length limit ({database.length_limit} "
+                              "bytes); select less data")
         if isinstance(error, (OverflowError, sqlite3.ProgrammingError, sqlite3.InterfaceError)) \
                 or code in _QUERY_FAULTS:
             return ValueError(f"query failed: {error}")
@@ -265,18 +301,6 @@ def _within(items: Iterator[Any], *, max_items: int, max_bytes: int) -> tuple[li
         kept.append(item)
         size += item_size
     return kept, False
-
-
-def _value(item: Any) -> Any:
-    if isinstance(item, bytes):
-        return {"base64": base64.b64encode(item).decode("ascii")}
-    if isinstance(item, float) and not math.isfinite(item):
-        return {"float": "Infinity" if item > 0 else "-Infinity"}
-    return item
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
 
 
 def _json_size(value: Any) -> int:

@@ -172,7 +172,8 @@ async def test_bad_queries_fail_with_value_error(db_path, sql, parameters, messa
     ("PRAGMA journal_mode = DELETE", "PRAGMA"),
     ("PRAGMA table_info(items)", "PRAGMA"),
     ("PRAGMA query_only = OFF", "PRAGMA"),
-    ("SELECT * FROM pragma_table_info('items')", ""),
+    ("SELECT * FROM pragma_table_info('items')", "PRAGMA"),
+    ("SELECT value FROM json_each('[1]'), pragma_table_list", "PRAGMA"),
     ("BEGIN", "TRANSACTION"),
     ("BEGIN IMMEDIATE", "TRANSACTION"),
     ("COMMIT", "TRANSACTION"),
@@ -186,12 +187,36 @@ async def test_bad_queries_fail_with_value_error(db_path, sql, parameters, messa
     ("REINDEX items_by_name", "REINDEX"),
     ("DROP INDEX items_by_name", "schema change|CREATE|DROP|ALTER"),
     ("CREATE VIRTUAL TABLE v USING fts5(x)", "schema change|CREATE|DROP|ALTER"),
+    ("CREATE VIRTUAL TABLE v USING json_each", "schema change|CREATE|DROP|ALTER"),
+    ("CREATE VIRTUAL TABLE temp.v USING json_tree", "schema change|CREATE|DROP|ALTER"),
 ])
 async def test_the_authorizer_rejects_every_non_read(db_path, sql, denied):
     before = fingerprint(db_path)
     with pytest.raises(ValueError, match=f"query rejected: .*({denied}).*read-only"):
         await make_agent(SQLiteDatabase(db_path)).call_tool("query_database", sql=sql)
     assert fingerprint(db_path) == before
+
+
+async def test_json_table_valued_functions_read_on_a_fresh_connection(db_path):
+    before = fingerprint(db_path)
+    agent = make_agent(SQLiteDatabase(db_path))
+    each = await agent.call_tool("query_database", sql="SELECT value FROM json_each('[1,2]')")
+    assert each["rows"] == [[1], [2]]
+    chosen = await agent.call_tool(
+        "query_database", sql="SELECT id, name FROM items WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+        parameters=["[1,3]"])
+    assert chosen["rows"] == [[1, "anvil"], [3, "cog"]]
+    tree = await agent.call_tool("query_database", sql="""SELECT key FROM json_tree('{"a":1}') ORDER BY id""")
+    assert tree["rows"] == [[None], ["a"]]
+    assert fingerprint(db_path) == before
+
+
+async def test_other_table_valued_functions_are_not_called_a_schema_change(db_path):
+    with pytest.raises(ValueError, match="query rejected") as rejected:
+        await make_agent(SQLiteDatabase(db_path)).call_tool("query_database",
+                                                            sql="SELECT name FROM pragma_table_info('items')")
+    assert "schema change" not in str(rejected.value)
+    assert "pragma_* functions are PRAGMA" in str(rejected.value)
 
 
 async def test_vacuum_into_cannot_write_a_file(db_path):
@@ -262,7 +287,33 @@ async def test_an_oversized_single_value_fails_before_transfer(db_path):
     with pytest.raises(ValueError, match="exceeds max_result_bytes"):
         await agent.call_tool("query_database", sql="SELECT randomblob(5000)")
     with pytest.raises(ValueError, match="exceeds max_result_bytes"):
-        await agent.call_tool("query_database", sql="SELECT length(zeroblob(2000000000))")
+        await agent.call_tool("query_database", sql="SELECT 1, CAST(zeroblob(2000) AS TEXT)")
+
+
+async def test_values_too_large_to_transfer_can_still_be_measured_and_filtered(db_path):
+    with sqlite3.connect(db_path) as writer:
+        writer.execute("INSERT INTO owners VALUES (9, ?)", ["x" * 299 + "!"])
+    writer.close()
+    agent = make_agent(SQLiteDatabase(db_path, max_result_bytes=200))
+    result = await agent.call_tool("query_database", sql="SELECT id, length(name), substr(name, -3) FROM owners "
+                                                         "WHERE name LIKE '%!' AND length(randomblob(5000)) = 5000")
+    assert result["rows"] == [[9, 300, "xx!"]]
+    with pytest.raises(ValueError, match="exceeds max_result_bytes"):
+        await agent.call_tool("query_database", sql="SELECT name FROM owners WHERE id = 9")
+
+
+@pytest.mark.parametrize("max_result_bytes, length", [(200, 300), (200, 1_000_000), (1_048_576, 2_000_000)])
+async def test_a_generated_value_over_the_cap_fails_instead_of_becoming_null(db_path, max_result_bytes, length):
+    agent = make_agent(SQLiteDatabase(db_path, max_result_bytes=max_result_bytes))
+    with pytest.raises(ValueError, match="exceeds max_result_bytes"):
+        await agent.call_tool("query_database", sql="SELECT printf('%.*c', ?, 'x')", parameters=[length])
+
+
+@pytest.mark.parametrize("sql", ["SELECT zeroblob(1000000000)", "SELECT length(randomblob(1000000000))",
+                                 "SELECT length(zeroblob(2000000000))"])
+async def test_huge_values_inside_a_query_fail_at_the_length_limit(db_path, sql):
+    with pytest.raises(ValueError, match="exceeds SQLite's length limit"):
+        await make_agent(SQLiteDatabase(db_path)).call_tool("query_database", sql=sql)
 
 
 async def test_rows_stop_at_the_json_byte_cap(db_path):
