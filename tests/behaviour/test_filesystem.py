@@ -510,6 +510,21 @@ async def test_edit_file_match_errors_fail_before_approval(root: Path, backend) 
     assert target.read_text() == "y = 2\ny = 2\n"
 
 
+async def test_edit_file_counts_overlapping_matches(root: Path, backend) -> None:
+    """In "aaa", "aa" occurs at offsets 0 and 1: two matches, refused before approval without
+    replace_all; replace_all replaces left to right without overlap, as str.replace does."""
+    target = root / "a.txt"
+    target.write_text("aaa\n")
+    approver = Approver()
+    agent = file_agent(root, backend, approver=approver)
+    with pytest.raises(ValueError, match="occurs 2 times .*replace 1 of them, left to right"):
+        await agent.call_tool("edit_file", path=str(target), old_text="aa", new_text="b")
+    assert approver.requests == [] and target.read_text() == "aaa\n"
+
+    await agent.call_tool("edit_file", path=str(target), old_text="aa", new_text="b", replace_all=True)
+    assert target.read_text() == "ba\n"
+
+
 async def test_writes_over_max_file_bytes_are_rejected_before_approval(root: Path, backend) -> None:
     approver = Approver()
     agent = file_agent(root, backend, approver=approver, max_file_bytes=10)

@@ -82,7 +82,9 @@ class EditFileArguments(_Arguments):
     path: str = _PATH
     old_text: str = Field(min_length=1, description="Exact, case-sensitive text to replace.")
     new_text: str = Field(description="Replacement text.")
-    replace_all: bool = Field(default=False, description="Replace every occurrence; required when there are several.")
+    replace_all: bool = Field(default=False, description=(
+        "Replace every occurrence, left to right without overlap; required when there are several "
+        "(overlapping occurrences count as several)."))
 
 
 class ChangeArguments(_Arguments):
@@ -194,7 +196,8 @@ class _Writes:
             write_tool("replace_file", "Replace the whole content of an existing UTF-8 file, keeping its "
                        "mode. Returns the recovery change_id.", WriteFileArguments, self.prepare_replace),
             write_tool("edit_file", "Replace exact, case-sensitive text in an existing UTF-8 file; several "
-                       "matches need replace_all=true. Returns the recovery change_id.",
+                       "matches, overlapping ones included, need replace_all=true, which replaces them left to "
+                       "right without overlap. Returns the recovery change_id.",
                        EditFileArguments, self.prepare_edit),
             _read_tool(
                 "preview_change",
@@ -222,13 +225,17 @@ class _Writes:
         return self._write(before, text, args.content, mode)
 
     async def prepare_edit(self, args: EditFileArguments, ctx: ToolContext) -> Preparation:
+        """Every offset ``old_text`` starts at is a match ("aa" occurs twice in "aaa"); replace_all
+        replaces them as str.replace does, left to right without overlap."""
         before, text, mode = await self._existing_text(args.path)
-        count = text.count(args.old_text)
-        if count == 0:
+        matches = _match_count(text, args.old_text)
+        if matches == 0:
             raise ValueError(f"old_text does not occur in {before.resource_id}")
-        if count > 1 and not args.replace_all:
-            raise ValueError(f"old_text occurs {count} times in {before.resource_id}; "
-                             "set replace_all=true to replace every occurrence")
+        if matches > 1 and not args.replace_all:
+            replaced = text.count(args.old_text)  # what replace_all replaces
+            what = "every occurrence" if replaced == matches else f"{replaced} of them, left to right without overlap"
+            raise ValueError(f"old_text occurs {matches} times in {before.resource_id}; "
+                             f"set replace_all=true to replace {what}")
         edited = text.replace(args.old_text, args.new_text, -1 if args.replace_all else 1)
         return self._write(before, text, edited, mode)
 
@@ -290,6 +297,14 @@ def _read_tool(name: str, description: str, arguments: type[BaseModel], prepare:
                output_schema: dict[str, Any]) -> PreparedTool:
     return PreparedTool(name=name, description=description, arguments=arguments, prepare=prepare,
                         capabilities=(READ,), tags=READ_TAGS, output_schema=output_schema)
+
+
+def _match_count(text: str, old: str) -> int:
+    """How many offsets of ``text`` ``old`` starts at, overlapping matches included."""
+    count, at = 0, text.find(old)
+    while at != -1:
+        count, at = count + 1, text.find(old, at + 1)
+    return count
 
 
 def _encode(text: str, path: str) -> bytes:
