@@ -17,6 +17,7 @@ needs neither the table nor the document extractors that it loads.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,6 +27,7 @@ import grpc
 from google.protobuf.message import Message
 
 import protolink
+from protolink.execution.fswrite import unchanged
 from protolink.wire import convert
 from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
 from protolink.wire.status import KINDS, abort_with, to_status
@@ -200,16 +202,19 @@ class SandboxService:
         return run
 
     def _check_roots(self, message: Message) -> None:
-        """Requested roots must be mounted roots or beneath one; writes need a writable one."""
+        """Requested roots must be mounted roots or beneath one; writes need a writable one. A file
+        replacement refused here has written nothing: unchanged, as on a read-only file system."""
         mounted = [root.path for root in self._config.roots]
         for root in getattr(message, "roots", ()):
             convert.require(convert.beneath(root, mounted), f"root {root!r} is not mounted in this sandbox")
         written = (message.expected.resource_id if isinstance(message, workspace_pb2.ReplaceFileRequest)
                    else message.destination if isinstance(message, transfer_pb2.UploadStart) else None)
-        if written is not None:
-            writable = [root.path for root in self._config.roots if root.writable]
-            if not convert.beneath(written, writable):
-                raise PermissionError(f"{written} is in a read-only root of this sandbox")
+        writable = [root.path for root in self._config.roots if root.writable]
+        if written is None or convert.beneath(written, writable):
+            return
+        if isinstance(message, workspace_pb2.ReplaceFileRequest):
+            raise unchanged(written, OSError(errno.EROFS, "it is in a read-only root of this sandbox"))
+        raise PermissionError(f"{written} is in a read-only root of this sandbox")
 
 
 def _command_environment(config: ServerConfig) -> dict[str, str]:

@@ -6,9 +6,11 @@ in production.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
-from collections.abc import Callable
+import subprocess
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import pytest
 from filesystem_agents import Approver, file_agent
 
 from protolink import RunContext, StorageCheckpointStore
-from protolink.errors import ResourceConflictError, StorageError
+from protolink.errors import ResourceConflictError, ResourceUnchangedError, StorageError
 from protolink.storage import InMemoryStorage, SQLiteStorage
 
 
@@ -55,6 +57,34 @@ def note(workspace: Path) -> Path:
     path.write_bytes(b"line one\r\nline two \xc3\xa9\n")
     path.chmod(0o640)
     return path
+
+
+@pytest.fixture
+async def read_only_root(backend_kind: str, backend: Any, workspace: Path,
+                         command_uid: int | None) -> AsyncIterator[Any]:
+    """The backend under test seeing ``workspace`` (holding note.txt) as a read-only root: the
+    host through a read-only bind mount, whose file system refuses writes (EROFS); a sandbox
+    server given it as a read-only root, which refuses writes before touching the file system.
+    The behavioural backends' roots are all writable, so this one is made here."""
+    (workspace / "note.txt").write_text("kept\n")
+    if backend_kind == "local":
+        subprocess.run(["mount", "--bind", "-o", "ro", str(workspace), str(workspace)], check=True)
+        try:
+            yield backend
+        finally:
+            subprocess.run(["umount", str(workspace)], check=True)
+    elif backend_kind == "server":
+        from tests.sandbox_server import sandbox_server
+
+        async with sandbox_server([(workspace, False)]) as server:
+            yield server.backend
+    else:
+        from protolink.sandbox.docker import DockerSandbox
+        from protolink.sandbox.provision import ensure_image
+
+        image = await asyncio.to_thread(ensure_image)
+        async with DockerSandbox([workspace], image=image, command_uid=command_uid) as sandbox_backend:
+            yield sandbox_backend
 
 
 async def test_replace_then_preview_then_restore(workspace: Path, note: Path, backend) -> None:
@@ -161,6 +191,25 @@ async def test_a_conflicting_write_is_recorded_as_failed(workspace: Path, note: 
     [change_id] = storage.keys()
     preview = await agent.call_tool("preview_change", change_id=change_id)
     assert (preview["state"], preview["uncertain"]) == ("failed", False)
+
+
+@pytest.mark.root  # the host's read-only file system is a bind mount
+async def test_a_write_a_read_only_root_refuses_is_recorded_as_failed(workspace: Path, read_only_root) -> None:
+    """Nothing is written when a read-only root refuses a write, on the host as in a sandbox:
+    every write raises ResourceUnchangedError and is recorded failed, not uncertain."""
+    storage = InMemoryStorage("file-changes")
+    agent = file_agent(workspace, read_only_root, checkpoints=StorageCheckpointStore(storage))
+    note = workspace / "note.txt"
+    for tool, arguments in (("create_file", {"path": str(workspace / "new.txt"), "content": "new\n"}),
+                            ("replace_file", {"path": str(note), "content": "replaced\n"}),
+                            ("edit_file", {"path": str(note), "old_text": "kept", "new_text": "edited"})):
+        with pytest.raises(ResourceUnchangedError, match="was not changed"):
+            await agent.call_tool(tool, **arguments)
+    assert len(storage.keys()) == 3
+    for change_id in storage.keys():
+        preview = await agent.call_tool("preview_change", change_id=change_id)
+        assert (preview["state"], preview["uncertain"]) == ("failed", False)
+    assert note.read_text() == "kept\n" and os.listdir(workspace) == ["note.txt"]
 
 
 async def test_failure_to_save_the_initial_record_prevents_mutation(workspace: Path, note: Path,

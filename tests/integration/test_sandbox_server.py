@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import random
 import secrets
@@ -30,6 +31,7 @@ import pytest
 from google.protobuf.message import Message
 
 from protolink.errors import (
+    ResourceUnchangedError,
     SandboxAuthenticationError,
     SandboxLimitError,
     SandboxUnavailableError,
@@ -458,8 +460,9 @@ async def test_unmounted_roots_and_writes_to_read_only_roots_are_refused(server,
                                            max_chars=100, max_file_bytes=100)
     assert chunk.content == "read me\n"
     absent = ResourceRevision(str(read_only / "new.txt"), False, parent_identity=(0, 0))
-    with pytest.raises(PermissionError, match="read-only"):
+    with pytest.raises(ResourceUnchangedError, match="read-only") as refused:  # nothing written, as on the host
         await server.backend.replace_file(absent, b"x", None, roots=[str(read_only)])
+    assert refused.value.errno == errno.EROFS
     assert not (read_only / "new.txt").exists()
 
 

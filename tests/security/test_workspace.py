@@ -17,6 +17,7 @@ from protolink import (
     CapabilityPolicy,
     ResourceConflictError,
 )
+from protolink.errors import ResourceUnchangedError
 from protolink.tools.builtins import filesystem_tools, process_tool
 
 from .conftest import GVISOR, NOBODY, Attacker, figure, still_serves
@@ -218,12 +219,12 @@ async def test_dot_dot_escape(attacker, roots):
 async def test_read_only_root_written(attacker, roots):
     """Writing the read-only root: create_file and replace_file through the tools, and a shell redirect.
 
-    The tools get PermissionError from the sandbox (the root is mounted read-only there too); the shell gets EROFS (gVisor checks permissions first: EACCES); the mount is read-only; the host files are unchanged.
+    The tools get ResourceUnchangedError (EROFS) from the sandbox, as from a read-only file system on the host (the root is mounted read-only there too); the shell gets EROFS (gVisor checks permissions first: EACCES); the mount is read-only; the host files are unchanged.
     """
     agent, _ = writer(attacker, [roots.ro])
-    with pytest.raises(PermissionError):
+    with pytest.raises(ResourceUnchangedError):
         await agent.call_tool("create_file", path=str(roots.ro / "new.txt"), content="x\n")
-    with pytest.raises(PermissionError):
+    with pytest.raises(ResourceUnchangedError):
         await agent.call_tool("replace_file", path=str(roots.ro / "readme.txt"), content="changed\n")
     result = await attacker.shell(f"echo changed > {roots.ro}/readme.txt; touch {roots.ro}/new2.txt")
     assert result.stderr.count("Permission denied" if GVISOR else "Read-only file system") == 2
