@@ -36,7 +36,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from protolink.errors import ToolExecutionError
 
@@ -45,6 +45,8 @@ from .output import Channel, OutputCap, OutputCollector, OutputSink
 from .output_pipes import OutputPipes
 from .process_types import Emitter, ProcessCancelledError, ProcessResult, ProcessSpec
 from .resolve import Resolved, check_real_executable, resolve_command
+
+T = TypeVar("T")
 
 #: How long pipes are still read after the process group is gone.
 DRAIN_GRACE_SECONDS = 1.0
@@ -128,7 +130,7 @@ class LocalProcesses:
             await output.finish()
             return child.result(output)
         except asyncio.CancelledError:
-            await _uninterrupted(child.stop(terminate=True))
+            await uninterrupted(child.stop(terminate=True))
             await child.pipes.abandon()
             output.close()
             raise ProcessCancelledError(child.result(output, canceled=True)) from None
@@ -283,10 +285,12 @@ class _PopenLeader:
             self.exited.set_result(None)
 
 
-async def _uninterrupted(future: asyncio.Future[None]) -> None:
-    """Wait for cleanup to finish even if the caller is canceled again meanwhile."""
+async def uninterrupted(cleanup: Awaitable[T]) -> T:
+    """The result of ``cleanup``, waited for even if the caller is canceled again meanwhile."""
+    future = asyncio.ensure_future(cleanup)
     while not future.done():
         try:
             await asyncio.shield(future)
         except asyncio.CancelledError:
             continue
+    return future.result()

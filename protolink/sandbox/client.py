@@ -45,7 +45,7 @@ from protolink.wire.status import checked_answer, from_rpc_error, parsed_answer
 
 from .addresses import grpc_target, socket_gone, socket_path
 from .pipe_connection import ChannelCalls, channel_socket
-from .process_stream import PIPES_ABOVE_BYTES, Output, ProcessStream, grpc_calls, own_calls
+from .process_stream import PIPES_ABOVE_BYTES, Canceled, Output, ProcessStream, grpc_calls, own_calls
 from .resolutions import Resolutions
 
 __all__ = ["SandboxBackend", "SandboxInfo", "attach", "connect"]
@@ -309,10 +309,12 @@ class SandboxBackend(Operations):
         try:
             processes = self._processes_for(request)
             facts = await self._connected(lambda: processes.run(request, output, deadline_seconds))
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, Canceled) as canceled:
             text.close()
-            partial = ProcessResult(None, text.stdout, text.stderr, truncated=output.cap.truncated, canceled=True,
-                                    duration_seconds=time.monotonic() - started)
+            reaped = canceled.facts if isinstance(canceled, Canceled) else None
+            partial = ProcessResult(None if reaped is None else reaped["exit_code"], text.stdout, text.stderr,
+                                    truncated=output.cap.truncated or bool(reaped and reaped["truncated"]),
+                                    canceled=True, duration_seconds=time.monotonic() - started)
             raise ProcessCancelledError(partial) from None
         except BaseException:
             if written is not None:

@@ -36,8 +36,8 @@ import grpc
 
 from protolink import deadlines
 from protolink.errors import SandboxError, SandboxProtocolError, SandboxUnavailableError
-from protolink.execution.groups import completed_within
-from protolink.execution.local_processes import DRAIN_GRACE_SECONDS
+from protolink.execution.groups import TERMINATE_GRACE_SECONDS, completed_within
+from protolink.execution.local_processes import DRAIN_GRACE_SECONDS, uninterrupted
 from protolink.execution.output import Channel, OutputCap, OutputCollector
 from protolink.execution.output_pipes import PIECE_BYTES, OutputPipes
 from protolink.execution.process_types import Emitter
@@ -61,6 +61,9 @@ QUEUED_EVENTS = 8
 IDLE_CALL_SECONDS = 1.0
 #: How long closing waits for the tasks of a canceled call to end before it cancels them.
 CLOSE_SECONDS = 5.0
+#: How long a canceled process's Finished is waited for: the server's grace between SIGTERM and
+#: SIGKILL, and a margin for a loaded machine.
+CANCEL_SECONDS = TERMINATE_GRACE_SECONDS + 4.0
 
 #: A process may keep more output than this before its pipes are asked for: a hand-off costs a
 #: short command about 0.7 ms more than the stream (two descriptors, a reader, one more wakeup of
@@ -76,6 +79,15 @@ EXECUTE = f"/{sandbox_pb2.DESCRIPTOR.services_by_name['Sandbox'].full_name}/Exec
 
 _Event = process_pb2.ExecuteEvent | OutputEvent
 _Item = _Event | PassedPipes | BaseException
+
+
+class Canceled(Exception):
+    """The process was canceled. ``facts``: its Finished facts once the sandbox has killed and
+    reaped its group (None when they did not come within :data:`CANCEL_SECONDS`)."""
+
+    def __init__(self, facts: dict[str, Any] | None) -> None:
+        super().__init__("canceled")
+        self.facts = facts
 
 
 class ProcessStream:
@@ -98,8 +110,10 @@ class ProcessStream:
     async def run(self, request: process_pb2.ExecuteRequest, output: Output, deadline_seconds: float) -> dict[str, Any]:
         """Start ``request``'s process and follow it to its Finished facts, within ``deadline_seconds``.
 
-        Canceled (or failing), it tells the server to kill and reap the process group. At most
-        ``max_in_flight`` processes run at once (the server's ``max_concurrency``); more wait here.
+        Failing, it tells the server to kill and reap the process group. Canceled once the
+        process was asked for, it waits (however often canceled again) for the server to have
+        killed and reaped it, then raises :class:`Canceled`. At most ``max_in_flight`` processes
+        run at once (the server's ``max_concurrency``); more wait here.
         """
         async with self._in_flight:
             return await self._run(request, output, deadline_seconds)
@@ -110,12 +124,18 @@ class ProcessStream:
         request.id = self._next_id
         self._next_id += 1
         finished = False
+        events: asyncio.Queue[_Item] | None = None
         try:
             async with deadlines.timeout(deadline_seconds) as deadline:
                 events = await self._send(request)
                 facts = await _follow(events, output, asked_for_pipes=bool(request.pipe_connection))
             finished = True
             return facts
+        except asyncio.CancelledError:
+            if events is None:
+                raise
+            finished = True
+            raise Canceled(await uninterrupted(self._reaped(request.id, events))) from None
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -224,6 +244,29 @@ class ProcessStream:
         if call is self._call and not call.done():
             cancel = process_pb2.ExecuteRequest(id=request_id, cancel=True)
             self._keep(self._write_quietly(call, cancel), self._writes)
+
+    async def _reaped(self, request_id: int, events: asyncio.Queue[_Item]) -> dict[str, Any] | None:
+        """Ask the server to kill and reap process ``request_id``; its Finished facts (None when
+        they do not come within CANCEL_SECONDS, or the call fails). Its later output is dropped:
+        a canceled process's result holds what came before."""
+        call = self._waiting[request_id][0]
+        if call is not self._call or call.done():
+            return None
+        await self._write_quietly(call, process_pb2.ExecuteRequest(id=request_id, cancel=True))
+        try:
+            async with asyncio.timeout(CANCEL_SECONDS):
+                while True:
+                    event = await events.get()
+                    if isinstance(event, BaseException):
+                        return None
+                    kind = event.WhichOneof("event") if isinstance(event, process_pb2.ExecuteEvent) else None
+                    if kind == "finished":
+                        return checked_answer(convert.finished_facts, event.finished)
+                    if kind == "error":
+                        return None
+                    _discard(event)
+        except (TimeoutError, SandboxProtocolError):
+            return None
 
     async def _write_quietly(self, call: Any, request: process_pb2.ExecuteRequest) -> None:
         try:

@@ -2,7 +2,8 @@
 The requests and events are serialized messages, whatever carries them: the gRPC method, or a
 connection to the command channel of a host on this machine (:mod:`protolink_sandboxd.pipe_listener`).
 
-Each request starts one process (or cancels one an earlier request started) and every event
+Each request starts one process (or cancels one an earlier request started: its group is
+killed and reaped, then its ``Finished`` says ``canceled`` and how it ended) and every event
 carries its request's id, so a client runs all its processes on a single call instead of
 paying for a call per process. A process's output goes out as the bytes its command wrote,
 within its cap; the client decodes and keeps it, and this server keeps none. At most one
@@ -37,6 +38,7 @@ import dataclasses
 import errno
 import functools
 import os
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 from google.protobuf.message import Message
@@ -271,27 +273,32 @@ class ProcessCall:
             self._queue.put_nowait(None)
 
     async def _run(self, request: process_pb2.ExecuteRequest, stdin: _Stdin | None) -> None:
-        """Run one process, queueing its events; nothing more after it is canceled."""
+        """Run one process, queueing its events. Canceled, its group is killed and reaped
+        first; then its Finished says how it ended (``canceled``, the signal's exit code)."""
         events = _ProcessEvents(request.id, self._queue)
+        started = time.monotonic()
         try:
             with self._runner.activity.call():
                 result = await self._execute(request, events, stdin)
-            events.put(finished=process_pb2.Finished(
-                exit_code=result.exit_code,
-                truncated=result.truncated,
-                timed_out=result.timed_out,
-                canceled=result.canceled,
-                duration_seconds=result.duration_seconds,
-                output_passed=events.passed,
-            ))
-        except (ProcessCancelledError, asyncio.CancelledError):
-            return  # the group is dead and reaped; the client has stopped listening
+        except ProcessCancelledError as canceled:
+            result = canceled.result
+        except asyncio.CancelledError:  # before it started
+            result = ProcessResult(None, "", "", canceled=True, duration_seconds=time.monotonic() - started)
         except Exception as error:
             events.put(error=to_status(error)[1])
+            return
         finally:
             events.close()
             if stdin is not None:
                 stdin.close()
+        events.put(finished=process_pb2.Finished(
+            exit_code=result.exit_code,
+            truncated=result.truncated,
+            timed_out=result.timed_out,
+            canceled=result.canceled,
+            duration_seconds=result.duration_seconds,
+            output_passed=events.passed,
+        ))
 
     async def _execute(self, request: process_pb2.ExecuteRequest, events: _ProcessEvents,
                        stdin: _Stdin | None) -> ProcessResult:
