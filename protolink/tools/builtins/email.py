@@ -34,6 +34,8 @@ _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _ADDRESS = re.compile(rf"{_ATOM}(?:\.{_ATOM})*@{_LABEL}(?:\.{_LABEL})+")
 # Characters that end or fold a header line, or cannot travel in one.
 _HEADER_BREAKING = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+#: An RFC 2047 encoded word: mail software shows it decoded (line breaks included), not as written.
+_ENCODED_WORD = re.compile(r"=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=")
 
 
 @runtime_checkable
@@ -67,8 +69,8 @@ def check_address(address: str, field: str = "address") -> str:
 
 
 def check_compose(to: list[str], subject: str, body: str) -> None:
-    """ValueError unless 1-50 distinct bare addresses, a header-safe nonblank subject and a
-    nonblank body within the documented limits."""
+    """ValueError unless 1-50 distinct bare addresses, a header-safe nonblank subject (one line
+    of plain text: no encoded word) and a nonblank body within the documented limits."""
     if not 1 <= len(to) <= MAX_RECIPIENTS:
         raise ValueError(f"to must name 1-{MAX_RECIPIENTS} recipients, not {len(to)}")
     seen: set[str] = set()
@@ -82,6 +84,9 @@ def check_compose(to: list[str], subject: str, body: str) -> None:
     if _HEADER_BREAKING.search(subject):
         raise ValueError("subject must be one line: control characters and line breaks are "
                          "rejected (header injection)")
+    if _ENCODED_WORD.search(subject):
+        raise ValueError("subject must be plain text: an RFC 2047 encoded word (=?charset?q?...?=) "
+                         "would be shown decoded, not as approved (header injection); write the characters")
     if not body.strip() or len(body) > MAX_BODY_CHARS:
         raise ValueError(f"body must be nonblank and at most {MAX_BODY_CHARS} characters")
     if "\x00" in body:

@@ -146,6 +146,8 @@ def compose(sender: str, to: list[str], subject: str, body: str) -> EmailMessage
     message["From"] = sender
     message["To"] = ", ".join(to)
     message["Subject"] = subject
+    if str(message["Subject"]) != subject:  # the header parser decoded something: not what was approved
+        raise ValueError(f"subject {subject[:80]!r} would not be sent as written")
     message["Date"] = email.utils.formatdate(usegmt=True)
     match = _DOMAIN.search(sender)
     message["Message-ID"] = email.utils.make_msgid(domain=match.group(1) if match else None)

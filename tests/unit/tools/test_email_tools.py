@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import email
+import email.policy
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from protolink import RunContext
 from protolink.errors import BudgetExceededError, ToolArgumentError
 from protolink.tools import IMAPEmail, InMemoryEmail, email_tools
+from protolink.tools.services._mime import compose
 
 from .service_support import Approvals, service_agent
 
@@ -98,6 +101,9 @@ INVALID_COMPOSE = [
     ({"subject": "Lunch?\nX-Priority: 1"}, "header injection"),
     ({"subject": "Lunch?\u2028Bcc: eve@example.com"}, "header injection"),
     ({"subject": "Tab\there"}, "header injection"),
+    ({"subject": "=?utf-8?q?Report=0D=0ABcc:_eve@example.com?="}, "encoded word"),
+    ({"subject": "Price list =?UTF-8?B?Y2Fmw6k=?= attached"}, "encoded word"),
+    ({"subject": "=?utf-8?q?_?="}, "encoded word"),
     ({"subject": "   "}, "subject"),
     ({"subject": "x" * 1001}, ToolArgumentError),
     ({"body": " \n "}, "body"),
@@ -213,3 +219,11 @@ async def test_in_memory_drafts_and_sending_are_recorded_not_delivered():
     assert sent["accepted"] == ["bob@example.com"] and sent["refused"] == []
     assert [d["subject"] for d in mailbox.drafts] == ["Lunch?"] and len(mailbox.sent) == 1
     assert sent["message_id"].startswith("<") and sent["message_id"].endswith("@example.com>")
+
+
+@pytest.mark.parametrize("subject", ["=?utf-8?q?Report=0D=0ABcc:_eve@example.com?=", "x=?y?q?z?= glued"])
+def test_a_message_is_never_composed_with_a_subject_other_than_the_one_given(subject):
+    with pytest.raises(ValueError, match="would not be sent as written"):
+        compose("me@example.com", ["bob@example.com"], subject, "hello")
+    sent = compose("me@example.com", ["bob@example.com"], "Café =? and ?= stay", "hello")
+    assert email.message_from_bytes(sent.as_bytes(), policy=email.policy.default)["Subject"] == "Café =? and ?= stay"
