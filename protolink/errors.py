@@ -90,6 +90,12 @@ class ResourceUnchangedError(ProtoLinkError, OSError):
     """A replacement failed before its commit point (a read-only or full file system, say):
     the resource is unchanged, so the change is recorded as failed rather than uncertain."""
 
+    @classmethod
+    def of(cls, path: str, error: OSError) -> ResourceUnchangedError:
+        """The error for a replacement of ``path`` that ``error`` stopped before its commit point
+        (on the host; in a sandbox, a write its server refuses before performing it)."""
+        return cls(error.errno, f"{path} was not changed: {error.strerror or error}")
+
 
 class SerializationError(ProtoLinkError, ValueError):
     """An agent configuration cannot be serialized or loaded."""

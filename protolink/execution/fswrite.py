@@ -158,13 +158,6 @@ def _approved_parent(target: WorkspacePath) -> Iterator[int]:
         yield dir_fd
 
 
-def unchanged(path: str, error: OSError) -> ResourceUnchangedError:
-    """The error for a replacement of ``path`` that ``error`` stopped before its commit point:
-    nothing was written, so its change is failed, not uncertain. The sandbox server gives a
-    write it refuses before performing it this same outcome."""
-    return ResourceUnchangedError(error.errno, f"{path} was not changed: {error.strerror or error}")
-
-
 @contextmanager
 def _unchanged_on_failure(target: WorkspacePath) -> Iterator[None]:
     try:
@@ -172,7 +165,7 @@ def _unchanged_on_failure(target: WorkspacePath) -> Iterator[None]:
     except OSError as error:
         if isinstance(error, ResourceUnchangedError):
             raise
-        raise unchanged(target.path, error) from error
+        raise ResourceUnchangedError.of(target.path, error) from error
 
 
 def _write_all(fd: int, data: bytes) -> None:

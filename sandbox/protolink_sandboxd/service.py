@@ -27,7 +27,7 @@ import grpc
 from google.protobuf.message import Message
 
 import protolink
-from protolink.execution.fswrite import unchanged
+from protolink.errors import ResourceUnchangedError
 from protolink.wire import convert
 from protolink.wire._pb import errors_pb2, process_pb2, sandbox_pb2, transfer_pb2, workspace_pb2
 from protolink.wire.status import KINDS, abort_with, to_status
@@ -213,7 +213,7 @@ class SandboxService:
         if written is None or convert.beneath(written, writable):
             return
         if isinstance(message, workspace_pb2.ReplaceFileRequest):
-            raise unchanged(written, OSError(errno.EROFS, "it is in a read-only root of this sandbox"))
+            raise ResourceUnchangedError.of(written, OSError(errno.EROFS, "it is in a read-only root of this sandbox"))
         raise PermissionError(f"{written} is in a read-only root of this sandbox")
 
 
