@@ -26,7 +26,7 @@ from .ids import new_id
 from .inference import RunResult, run_inference
 from .policy import CapabilityPolicy, Policy
 from .runs import RunContext
-from .tools import Action, Tool, ToolContext, jsonable
+from .tools import Action, Tool, ToolContext, capability_names, jsonable
 
 if TYPE_CHECKING:
     from .models import Model
@@ -105,7 +105,7 @@ class Agent:
             action_id=action_id,
             tool=tool.name,
             arguments=args.model_dump(mode="json"),
-            capabilities=tuple(preparation.capabilities),
+            capabilities=capability_names(preparation.capabilities),
             artifacts=tuple(preparation.artifacts),
             process=preparation.process,
             run_id=run.run_id,
@@ -119,17 +119,17 @@ class Agent:
         except (PolicyDeniedError, ApprovalDeniedError) as error:
             await self.events.publish("action.denied", {"tool": tool.name, "reason": str(error)}, **ids)
             raise
-        except BudgetExceededError as error:
+        except asyncio.CancelledError:
+            await self._canceled(run, tool.name, None, ids)
+            raise
+        except Exception as error:  # the budget, or the approval handler's own failure
             await self._failed(error, tool.name, ids)
             raise
         await self.events.publish("action.started", {"tool": tool.name}, **ids)
         try:
             result = await preparation.execute(tool_context)
         except asyncio.CancelledError as cancel:
-            run.status = "canceled"
-            partial = getattr(cancel, "result", None)
-            await asyncio.shield(self.events.publish(
-                "action.canceled", {"tool": tool.name, "partial_result": jsonable(partial)}, **ids))
+            await self._canceled(run, tool.name, getattr(cancel, "result", None), ids)
             raise
         except Exception as error:
             await self._failed(error, tool.name, ids)
@@ -153,11 +153,13 @@ class Agent:
                                   task_id=run.task_id, action_id=action.action_id)
         ids = {"run_id": run.run_id, "task_id": run.task_id, "action_id": action.action_id}
         await self.events.publish("action.approval_requested", {"request": request.to_dict()}, **ids)
-        remaining = run.remaining_seconds()
+        scope = asyncio.timeout(run.remaining_seconds())
         try:
-            async with asyncio.timeout(remaining):
+            async with scope:
                 answer = await self.approval_handler(request, run)
         except TimeoutError:
+            if not scope.expired():  # the handler's own
+                raise
             raise BudgetExceededError(
                 f"run {run.run_id} exhausted its time budget while awaiting approval"
             ) from None
@@ -170,6 +172,11 @@ class Agent:
             {"request_id": request.request_id, "approver": decision.approver, "reason": decision.reason},
             **ids,
         )
+
+    async def _canceled(self, run: RunContext, tool: str, partial: Any, ids: Mapping[str, Any]) -> None:
+        run.status = "canceled"
+        await asyncio.shield(self.events.publish(
+            "action.canceled", {"tool": tool, "partial_result": jsonable(partial)}, **ids))
 
     async def _failed(self, error: Exception, tool: str, ids: Mapping[str, Any]) -> None:
         await self.events.publish(
@@ -192,7 +199,8 @@ class Agent:
     async def run(self, prompt: str, *, context: RunContext | None = None,
                   max_steps: int | None = None) -> RunResult:
         """Run the inference loop: model step, tool calls through call_tool, repeat."""
-        return await run_inference(self, prompt, context=context, max_steps=max_steps or self.max_steps)
+        return await run_inference(self, prompt, context=context,
+                                   max_steps=self.max_steps if max_steps is None else max_steps)
 
     # -- serialization -----------------------------------------------------------------
 

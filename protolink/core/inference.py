@@ -7,16 +7,17 @@ calls it, with the agent as its first argument.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from protolink.errors import BudgetExceededError, ProtoLinkError
+from protolink.errors import BudgetExceededError, ToolArgumentError
 
 from .events import EventBus
-from .models import Message, Model
+from .models import Message, Model, ModelResponse
 from .runs import RunContext
-from .tools import jsonable
+from .tools import RESERVED_ARGUMENT, jsonable
 
 
 class Driven(Protocol):
@@ -47,10 +48,11 @@ class RunResult:
 
 
 async def run_inference(agent: Driven, prompt: str, *, context: RunContext | None, max_steps: int) -> RunResult:
-    """Drive ``agent.llm`` until it answers with text, bounded by ``max_steps`` and the run budget.
+    """Drive ``agent.llm`` until it answers with text, bounded by ``max_steps`` and the run budget
+    (a model step is stopped when the run's time is spent).
 
-    Tool failures that the model can act on (bad arguments, denial, tool errors) go back into
-    history as tool results; budget exhaustion and cancellation end the run.
+    Tool failures go back into history as tool results (bad arguments, denial, any error a tool
+    raises, redacted as events are); budget exhaustion and cancellation end the run.
     """
     if agent.llm is None:
         raise RuntimeError("this agent has no model: pass llm= to Agent to use run()")
@@ -61,8 +63,7 @@ async def run_inference(agent: Driven, prompt: str, *, context: RunContext | Non
     messages.append(Message("user", prompt))
     try:
         for step in range(1, max_steps + 1):
-            run.check_time()
-            response = await agent.llm.complete(messages, agent.tool_schemas())
+            response = await _step(agent.llm, messages, agent.tool_schemas(), run)
             messages.append(Message("assistant", response.text, tool_calls=tuple(response.tool_calls)))
             if not response.tool_calls:
                 run.status = "completed"
@@ -77,11 +78,27 @@ async def run_inference(agent: Driven, prompt: str, *, context: RunContext | Non
     raise BudgetExceededError(f"run {run.run_id} reached max_steps={max_steps} without a final answer")
 
 
+async def _step(llm: Model, messages: list[Message], tools: list[dict[str, Any]], run: RunContext) -> ModelResponse:
+    """The model's next response, within the run's remaining time."""
+    run.check_time()
+    scope = asyncio.timeout(run.remaining_seconds())
+    try:
+        async with scope:
+            return await llm.complete(messages, tools)
+    except TimeoutError:
+        if not scope.expired():  # the model's own
+            raise
+        raise BudgetExceededError(f"run {run.run_id} exhausted its time budget during a model step") from None
+
+
 async def _tool_result(agent: Driven, run: RunContext, name: str, arguments: dict[str, Any]) -> str:
     try:
+        if RESERVED_ARGUMENT in arguments:
+            raise ToolArgumentError(f"{RESERVED_ARGUMENT!r} is not an argument of any tool")
         result = await agent.call_tool(name, context=run, **arguments)
     except BudgetExceededError:
         raise
-    except (ProtoLinkError, ValueError, RuntimeError, PermissionError, LookupError) as error:
-        return json.dumps({"error": type(error).__name__, "message": str(error)})
+    except Exception as error:  # the model can act on it: a bad argument, a denial, a missing file
+        return json.dumps(agent.events.redact({"error": type(error).__name__, "message": str(error)}),
+                          ensure_ascii=False)
     return json.dumps(agent.events.redact({"result": jsonable(result)})["result"], ensure_ascii=False)

@@ -17,8 +17,10 @@ class RunContext:
     """Budgets and identity shared by every call that is given the same context.
 
     ``max_tool_calls`` bounds the tool calls that reach execution; ``max_seconds`` bounds the
-    wall time since the context was created, time spent awaiting approval included. A child
-    context (delegation) counts its calls against its parent too and never outlives it.
+    wall time since the context was created: approvals and model steps are stopped when it is
+    spent, built-in tools bound their own waits by it, and a tool of your own does the same with
+    ``ToolContext.bound_timeout``. A child context (delegation) counts its calls against its
+    parent too and never outlives it.
     """
 
     def __init__(

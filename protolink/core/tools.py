@@ -106,6 +106,19 @@ class Preparation:
 
 
 Handler = Callable[[Any, ToolContext], Awaitable[Any]]
+#: The keyword of ``Agent.call_tool`` that carries the run: no tool may take an argument so named.
+RESERVED_ARGUMENT = "context"
+
+
+def capability_names(capabilities: Iterable[str]) -> tuple[str, ...]:
+    """``capabilities`` as a tuple of names. TypeError for one string (``"fs.write"`` would be
+    read as its characters, and a policy denying ``fs.write`` would not match) or a non-string."""
+    if isinstance(capabilities, str):
+        raise TypeError(f"capabilities must be a collection of names, not the string {capabilities!r}")
+    names = tuple(capabilities)
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError(f"capabilities must be strings, got {names!r}")
+    return names
 Prepare = Callable[[Any, ToolContext], Awaitable[Preparation]]
 
 
@@ -129,10 +142,13 @@ class Tool:
         output_schema: Mapping[str, Any] | None = None,
         builtin: str | None = None,
     ) -> None:
+        if RESERVED_ARGUMENT in arguments.model_fields:
+            raise ValueError(f"tool {name!r} takes an argument named {RESERVED_ARGUMENT!r}, which "
+                             "Agent.call_tool keeps for the run: rename it")
         self.name = name
         self.description = description
         self.arguments = arguments
-        self.capabilities = tuple(capabilities)
+        self.capabilities = capability_names(capabilities)
         self.tags = tuple(tags)
         self.output_schema = dict(output_schema) if output_schema else None
         self.builtin = builtin

@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+from pydantic import BaseModel
 
 from protolink import (
     ApprovalDecision,
@@ -11,12 +12,15 @@ from protolink import (
     CapabilityPolicy,
     DirectCallError,
     PolicyDeniedError,
+    Preparation,
+    PreparedTool,
     RunContext,
     ToolArgumentError,
+    Tool,
     ToolNotFoundError,
 )
 from protolink.core.events import Event
-from tests.unit.core.helpers import echo_tool, make_agent, recording_prepared_tool
+from tests.unit.core.helpers import EchoArgs, echo_tool, make_agent, recording_prepared_tool
 
 
 async def test_plain_tool_runs_directly_and_through_agent():
@@ -158,6 +162,74 @@ async def test_approval_wait_is_bounded_by_the_remaining_budget():
     with pytest.raises(BudgetExceededError, match="awaiting approval"):
         await agent.call_tool("record", context=RunContext(max_seconds=0.05), text="x")
     assert log == []
+
+
+async def test_an_approval_handlers_own_timeout_is_its_failure_not_the_budgets():
+    async def timing_out_ui(request, context):
+        raise TimeoutError("the approval UI timed out")
+
+    events: list[Event] = []
+    agent = make_agent(policy=CapabilityPolicy({"files.write": "require_approval"}), approval_handler=timing_out_ui)
+    agent.events.add_sink(events.append)
+    agent.add_tool(recording_prepared_tool([]))
+    with pytest.raises(TimeoutError, match="approval UI"):
+        await agent.call_tool("record", text="x")
+    assert [event.type for event in events][-1] == "action.failed"
+
+
+async def test_a_call_canceled_or_failing_while_awaiting_approval_says_how_it_ended():
+    waiting = asyncio.Event()
+
+    async def slow_human(request, context):
+        waiting.set()
+        await asyncio.Event().wait()
+
+    async def broken_handler(request, context):
+        raise KeyError("no such reviewer")
+
+    for handler, ending, status in ((slow_human, "action.canceled", "canceled"),
+                                    (broken_handler, "action.failed", "working")):
+        events: list[Event] = []
+        agent = make_agent(policy=CapabilityPolicy({"files.write": "require_approval"}), approval_handler=handler)
+        agent.events.add_sink(events.append)
+        agent.add_tool(recording_prepared_tool([]))
+        run = RunContext()
+        call = asyncio.ensure_future(agent.call_tool("record", context=run, text="x"))
+        if handler is slow_human:
+            await waiting.wait()
+            call.cancel()
+        with pytest.raises((asyncio.CancelledError, KeyError)):
+            await call
+        assert [event.type for event in events][-1] == ending
+        assert all(event.action_id == events[0].action_id for event in events)
+        assert run.status == status  # a failed call leaves the run to its caller, as a failed tool does
+
+
+def test_capabilities_given_as_one_string_are_refused():
+    with pytest.raises(TypeError, match="not the string 'echo.use'"):
+        echo_tool(capabilities="echo.use")
+
+
+async def test_a_prepared_action_with_capabilities_as_one_string_is_refused_before_authorization():
+    log: list[str] = []
+
+    async def prepare(args, context):
+        return Preparation(execute=lambda ctx: log.append("ran"), capabilities="files.write")
+
+    agent = make_agent(policy=CapabilityPolicy({"files.write": "deny"}))
+    agent.add_tool(PreparedTool(name="record", description="Record.", arguments=EchoArgs, prepare=prepare,
+                                capabilities=("files.write",)))
+    with pytest.raises(TypeError, match="collection of names"):
+        await agent.call_tool("record", text="x")
+    assert log == []
+
+
+def test_a_tool_cannot_take_an_argument_named_context():
+    class Shadowing(BaseModel):
+        context: str
+
+    with pytest.raises(ValueError, match="'context'"):
+        Tool(name="shadow", description="d", arguments=Shadowing, handler=lambda args, ctx: None)
 
 
 async def test_delegated_calls_count_against_the_parent():
