@@ -56,6 +56,7 @@ class Subscription:
     def __init__(self, bus: EventBus, maxsize: int) -> None:
         self._bus = bus
         self._queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize)
+        self._closed = False
         self.dropped = 0
 
     def _offer(self, event: Event) -> None:
@@ -68,16 +69,16 @@ class Subscription:
         """Stop receiving; iteration ends after the events already queued."""
         if self in self._bus._subscriptions:
             self._bus._subscriptions.remove(self)
-            try:
-                self._queue.put_nowait(None)
-            except asyncio.QueueFull:
-                self._queue.get_nowait()
-                self._queue.put_nowait(None)
+            self._closed = True
+            if self._queue.empty():
+                self._queue.put_nowait(None)  # wakes a reader waiting for an event
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self
 
     async def __anext__(self) -> Event:
+        if self._closed and self._queue.empty():
+            raise StopAsyncIteration
         event = await self._queue.get()
         if event is None:
             raise StopAsyncIteration

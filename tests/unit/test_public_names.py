@@ -29,6 +29,7 @@ SPEC_TOOL_FACTORIES = {
 SPEC_TYPES = {
     "protolink": ["Agent", "AgentCard", "CapabilityPolicy", "ApprovalDecision", "ApprovalRequest",
                   "StorageCheckpointStore", "Assistant"],
+    "protolink.llm": ["ScriptedModel", "OpenAICompatibleModel"],
     "protolink.storage": ["InMemoryStorage", "SQLiteStorage", "Storage"],
     "protolink.tools": ["UserInputRequest", "SQLiteDatabase", "GoogleCalendar", "Gmail", "OutlookCalendar",
                         "OutlookEmail", "IMAPEmail", *SPEC_TOOL_FACTORIES],

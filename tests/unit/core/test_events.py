@@ -1,0 +1,49 @@
+"""Subscriptions: what ``close`` keeps, what ``dropped`` counts, and when iteration ends."""
+
+import asyncio
+
+from protolink.core.events import EventBus
+
+
+async def publish(bus: EventBus, *types: str) -> None:
+    for type in types:
+        await bus.publish(type, {})
+
+
+async def test_close_on_a_full_queue_keeps_every_queued_event():
+    bus = EventBus()
+    subscription = bus.subscribe(maxsize=2)
+    await publish(bus, "e0", "e1")
+    subscription.close()
+    assert [event.type async for event in subscription] == ["e0", "e1"]
+    assert subscription.dropped == 0
+
+
+async def test_close_on_a_queue_with_room_keeps_every_queued_event():
+    bus = EventBus()
+    subscription = bus.subscribe(maxsize=3)
+    await publish(bus, "e0", "e1")
+    subscription.close()
+    assert [event.type async for event in subscription] == ["e0", "e1"]
+    assert subscription.dropped == 0
+
+
+async def test_events_past_maxsize_are_counted_and_events_after_close_are_not_delivered():
+    bus = EventBus()
+    subscription = bus.subscribe(maxsize=2)
+    await publish(bus, "e0", "e1", "e2")
+    subscription.close()
+    subscription.close()
+    await publish(bus, "after")
+    assert [event.type async for event in subscription] == ["e0", "e1"]
+    assert subscription.dropped == 1
+    assert [event.type async for event in subscription] == []
+
+
+async def test_close_ends_a_reader_waiting_on_an_empty_subscription():
+    bus = EventBus()
+    async with bus.subscribe() as subscription:
+        reader = asyncio.create_task(anext(subscription, None))
+        await asyncio.sleep(0)
+        assert not reader.done()
+    assert await asyncio.wait_for(reader, 1) is None
