@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 Redactor = Callable[[dict[str, Any]], dict[str, Any]]
 EventSink = Callable[["Event"], None | Awaitable[None]]
@@ -101,7 +104,9 @@ class EventBus:
         self._sequence = itertools.count(1)
 
     def add_sink(self, sink: EventSink) -> Callable[[], None]:
-        """Deliver every event to ``sink`` (sync or async); returns a function that removes it."""
+        """Deliver every event to ``sink`` (sync or async); returns a function that removes it.
+        A sink that raises is logged and skipped: an observer cannot fail the call it observes
+        (a tool whose ``action.completed`` failed would look undone, and be run again)."""
         self._sinks.append(sink)
         return lambda: self._sinks.remove(sink) if sink in self._sinks else None
 
@@ -129,7 +134,10 @@ class EventBus:
         for subscription in list(self._subscriptions):
             subscription._offer(event)
         for sink in list(self._sinks):
-            outcome = sink(event)
-            if inspect.isawaitable(outcome):
-                await outcome
+            try:
+                outcome = sink(event)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception:  # noqa: BLE001 (an observer's failure is its own)
+                log.exception("event sink %r failed on %s", sink, type)
         return event

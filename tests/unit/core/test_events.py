@@ -1,8 +1,10 @@
-"""Subscriptions: what ``close`` keeps, what ``dropped`` counts, and when iteration ends."""
+"""Subscriptions: what ``close`` keeps, what ``dropped`` counts, and when iteration ends; sinks
+that fail."""
 
 import asyncio
 
-from protolink.core.events import EventBus
+from protolink.core.events import Event, EventBus
+from tests.unit.core.helpers import make_agent, recording_prepared_tool
 
 
 async def publish(bus: EventBus, *types: str) -> None:
@@ -47,3 +49,19 @@ async def test_close_ends_a_reader_waiting_on_an_empty_subscription():
         await asyncio.sleep(0)
         assert not reader.done()
     assert await asyncio.wait_for(reader, 1) is None
+
+
+async def test_a_sink_that_raises_is_skipped_and_does_not_fail_the_call(caplog):
+    done: list[str] = []
+    seen: list[str] = []
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("the dashboard is down")
+
+    agent = make_agent()
+    agent.events.add_sink(broken)
+    agent.events.add_sink(lambda event: seen.append(event.type))
+    agent.add_tool(recording_prepared_tool(done))
+    assert await agent.call_tool("record", text="once") == "once"
+    assert done == ["once"] and seen[-1] == "action.completed"
+    assert "the dashboard is down" in caplog.text
