@@ -106,6 +106,7 @@ class Preparation:
 
 
 Handler = Callable[[Any, ToolContext], Awaitable[Any]]
+Prepare = Callable[[Any, ToolContext], Awaitable[Preparation]]
 #: The keyword of ``Agent.call_tool`` that carries the run: no tool may take an argument so named.
 RESERVED_ARGUMENT = "context"
 
@@ -119,7 +120,6 @@ def capability_names(capabilities: Iterable[str]) -> tuple[str, ...]:
     if not all(isinstance(name, str) for name in names):
         raise TypeError(f"capabilities must be strings, got {names!r}")
     return names
-Prepare = Callable[[Any, ToolContext], Awaitable[Preparation]]
 
 
 class Tool:
